@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs every system package tnmt needs to build, test and run on Debian 12.
+# Idempotent: packages already present are left alone. Used by the README, .ci/run and the
+# Dockerfiles, so that all of them take exactly the same steps.
+#   deploy/install-deps.sh            build + test dependencies
+#   deploy/install-deps.sh --runtime  only the shared libraries the tnmt binary needs
+set -euo pipefail
+
+runtime_pkgs=(
+  libgrpc++1.51 libprotobuf32 libsentencepiece0 libopenblas0-pthread
+  libabsl20220623 libsqlite3-0 ca-certificates
+)
+build_pkgs=(
+  bazel-bootstrap g++ libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc
+  libprotobuf-dev libsentencepiece-dev sentencepiece libopenblas-dev libabsl-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev libsqlite3-dev zlib1g-dev
+  python3-torch python3-sentencepiece python3-numpy
+)
+
+pkgs=("${build_pkgs[@]}")
+if [[ "${1:-}" == "--runtime" ]]; then pkgs=("${runtime_pkgs[@]}"); fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
