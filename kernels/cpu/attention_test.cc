@@ -1,0 +1,338 @@
+// Checks MultiHeadAttention against a naive per-head softmax(QK^T*scale + mask)V in double.
+#include "kernels/cpu/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tnmt::kernels::cpu {
+namespace {
+
+constexpr double kTol = 1e-5;  // absolute and relative, float32 results
+constexpr float kSentinel = -12345.0f;  // fills memory the kernel must not write
+
+// One attention problem: shapes, layout and the buffers, laid out as attention.h describes.
+struct Problem {
+  AttentionArgs args;
+  int kv_groups = 0;  // number of K/V groups stored
+  int64_t ld_q = 0, ld_out = 0, ld_kv = 0, kv_group_stride = 0;  // 0: tight
+  std::vector<int32_t> kv_index, k_valid;  // empty: pass null
+  std::vector<float> q, k, v;
+};
+
+// Fills in tight strides where unset, points args at the index vectors and fills Q/K/V
+// (padding included) with random data.
+void Prepare(Problem& p, uint32_t seed) {
+  AttentionArgs& a = p.args;
+  const int64_t width = static_cast<int64_t>(a.num_heads) * a.d_head;
+  if (p.kv_groups == 0) p.kv_groups = a.batch;
+  if (p.ld_q == 0) p.ld_q = width;
+  if (p.ld_out == 0) p.ld_out = width;
+  if (p.ld_kv == 0) p.ld_kv = width;
+  if (p.kv_group_stride == 0) p.kv_group_stride = a.k_len * p.ld_kv;
+  a.kv_index = p.kv_index.empty() ? nullptr : p.kv_index.data();
+  a.k_valid = p.k_valid.empty() ? nullptr : p.k_valid.data();
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  p.q.resize(static_cast<size_t>(a.batch) * a.q_len * p.ld_q);
+  p.k.resize(static_cast<size_t>(p.kv_groups) * p.kv_group_stride);
+  p.v.resize(p.k.size());
+  for (float& x : p.q) x = 2.0f * dist(rng);  // scores spread enough for a peaked softmax
+  for (float& x : p.k) x = 2.0f * dist(rng);
+  for (float& x : p.v) x = dist(rng);
+}
+
+// Runs the kernel; out rows are prefilled with the sentinel, scratch has a guard after k_len.
+std::vector<float> RunKernel(const Problem& p) {
+  const AttentionArgs& a = p.args;
+  std::vector<float> out(static_cast<size_t>(a.batch) * a.q_len * p.ld_out, kSentinel);
+  std::vector<float> scratch(a.k_len + 8, kSentinel);
+  MultiHeadAttention(out.data(), p.ld_out, p.q.data(), p.ld_q, p.k.data(), p.v.data(), p.ld_kv,
+                     p.kv_group_stride, a, scratch.data());
+  for (int i = a.k_len; i < a.k_len + 8; ++i)
+    EXPECT_EQ(scratch[i], kSentinel) << "scratch written past k_len at " << i;
+  return out;
+}
+
+// Naive reference: for each query group b, row i, head h: scores over all k_len keys in double,
+// -inf where masked (padding j >= k_valid[g], causal j > i + offset), softmax, times V. A row
+// whose scores are all masked gives zeros. Returns the full out buffer; padding columns keep
+// the sentinel.
+std::vector<double> Reference(const Problem& p) {
+  const AttentionArgs& a = p.args;
+  const int dh = a.d_head;
+  std::vector<double> out(static_cast<size_t>(a.batch) * a.q_len * p.ld_out, kSentinel);
+  std::vector<double> s(a.k_len);
+  for (int b = 0; b < a.batch; ++b) {
+    const int g = a.kv_index ? a.kv_index[b] : b;
+    const int valid = a.k_valid ? a.k_valid[g] : a.k_len;
+    for (int i = 0; i < a.q_len; ++i) {
+      const int64_t row = static_cast<int64_t>(b) * a.q_len + i;
+      for (int h = 0; h < a.num_heads; ++h) {
+        double mx = -INFINITY;
+        for (int j = 0; j < a.k_len; ++j) {
+          const bool masked = j >= valid || (a.causal_offset >= 0 && j > i + a.causal_offset);
+          double dot = 0.0;
+          for (int c = 0; c < dh; ++c) {
+            dot += static_cast<double>(p.q[row * p.ld_q + h * dh + c]) *
+                   p.k[g * p.kv_group_stride + j * p.ld_kv + h * dh + c];
+          }
+          s[j] = masked ? -INFINITY : dot * a.scale;
+          mx = std::max(mx, s[j]);
+        }
+        double* o = &out[row * p.ld_out + h * dh];
+        for (int c = 0; c < dh; ++c) o[c] = 0.0;
+        if (mx == -INFINITY) continue;
+        double sum = 0.0;
+        for (int j = 0; j < a.k_len; ++j) sum += std::exp(s[j] - mx);
+        for (int j = 0; j < a.k_len; ++j) {
+          const double w = std::exp(s[j] - mx) / sum;
+          if (w == 0.0) continue;
+          for (int c = 0; c < dh; ++c)
+            o[c] += w * p.v[g * p.kv_group_stride + j * p.ld_kv + h * dh + c];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void ExpectMatchesReference(const Problem& p, const std::string& what) {
+  const std::vector<float> got = RunKernel(p);
+  const std::vector<double> want = Reference(p);
+  ASSERT_EQ(got.size(), want.size());
+  int failures = 0;
+  for (size_t i = 0; i < got.size() && failures < 5; ++i) {
+    if (!(std::fabs(got[i] - want[i]) <= kTol + kTol * std::fabs(want[i]))) {
+      ++failures;
+      ADD_FAILURE() << what << ": out row " << i / p.ld_out << " col " << i % p.ld_out << " = "
+                    << got[i] << ", want " << want[i];
+    }
+  }
+}
+
+Problem Make(int batch, int q_len, int k_len, int heads, int dh) {
+  Problem p;
+  p.args.batch = batch;
+  p.args.q_len = q_len;
+  p.args.k_len = k_len;
+  p.args.num_heads = heads;
+  p.args.d_head = dh;
+  p.args.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  return p;
+}
+
+std::string Name(const Problem& p) {
+  const AttentionArgs& a = p.args;
+  return "batch=" + std::to_string(a.batch) + " q_len=" + std::to_string(a.q_len) +
+         " k_len=" + std::to_string(a.k_len) + " heads=" + std::to_string(a.num_heads) +
+         " d_head=" + std::to_string(a.d_head) + " causal=" + std::to_string(a.causal_offset);
+}
+
+struct Dims {
+  int batch, q_len, k_len, heads, dh;
+};
+const Dims kDims[] = {{1, 1, 1, 1, 1},  {2, 3, 7, 2, 4},   {3, 7, 17, 4, 16},
+                      {2, 17, 33, 8, 8}, {1, 5, 65, 2, 64}, {2, 3, 130, 3, 33}};
+
+TEST(MultiHeadAttention, NoMask) {
+  uint32_t seed = 1;
+  for (const Dims& d : kDims) {
+    Problem p = Make(d.batch, d.q_len, d.k_len, d.heads, d.dh);
+    Prepare(p, seed++);
+    ExpectMatchesReference(p, "no mask " + Name(p));
+  }
+}
+
+TEST(MultiHeadAttention, ScaleIsApplied) {
+  Problem p = Make(2, 3, 17, 2, 8);
+  p.args.scale = 2.5f;  // not 1/sqrt(d_head): a kernel ignoring scale would differ
+  Prepare(p, 40);
+  ExpectMatchesReference(p, "scale 2.5");
+}
+
+TEST(MultiHeadAttention, LargeScoresDoNotOverflow) {
+  // Integer Q/K and a power-of-two scale make every score exact and up to about +-2000, far
+  // beyond exp's float range: the softmax must subtract the row maximum.
+  Problem p = Make(2, 3, 17, 2, 8);
+  p.args.scale = 4.0f;
+  Prepare(p, 50);
+  std::mt19937 rng(51);
+  std::uniform_int_distribution<int> dist(-8, 8);
+  for (float& x : p.q) x = static_cast<float>(dist(rng));
+  for (float& x : p.k) x = static_cast<float>(dist(rng));
+  ExpectMatchesReference(p, "large scores");
+}
+
+TEST(MultiHeadAttention, PaddingMaskPerGroup) {
+  uint32_t seed = 100;
+  for (const Dims& d : kDims) {
+    Problem p = Make(4, d.q_len, d.k_len, d.heads, d.dh);
+    p.k_valid = {d.k_len, 1, (d.k_len + 1) / 2, std::max(1, d.k_len - 2)};
+    Prepare(p, seed++);
+    ExpectMatchesReference(p, "padding " + Name(p));
+  }
+}
+
+TEST(MultiHeadAttention, CausalSelfAttention) {
+  uint32_t seed = 200;
+  for (int len : {1, 3, 7, 17, 33}) {
+    Problem p = Make(2, len, len, 4, 8);
+    p.args.causal_offset = 0;
+    Prepare(p, seed++);
+    ExpectMatchesReference(p, "causal " + Name(p));
+    // Causal together with padding in the second group.
+    p.k_valid = {len, (len + 1) / 2};
+    p.args.k_valid = p.k_valid.data();
+    ExpectMatchesReference(p, "causal+padding " + Name(p));
+  }
+}
+
+TEST(MultiHeadAttention, CausalRowZeroSeesOnlyKeyZero) {
+  // With causal_offset 0 the first query attends only to key 0, so its output is exactly V[0].
+  Problem p = Make(1, 5, 5, 2, 4);
+  p.args.causal_offset = 0;
+  Prepare(p, 7);
+  const std::vector<float> out = RunKernel(p);
+  for (int c = 0; c < 8; ++c) EXPECT_FLOAT_EQ(out[c], p.v[c]) << c;
+}
+
+TEST(MultiHeadAttention, DecodeStepSingleQueryAtPositionT) {
+  // The K/V cache holds k_len slots; only slots 0..t are filled for the query at position t.
+  // Unfilled slots hold huge values so that reading them would be obvious.
+  const int k_len = 33;
+  for (int t : {0, 1, 5, 16, 32}) {
+    Problem p = Make(3, 1, k_len, 4, 16);
+    p.args.causal_offset = t;
+    Prepare(p, 300 + t);
+    for (int g = 0; g < 3; ++g) {
+      for (int j = t + 1; j < k_len; ++j) {
+        for (int c = 0; c < 64; ++c) {
+          p.k[g * p.kv_group_stride + j * p.ld_kv + c] = 1e4f;
+          p.v[g * p.kv_group_stride + j * p.ld_kv + c] = 1e4f;
+        }
+      }
+    }
+    ExpectMatchesReference(p, "decode t=" + std::to_string(t));
+    // Same step with an explicit k_valid = t + 1 and no causal mask must give the same result.
+    const std::vector<float> causal = RunKernel(p);
+    p.args.causal_offset = -1;
+    p.k_valid = {t + 1, t + 1, t + 1};
+    p.args.k_valid = p.k_valid.data();
+    EXPECT_EQ(RunKernel(p), causal) << "t=" << t;
+  }
+}
+
+TEST(MultiHeadAttention, KvIndexSharesGroupsAcrossBeams) {
+  // Six query groups (2 sentences x 3 beams) read two K/V groups with different valid lengths.
+  for (int q_len : {1, 3}) {
+    Problem p = Make(6, q_len, 17, 2, 8);
+    p.kv_groups = 2;
+    p.kv_index = {0, 0, 0, 1, 1, 1};
+    p.k_valid = {5, 17};
+    Prepare(p, 400 + q_len);
+    ExpectMatchesReference(p, "kv_index " + Name(p));
+    // Interleaved, non-monotonic mapping as well.
+    p.kv_index = {1, 0, 1, 0, 0, 1};
+    p.args.kv_index = p.kv_index.data();
+    ExpectMatchesReference(p, "kv_index shuffled " + Name(p));
+    // Beams sharing a group and given identical queries must give identical outputs.
+    std::vector<float> q_same = p.q;
+    for (int b = 1; b < 3; ++b)
+      std::copy(p.q.begin(), p.q.begin() + q_len * p.ld_q, q_same.begin() + b * q_len * p.ld_q);
+    p.q = q_same;
+    p.kv_index = {0, 0, 0, 1, 1, 1};
+    p.args.kv_index = p.kv_index.data();
+    const std::vector<float> out = RunKernel(p);
+    for (int b = 1; b < 3; ++b) {
+      EXPECT_TRUE(std::equal(out.begin(), out.begin() + q_len * p.ld_out,
+                             out.begin() + b * q_len * p.ld_out))
+          << "beam " << b;
+    }
+  }
+}
+
+TEST(MultiHeadAttention, PaddedStrides) {
+  uint32_t seed = 500;
+  for (const Dims& d : kDims) {
+    const int width = d.heads * d.dh;
+    // Separate Q/out/KV strides, and a group stride with unused rows between groups.
+    Problem p = Make(d.batch, d.q_len, d.k_len, d.heads, d.dh);
+    p.ld_q = width + 5;
+    p.ld_out = width + 3;
+    p.ld_kv = width + 7;
+    p.kv_group_stride = (d.k_len + 2) * p.ld_kv + 11;
+    p.k_valid.assign(d.batch, d.k_len);
+    p.k_valid[0] = (d.k_len + 1) / 2;
+    Prepare(p, seed++);
+    ExpectMatchesReference(p, "strided " + Name(p));
+    p.args.causal_offset = 1;
+    ExpectMatchesReference(p, "strided causal " + Name(p));
+  }
+}
+
+TEST(MultiHeadAttention, PackedKvBuffer) {
+  // K and V interleaved in one [rows, 2*width] buffer (ld_kv = 2*width), as a fused projection
+  // would produce; V starts width elements after K.
+  Problem p = Make(2, 3, 17, 4, 8);
+  const int width = 32;
+  p.ld_kv = 2 * width;
+  Prepare(p, 600);
+  std::vector<float> kv = p.k;  // K in the first half of every row, V in the second
+  for (size_t r = 0; r < kv.size() / p.ld_kv; ++r)
+    for (int c = 0; c < width; ++c) p.v[r * p.ld_kv + c] = kv[r * p.ld_kv + width + c];
+  const std::vector<double> want = Reference(p);
+  std::vector<float> out(want.size(), kSentinel);
+  std::vector<float> scratch(p.args.k_len);
+  MultiHeadAttention(out.data(), p.ld_out, p.q.data(), p.ld_q, kv.data(), kv.data() + width,
+                     p.ld_kv, p.kv_group_stride, p.args, scratch.data());
+  for (size_t i = 0; i < out.size(); ++i)
+    ASSERT_NEAR(out[i], want[i], kTol + kTol * std::fabs(want[i])) << i;
+}
+
+TEST(MultiHeadAttention, ZeroValidKeysGivesZeros) {
+  Problem p = Make(3, 2, 7, 2, 4);
+  p.k_valid = {7, 0, 3};
+  Prepare(p, 700);
+  ExpectMatchesReference(p, "k_valid 0");
+  const std::vector<float> out = RunKernel(p);
+  for (int i = 2 * 8; i < 4 * 8; ++i) EXPECT_EQ(out[i], 0.0f) << "group 1, element " << i - 16;
+}
+
+TEST(MultiHeadAttention, BatchInvariance) {
+  // A group's output must be bit-identical alone (batch 1) and inside a larger batch whose
+  // other groups have different valid lengths.
+  const int q_len = 3, k_len = 33, heads = 4, dh = 16, width = heads * dh;
+  for (int causal : {-1, 2}) {
+    Problem big = Make(5, q_len, k_len, heads, dh);
+    big.args.causal_offset = causal;
+    big.k_valid = {33, 4, 17, 1, 29};
+    Prepare(big, 800);
+    const std::vector<float> big_out = RunKernel(big);
+    for (int b = 0; b < 5; ++b) {
+      Problem one = Make(1, q_len, k_len, heads, dh);
+      one.args.causal_offset = causal;
+      one.k_valid = {big.k_valid[b]};
+      Prepare(one, 0);
+      std::copy(big.q.begin() + b * q_len * width, big.q.begin() + (b + 1) * q_len * width,
+                one.q.begin());
+      std::copy(big.k.begin() + b * k_len * width, big.k.begin() + (b + 1) * k_len * width,
+                one.k.begin());
+      std::copy(big.v.begin() + b * k_len * width, big.v.begin() + (b + 1) * k_len * width,
+                one.v.begin());
+      const std::vector<float> one_out = RunKernel(one);
+      const auto first = big_out.begin() + b * q_len * width;
+      EXPECT_TRUE(std::equal(one_out.begin(), one_out.end(), first))
+          << "group " << b << " causal " << causal;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tnmt::kernels::cpu

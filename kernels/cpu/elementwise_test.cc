@@ -1,0 +1,445 @@
+// Checks the elementwise/row-wise CPU kernels against naive double-precision reference loops.
+#include "kernels/cpu/elementwise.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tnmt::kernels::cpu {
+namespace {
+
+constexpr double kTol = 1e-5;  // absolute and relative tolerance for float32 results
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<float> Random(size_t count, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(count);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Compares got[i] with want[i] within abs + rel * |want|; reports the first few mismatches.
+void ExpectAllNear(const std::vector<float>& got, const std::vector<double>& want,
+                   const std::string& what, double abs = kTol, double rel = kTol) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int failures = 0;
+  for (size_t i = 0; i < got.size() && failures < 5; ++i) {
+    const double tol = abs + rel * std::fabs(want[i]);
+    if (!(std::fabs(got[i] - want[i]) <= tol)) {
+      ++failures;
+      ADD_FAILURE() << what << ": [" << i << "] = " << got[i] << ", want " << want[i];
+    }
+  }
+}
+
+std::string Dims(int64_t rows, int n) {
+  return "rows=" + std::to_string(rows) + " n=" + std::to_string(n);
+}
+
+struct Dim {
+  int64_t rows;
+  int n;
+};
+const Dim kDims[] = {{1, 1}, {1, 3}, {3, 7}, {7, 17}, {5, 33}, {2, 65}, {3, 130}, {2, 1024}};
+
+// ---------------------------------------------------------------- BiasActivation / AddBias / Add
+
+const double kPi = std::acos(-1.0);
+
+double RefGelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / kPi) * (x + 0.044715 * x * x * x)));
+}
+
+double ErfGelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+TEST(BiasActivation, ReluAndGeluWithAndWithoutBias) {
+  std::mt19937 rng(1);
+  for (const Dim& s : kDims) {
+    for (Activation act : {Activation::kRelu, Activation::kGelu}) {
+      for (bool with_bias : {true, false}) {
+        const std::vector<float> x = Random(s.rows * s.n, rng, -5.0f, 5.0f);
+        const std::vector<float> bias = Random(s.n, rng);
+        std::vector<double> want(x.size());
+        for (int64_t r = 0; r < s.rows; ++r) {
+          for (int j = 0; j < s.n; ++j) {
+            const double v = static_cast<double>(x[r * s.n + j]) + (with_bias ? bias[j] : 0.0);
+            want[r * s.n + j] = act == Activation::kRelu ? std::max(v, 0.0) : RefGelu(v);
+          }
+        }
+        std::vector<float> y = x;
+        BiasActivation(y.data(), with_bias ? bias.data() : nullptr, s.rows, s.n, act);
+        ExpectAllNear(y, want,
+                      std::string(act == Activation::kRelu ? "relu " : "gelu ") +
+                          (with_bias ? "bias " : "no-bias ") + Dims(s.rows, s.n));
+      }
+    }
+  }
+}
+
+TEST(BiasActivation, GeluIsTheTanhApproximation) {
+  // At x = 1 the tanh form gives 0.841192 and the exact erf form 0.841345: tell them apart.
+  float y[3] = {1.0f, -1.0f, 0.0f};
+  BiasActivation(y, nullptr, 1, 3, Activation::kGelu);
+  EXPECT_NEAR(y[0], 0.8411920, 1e-6);
+  EXPECT_NEAR(y[1], -0.1588080, 1e-6);
+  EXPECT_GT(std::fabs(y[0] - ErfGelu(1.0)), 1e-4);
+  EXPECT_EQ(y[2], 0.0f);
+}
+
+TEST(AddBias, AddsPerColumnAndNullIsNoOp) {
+  std::mt19937 rng(2);
+  for (const Dim& s : kDims) {
+    const std::vector<float> x = Random(s.rows * s.n, rng);
+    const std::vector<float> bias = Random(s.n, rng);
+    std::vector<double> want(x.size());
+    for (int64_t r = 0; r < s.rows; ++r)
+      for (int j = 0; j < s.n; ++j)
+        want[r * s.n + j] = static_cast<double>(x[r * s.n + j]) + bias[j];
+    std::vector<float> y = x;
+    AddBias(y.data(), bias.data(), s.rows, s.n);
+    ExpectAllNear(y, want, "AddBias " + Dims(s.rows, s.n));
+
+    y = x;
+    AddBias(y.data(), nullptr, s.rows, s.n);
+    EXPECT_EQ(y, x) << "null bias must leave y unchanged";
+  }
+}
+
+TEST(Add, SeparateAndInPlace) {
+  std::mt19937 rng(3);
+  for (int64_t count : {1, 3, 7, 17, 33, 65, 130, 4099}) {
+    const std::vector<float> x = Random(count, rng, -10.0f, 10.0f);
+    const std::vector<float> r = Random(count, rng, -10.0f, 10.0f);
+    std::vector<double> want(count);
+    for (int64_t i = 0; i < count; ++i) want[i] = static_cast<double>(x[i]) + r[i];
+    const std::string what = "Add count=" + std::to_string(count);
+
+    std::vector<float> out(count, -7.0f);
+    Add(out.data(), x.data(), r.data(), count);
+    ExpectAllNear(out, want, what);
+
+    std::vector<float> in_x = x;  // out == x
+    Add(in_x.data(), in_x.data(), r.data(), count);
+    ExpectAllNear(in_x, want, what + " out==x");
+
+    std::vector<float> in_r = r;  // out == r
+    Add(in_r.data(), x.data(), in_r.data(), count);
+    ExpectAllNear(in_r, want, what + " out==r");
+  }
+}
+
+// ---------------------------------------------------------------- LayerNorm
+
+std::vector<double> RefLayerNorm(const std::vector<float>& x, const std::vector<float>* r,
+                                 const std::vector<float>& gamma, const std::vector<float>& beta,
+                                 int64_t rows, int d, double eps) {
+  std::vector<double> out(rows * d);
+  for (int64_t i = 0; i < rows; ++i) {
+    std::vector<double> v(d);
+    double mean = 0.0;
+    for (int j = 0; j < d; ++j) {
+      v[j] = static_cast<double>(x[i * d + j]) + (r ? (*r)[i * d + j] : 0.0f);
+      mean += v[j];
+    }
+    mean /= d;
+    double var = 0.0;
+    for (int j = 0; j < d; ++j) var += (v[j] - mean) * (v[j] - mean);
+    var /= d;  // biased
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (int j = 0; j < d; ++j) out[i * d + j] = (v[j] - mean) * inv * gamma[j] + beta[j];
+  }
+  return out;
+}
+
+TEST(LayerNorm, WithAndWithoutResidualAndInPlace) {
+  std::mt19937 rng(4);
+  for (const Dim& s : kDims) {
+    for (float eps : {1e-5f, 1e-6f, 0.5f}) {  // 0.5 makes a misplaced eps obvious
+      const int64_t rows = s.rows;
+      const int d = s.n;
+      // An offset in x makes the mean matter; gamma/beta random so per-column use is checked.
+      const std::vector<float> x = Random(rows * d, rng, 1.0f, 4.0f);
+      const std::vector<float> r = Random(rows * d, rng, -2.0f, 2.0f);
+      const std::vector<float> gamma = Random(d, rng, 0.5f, 1.5f);
+      const std::vector<float> beta = Random(d, rng, -0.5f, 0.5f);
+      const std::string what = "LayerNorm " + Dims(rows, d) + " eps=" + std::to_string(eps);
+
+      const std::vector<double> want_plain = RefLayerNorm(x, nullptr, gamma, beta, rows, d, eps);
+      const std::vector<double> want_res = RefLayerNorm(x, &r, gamma, beta, rows, d, eps);
+
+      std::vector<float> out(rows * d, 123.0f);
+      LayerNorm(out.data(), x.data(), nullptr, gamma.data(), beta.data(), rows, d, eps);
+      ExpectAllNear(out, want_plain, what + " r=null");
+
+      LayerNorm(out.data(), x.data(), r.data(), gamma.data(), beta.data(), rows, d, eps);
+      ExpectAllNear(out, want_res, what + " with r");
+
+      std::vector<float> inplace = x;
+      LayerNorm(inplace.data(), inplace.data(), nullptr, gamma.data(), beta.data(), rows, d, eps);
+      ExpectAllNear(inplace, want_plain, what + " r=null out==x");
+
+      inplace = x;
+      LayerNorm(inplace.data(), inplace.data(), r.data(), gamma.data(), beta.data(), rows, d, eps);
+      ExpectAllNear(inplace, want_res, what + " with r out==x");
+    }
+  }
+}
+
+TEST(LayerNorm, BiasedVarianceAndEpsInsideSqrt) {
+  // x = [1, 3]: mean 2, biased variance 1 (unbiased would be 2). With eps = 3 inside the root
+  // the scale is 1/sqrt(4) = 0.5, so the output is [-0.5, 0.5] before gamma/beta.
+  const float x[2] = {1.0f, 3.0f};
+  const float gamma[2] = {2.0f, 4.0f};
+  const float beta[2] = {10.0f, 20.0f};
+  float out[2];
+  LayerNorm(out, x, nullptr, gamma, beta, 1, 2, 3.0f);
+  EXPECT_FLOAT_EQ(out[0], 9.0f);
+  EXPECT_FLOAT_EQ(out[1], 22.0f);
+}
+
+TEST(LayerNorm, ConstantRowGivesBeta) {
+  const float x[4] = {5.0f, 5.0f, 5.0f, 5.0f};
+  const float gamma[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  const float beta[4] = {0.1f, 0.2f, 0.3f, 0.4f};
+  float out[4];
+  LayerNorm(out, x, nullptr, gamma, beta, 1, 4, 1e-5f);
+  for (int j = 0; j < 4; ++j) EXPECT_FLOAT_EQ(out[j], beta[j]) << j;
+}
+
+// ---------------------------------------------------------------- Softmax / LogSumExp
+
+std::vector<double> RefSoftmax(const std::vector<float>& x, int64_t rows, int n) {
+  std::vector<double> out(rows * n, 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    double mx = -INFINITY;
+    for (int j = 0; j < n; ++j) mx = std::max(mx, static_cast<double>(x[i * n + j]));
+    if (mx == -INFINITY) continue;  // all masked: zeros
+    double sum = 0.0;
+    for (int j = 0; j < n; ++j) sum += std::exp(x[i * n + j] - mx);
+    for (int j = 0; j < n; ++j) out[i * n + j] = std::exp(x[i * n + j] - mx) / sum;
+  }
+  return out;
+}
+
+TEST(Softmax, RandomRows) {
+  std::mt19937 rng(5);
+  for (const Dim& s : kDims) {
+    for (float offset : {0.0f, 1000.0f, -1000.0f}) {  // large offsets must not overflow
+      std::vector<float> x = Random(s.rows * s.n, rng, -8.0f, 8.0f);
+      for (float& v : x) v += offset;
+      const std::vector<double> want = RefSoftmax(x, s.rows, s.n);
+      Softmax(x.data(), s.rows, s.n);
+      ExpectAllNear(x, want, "Softmax " + Dims(s.rows, s.n) + " offset=" + std::to_string(offset));
+    }
+  }
+}
+
+TEST(Softmax, MaskedEntriesAndFullyMaskedRow) {
+  std::mt19937 rng(6);
+  const int n = 17;
+  std::vector<float> x = Random(3 * n, rng, -3.0f, 3.0f);
+  for (int j = 0; j < n; j += 3) x[j] = -kInf;         // row 0: some masked
+  for (int j = 0; j < n; ++j) x[n + j] = -kInf;        // row 1: all masked
+  for (int j = 1; j < n; ++j) x[2 * n + j] = -kInf;    // row 2: only the first entry
+  const std::vector<double> want = RefSoftmax(x, 3, n);
+  Softmax(x.data(), 3, n);
+  ExpectAllNear(x, want, "Softmax masked");
+  for (int j = 0; j < n; j += 3) EXPECT_EQ(x[j], 0.0f) << "masked entry " << j;
+  for (int j = 0; j < n; ++j) EXPECT_EQ(x[n + j], 0.0f) << "all-masked row, entry " << j;
+  EXPECT_EQ(x[2 * n], 1.0f);
+}
+
+TEST(LogSumExp, RandomRowsAndLargeMagnitudes) {
+  std::mt19937 rng(7);
+  for (const Dim& s : kDims) {
+    for (float offset : {0.0f, 1000.0f, -1000.0f, 30000.0f}) {
+      std::vector<float> x = Random(s.rows * s.n, rng, -8.0f, 8.0f);
+      for (float& v : x) v += offset;
+      std::vector<double> want(s.rows);
+      for (int64_t i = 0; i < s.rows; ++i) {
+        double mx = -INFINITY;
+        for (int j = 0; j < s.n; ++j) mx = std::max(mx, static_cast<double>(x[i * s.n + j]));
+        double sum = 0.0;
+        for (int j = 0; j < s.n; ++j) sum += std::exp(x[i * s.n + j] - mx);
+        want[i] = mx + std::log(sum);
+      }
+      std::vector<float> lse(s.rows, NAN);
+      LogSumExp(lse.data(), x.data(), s.rows, s.n);
+      // A float near 3e4 has an ulp of 2e-3; allow a few ulps relative, 1e-5 absolute.
+      ExpectAllNear(lse, want, "LogSumExp " + Dims(s.rows, s.n) + " offset=" +
+                                   std::to_string(offset), kTol, 4 * FLT_EPSILON);
+    }
+  }
+}
+
+TEST(LogSumExp, KnownValuesAndMaskedEntries) {
+  const float x[8] = {0.0f, 0.0f, 0.0f, 0.0f,  // log(4)
+                      -kInf, 2.0f, -kInf, -kInf};  // masked entries contribute nothing
+  float lse[2];
+  LogSumExp(lse, x, 2, 4);
+  EXPECT_NEAR(lse[0], std::log(4.0), 1e-6);
+  EXPECT_EQ(lse[1], 2.0f);
+}
+
+// ---------------------------------------------------------------- EmbedTokens / positions
+
+TEST(EmbedTokens, WithAndWithoutPositions) {
+  std::mt19937 rng(8);
+  const int vocab = 50, max_pos = 40;
+  for (int d : {1, 3, 7, 33, 130}) {
+    for (int64_t count : {1, 17}) {
+      const std::vector<float> table = Random(static_cast<size_t>(vocab) * d, rng);
+      const std::vector<float> pos = Random(static_cast<size_t>(max_pos) * d, rng);
+      std::vector<int32_t> ids(count), positions(count);
+      std::uniform_int_distribution<int32_t> id_dist(0, vocab - 1), pos_dist(0, max_pos - 1);
+      for (auto& id : ids) id = id_dist(rng);
+      for (auto& p : positions) p = pos_dist(rng);
+      ids[0] = vocab - 1;  // last row of the table
+      positions[0] = max_pos - 1;
+      for (float scale : {1.0f, std::sqrt(static_cast<float>(d)), 0.25f}) {
+        const std::string what = "EmbedTokens d=" + std::to_string(d) +
+                                 " count=" + std::to_string(count) +
+                                 " scale=" + std::to_string(scale);
+        std::vector<double> want_pos(count * d), want_plain(count * d);
+        for (int64_t i = 0; i < count; ++i) {
+          for (int j = 0; j < d; ++j) {
+            want_plain[i * d + j] = static_cast<double>(table[ids[i] * d + j]) * scale;
+            want_pos[i * d + j] = want_plain[i * d + j] + pos[positions[i] * d + j];
+          }
+        }
+        std::vector<float> out(count * d, NAN);
+        EmbedTokens(out.data(), ids.data(), positions.data(), count, table.data(), pos.data(), d,
+                    scale);
+        ExpectAllNear(out, want_pos, what + " with positions");
+        std::fill(out.begin(), out.end(), NAN);
+        EmbedTokens(out.data(), ids.data(), nullptr, count, table.data(), nullptr, d, scale);
+        ExpectAllNear(out, want_plain, what + " no positions");
+      }
+    }
+  }
+}
+
+TEST(SinusoidalPositions, InterleavedSinCos) {
+  for (int d : {1, 2, 3, 7, 8, 33, 512}) {
+    const int rows = d == 512 ? 1030 : 65;
+    std::vector<float> table(static_cast<size_t>(rows) * d, NAN);
+    SinusoidalPositions(table.data(), rows, d);
+    std::vector<double> want(table.size());
+    for (int p = 0; p < rows; ++p) {
+      for (int c = 0; c < d; ++c) {
+        const int two_i = c - c % 2;  // column 2i holds sin, column 2i+1 holds cos
+        const double angle = p / std::pow(10000.0, static_cast<double>(two_i) / d);
+        want[static_cast<size_t>(p) * d + c] = c % 2 == 0 ? std::sin(angle) : std::cos(angle);
+      }
+    }
+    ExpectAllNear(table, want, "SinusoidalPositions d=" + std::to_string(d), 1e-6, 0.0);
+  }
+}
+
+TEST(SinusoidalPositions, SpotValues) {
+  const int d = 4;
+  float t[3 * d];
+  SinusoidalPositions(t, 3, d);
+  // Row 0: sin(0)=0 in even columns, cos(0)=1 in odd columns.
+  EXPECT_EQ(t[0], 0.0f);
+  EXPECT_EQ(t[1], 1.0f);
+  EXPECT_EQ(t[2], 0.0f);
+  EXPECT_EQ(t[3], 1.0f);
+  // Row 2: frequencies 1 and 10000^(-2/4) = 0.01.
+  EXPECT_NEAR(t[2 * d + 0], std::sin(2.0), 1e-7);
+  EXPECT_NEAR(t[2 * d + 1], std::cos(2.0), 1e-7);
+  EXPECT_NEAR(t[2 * d + 2], std::sin(0.02), 1e-7);
+  EXPECT_NEAR(t[2 * d + 3], std::cos(0.02), 1e-7);
+}
+
+// ---------------------------------------------------------------- half / bfloat16
+
+// Independent decoder: value = (-1)^s * 2^(e - bias) * (1 + m / 2^mant_bits), subnormals and
+// specials handled explicitly, computed with ldexp in double.
+double DecodeFloat(uint32_t bits, int exp_bits, int mant_bits) {
+  const uint32_t sign = (bits >> (exp_bits + mant_bits)) & 1;
+  const uint32_t exp = (bits >> mant_bits) & ((1u << exp_bits) - 1);
+  const uint32_t mant = bits & ((1u << mant_bits) - 1);
+  const int bias = (1 << (exp_bits - 1)) - 1;
+  double v;
+  if (exp == 0) {
+    v = std::ldexp(static_cast<double>(mant), 1 - bias - mant_bits);
+  } else if (exp == (1u << exp_bits) - 1) {
+    v = mant == 0 ? INFINITY : NAN;
+  } else {
+    v = std::ldexp(1.0 + std::ldexp(static_cast<double>(mant), -mant_bits), exp - bias);
+  }
+  return sign ? -v : v;
+}
+
+void CheckAllPatterns(void (*convert)(float*, const uint16_t*, int64_t), int exp_bits,
+                      int mant_bits, const char* name) {
+  std::vector<uint16_t> in(65536);
+  for (uint32_t i = 0; i < 65536; ++i) in[i] = static_cast<uint16_t>(i);
+  std::vector<float> out(65536);
+  convert(out.data(), in.data(), 65536);
+  int failures = 0;
+  for (uint32_t i = 0; i < 65536 && failures < 5; ++i) {
+    const double want = DecodeFloat(i, exp_bits, mant_bits);
+    const bool ok = std::isnan(want) ? std::isnan(out[i])
+                                     : (out[i] == want && std::signbit(out[i]) == std::signbit(want));
+    if (!ok) {
+      ++failures;
+      ADD_FAILURE() << name << "(0x" << std::hex << i << std::dec << ") = " << out[i]
+                    << ", want " << want;
+    }
+  }
+}
+
+TEST(HalfToFloat, AllBitPatterns) { CheckAllPatterns(HalfToFloat, 5, 10, "HalfToFloat"); }
+
+TEST(HalfToFloat, SpotValues) {
+  const uint16_t in[] = {0x0000, 0x8000, 0x3c00, 0xc000, 0x7bff, 0xfbff, 0x0001,
+                         0x03ff, 0x0400, 0x7c00, 0xfc00, 0x7e00, 0xfe01, 0x3555};
+  float out[14];
+  HalfToFloat(out, in, 14);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_FALSE(std::signbit(out[0]));
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_TRUE(std::signbit(out[1]));  // -0 keeps its sign
+  EXPECT_EQ(out[2], 1.0f);
+  EXPECT_EQ(out[3], -2.0f);
+  EXPECT_EQ(out[4], 65504.0f);  // largest half
+  EXPECT_EQ(out[5], -65504.0f);
+  EXPECT_EQ(out[6], std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(out[7], std::ldexp(1023.0f, -24));  // largest subnormal
+  EXPECT_EQ(out[8], std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_EQ(out[9], kInf);
+  EXPECT_EQ(out[10], -kInf);
+  EXPECT_TRUE(std::isnan(out[11]));
+  EXPECT_TRUE(std::isnan(out[12]));
+  EXPECT_EQ(out[13], 0.333251953125f);
+}
+
+TEST(BFloat16ToFloat, AllBitPatterns) { CheckAllPatterns(BFloat16ToFloat, 8, 7, "BFloat16ToFloat"); }
+
+TEST(BFloat16ToFloat, SpotValues) {
+  const uint16_t in[] = {0x0000, 0x8000, 0x3f80, 0xc000, 0x4049, 0x7f80, 0xff80, 0x7fc0, 0x0001};
+  float out[9];
+  BFloat16ToFloat(out, in, 9);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_TRUE(std::signbit(out[1]));
+  EXPECT_EQ(out[2], 1.0f);
+  EXPECT_EQ(out[3], -2.0f);
+  EXPECT_EQ(out[4], 3.140625f);
+  EXPECT_EQ(out[5], kInf);
+  EXPECT_EQ(out[6], -kInf);
+  EXPECT_TRUE(std::isnan(out[7]));
+  EXPECT_EQ(out[8], std::ldexp(1.0f, -133));  // bfloat16 subnormal
+}
+
+}  // namespace
+}  // namespace tnmt::kernels::cpu

@@ -1,0 +1,173 @@
+// Checks GemmNT/GemmNN/GemmTN against a naive double-accumulating loop, with padded strides.
+#include "kernels/cpu/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tnmt::kernels::cpu {
+namespace {
+
+enum class Op { kNT, kNN, kTN };
+
+const char* Name(Op op) {
+  switch (op) {
+    case Op::kNT: return "GemmNT";
+    case Op::kNN: return "GemmNN";
+    case Op::kTN: return "GemmTN";
+  }
+  return "?";
+}
+
+void Call(Op op, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+          int ldb, float beta, float* c, int ldc) {
+  switch (op) {
+    case Op::kNT: GemmNT(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); break;
+    case Op::kNN: GemmNN(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); break;
+    case Op::kTN: GemmTN(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); break;
+  }
+}
+
+// Logical A(i, p) and B(p, j) for each storage layout (see gemm.h).
+float A(Op op, const std::vector<float>& a, int lda, int i, int p) {
+  return op == Op::kTN ? a[static_cast<size_t>(p) * lda + i] : a[static_cast<size_t>(i) * lda + p];
+}
+float B(Op op, const std::vector<float>& b, int ldb, int p, int j) {
+  return op == Op::kNT ? b[static_cast<size_t>(j) * ldb + p] : b[static_cast<size_t>(p) * ldb + j];
+}
+
+std::vector<float> Random(size_t count, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(count);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+struct Shape {
+  int m, n, k;
+};
+
+// Runs one GEMM with row strides padded by `pad` elements and checks every element of c:
+// logical entries against the double reference, padding entries unchanged.
+void CheckGemm(Op op, Shape s, int pad, float alpha, float beta, std::mt19937& rng) {
+  const int m = s.m, n = s.n, k = s.k;
+  // Stored shapes: NT a[m,k] b[n,k]; NN a[m,k] b[k,n]; TN a[k,m] b[k,n].
+  const int a_rows = op == Op::kTN ? k : m, a_cols = op == Op::kTN ? m : k;
+  const int b_rows = op == Op::kNT ? n : k, b_cols = op == Op::kNT ? k : n;
+  const int lda = a_cols + pad, ldb = b_cols + pad, ldc = n + pad;
+  // Keep at least one element so pointers are valid even for empty shapes.
+  std::vector<float> a = Random(std::max<size_t>(1, static_cast<size_t>(a_rows) * lda), rng);
+  std::vector<float> b = Random(std::max<size_t>(1, static_cast<size_t>(b_rows) * ldb), rng);
+  const std::vector<float> c0 = Random(std::max<size_t>(1, static_cast<size_t>(m) * ldc), rng);
+  std::vector<float> c = c0;
+
+  Call(op, m, n, k, alpha, a.data(), std::max(1, lda), b.data(), std::max(1, ldb), beta,
+       c.data(), std::max(1, ldc));
+
+  const std::string where = std::string(Name(op)) + " m=" + std::to_string(m) +
+                            " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+                            " pad=" + std::to_string(pad);
+  int failures = 0;
+  for (int i = 0; i < m && failures < 5; ++i) {
+    for (int j = 0; j < ldc && failures < 5; ++j) {
+      const size_t idx = static_cast<size_t>(i) * ldc + j;
+      if (j >= n) {  // padding column: must be untouched
+        if (c[idx] != c0[idx]) {
+          ++failures;
+          ADD_FAILURE() << where << ": padding c[" << i << "," << j << "] changed";
+        }
+        continue;
+      }
+      double dot = 0.0, mag = 0.0;
+      for (int p = 0; p < k; ++p) {
+        const double prod = static_cast<double>(A(op, a, lda, i, p)) * B(op, b, ldb, p, j);
+        dot += prod;
+        mag += std::fabs(prod);
+      }
+      const double want = alpha * dot + beta * static_cast<double>(c0[idx]);
+      // float32 rounding error is bounded relative to the sum of |terms|, not to the result.
+      const double tol = 1e-5 * (1.0 + std::fabs(alpha) * mag + std::fabs(beta * c0[idx]));
+      if (!(std::fabs(c[idx] - want) <= tol)) {
+        ++failures;
+        ADD_FAILURE() << where << ": c[" << i << "," << j << "] = " << c[idx] << ", want "
+                      << want << " (tol " << tol << ")";
+      }
+    }
+  }
+}
+
+const Shape kShapes[] = {
+    {1, 1, 1},   {1, 7, 3},     {3, 1, 7},    {7, 3, 1},    {17, 33, 65},
+    {33, 17, 7}, {65, 130, 33}, {130, 65, 17}, {2, 257, 130}, {1, 512, 64},
+};
+
+class GemmTest : public ::testing::TestWithParam<Op> {};
+
+TEST_P(GemmTest, MatchesReferenceContiguous) {
+  std::mt19937 rng(1234);
+  for (const Shape& s : kShapes) CheckGemm(GetParam(), s, /*pad=*/0, 1.0f, 0.0f, rng);
+}
+
+TEST_P(GemmTest, MatchesReferenceWithPaddedStridesAlphaBeta) {
+  std::mt19937 rng(99);
+  for (const Shape& s : kShapes) {
+    CheckGemm(GetParam(), s, /*pad=*/3, 0.75f, -1.5f, rng);
+    CheckGemm(GetParam(), s, /*pad=*/16, -2.0f, 0.5f, rng);
+  }
+}
+
+TEST_P(GemmTest, BetaOneAccumulates) {
+  std::mt19937 rng(7);
+  for (const Shape& s : kShapes) CheckGemm(GetParam(), s, /*pad=*/5, 1.0f, 1.0f, rng);
+}
+
+TEST_P(GemmTest, ZeroKScalesByBeta) {
+  std::mt19937 rng(11);
+  CheckGemm(GetParam(), {3, 7, 0}, /*pad=*/2, 1.25f, 0.5f, rng);
+  CheckGemm(GetParam(), {17, 1, 0}, /*pad=*/0, 1.0f, 0.0f, rng);
+}
+
+TEST_P(GemmTest, EmptyMOrNIsNoOp) {
+  // With m == 0 or n == 0 nothing may be written, whatever the other arguments.
+  std::mt19937 rng(5);
+  std::vector<float> a = Random(64, rng), b = Random(64, rng);
+  const std::vector<float> c0 = Random(64, rng);
+  for (const Shape& s : {Shape{0, 4, 3}, Shape{4, 0, 3}, Shape{0, 0, 5}}) {
+    std::vector<float> c = c0;
+    Call(GetParam(), s.m, s.n, s.k, 2.0f, a.data(), 8, b.data(), 8, 3.0f, c.data(), 8);
+    EXPECT_EQ(c, c0) << Name(GetParam()) << " m=" << s.m << " n=" << s.n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllLayouts, GemmTest, ::testing::Values(Op::kNT, Op::kNN, Op::kTN),
+                         [](const ::testing::TestParamInfo<Op>& info) {
+                           return std::string(Name(info.param));
+                         });
+
+TEST(GemmLayouts, TransposesAreDistinguished) {
+  // A tiny hand-computed case so a swapped transpose flag cannot hide behind symmetric data.
+  const float a[] = {1, 2, 3, 4, 5, 6};  // as [2,3] row-major, or [3,2] for TN
+  const float b[] = {1, 0, 2, 1, 0, 3};  // as [2,3] (NT: n=2,k=3) or [3,2] (NN/TN)
+  float c[4] = {};
+  GemmNT(2, 2, 3, 1.0f, a, 3, b, 3, 0.0f, c, 2);  // [[1,2,3],[4,5,6]] · [[1,0,2],[1,0,3]]^T
+  EXPECT_EQ(std::vector<float>(c, c + 4), (std::vector<float>{7, 10, 16, 22}));
+  GemmNN(2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2);  // [[1,2,3],[4,5,6]] · [[1,0],[2,1],[0,3]]
+  EXPECT_EQ(std::vector<float>(c, c + 4), (std::vector<float>{5, 11, 14, 23}));
+  GemmTN(2, 2, 3, 1.0f, a, 2, b, 2, 0.0f, c, 2);  // [[1,3,5],[2,4,6]] · [[1,0],[2,1],[0,3]]
+  EXPECT_EQ(std::vector<float>(c, c + 4), (std::vector<float>{7, 18, 10, 22}));
+}
+
+TEST(BlasThreads, SetAndGet) {
+  SetBlasThreads(1);
+  EXPECT_EQ(BlasThreads(), 1);
+  SetBlasThreads(0);  // clamped to at least one thread
+  EXPECT_EQ(BlasThreads(), 1);
+}
+
+}  // namespace
+}  // namespace tnmt::kernels::cpu
