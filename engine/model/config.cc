@@ -1,0 +1,179 @@
+// config.json parsing and validation; see config.h and docs/model-format.md.
+#include "engine/model/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace tnmt {
+
+namespace {
+
+using nlohmann::json;
+
+absl::Status Bad(const std::string& source, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", what));
+}
+
+// Reads an optional key of the given JSON kind into `out`; a wrong type is an error.
+template <typename T>
+absl::Status Read(const json& j, const char* key, const std::string& source, T* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return absl::OkStatus();
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!it->is_boolean()) return Bad(source, absl::StrCat("\"", key, "\" must be true or false"));
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!it->is_number_integer()) return Bad(source, absl::StrCat("\"", key, "\" must be an integer"));
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!it->is_number()) return Bad(source, absl::StrCat("\"", key, "\" must be a number"));
+  } else {
+    if (!it->is_string()) return Bad(source, absl::StrCat("\"", key, "\" must be a string"));
+  }
+  *out = it->get<T>();
+  return absl::OkStatus();
+}
+
+#define TNMT_READ(j, key, field)                                  \
+  do {                                                            \
+    absl::Status s_ = Read(j, key, source, &(field));             \
+    if (!s_.ok()) return s_;                                      \
+  } while (0)
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const std::string& source) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Bad(source, "not valid JSON");
+  if (!j.is_object()) return Bad(source, "top level must be a JSON object");
+
+  std::string format;
+  int version = 0;
+  TNMT_READ(j, "format", format);
+  if (format != kFormat) {
+    return Bad(source, absl::StrCat("\"format\" must be \"", kFormat, "\", got \"", format, "\""));
+  }
+  if (!j.contains("format_version")) return Bad(source, "missing \"format_version\"");
+  TNMT_READ(j, "format_version", version);
+  if (version != kFormatVersion) {
+    return Bad(source, absl::StrCat("unsupported format_version ", version, " (this tnmt reads ",
+                                    kFormatVersion, ")"));
+  }
+  ModelConfig c;
+  if (!j.contains("vocab_size")) return Bad(source, "missing \"vocab_size\"");
+  TNMT_READ(j, "vocab_size", c.vocab_size);
+  TNMT_READ(j, "d_model", c.d_model);
+  TNMT_READ(j, "num_heads", c.num_heads);
+  TNMT_READ(j, "d_ff", c.d_ff);
+  TNMT_READ(j, "encoder_layers", c.encoder_layers);
+  TNMT_READ(j, "decoder_layers", c.decoder_layers);
+  TNMT_READ(j, "normalize_before", c.normalize_before);
+  std::string activation = "relu";
+  TNMT_READ(j, "activation", activation);
+  if (activation == "relu") {
+    c.activation = kernels::cpu::Activation::kRelu;
+  } else if (activation == "gelu") {
+    c.activation = kernels::cpu::Activation::kGelu;
+  } else {
+    return Bad(source, absl::StrCat("\"activation\" must be \"relu\" or \"gelu\", got \"",
+                                    activation, "\""));
+  }
+  std::string positions = "sinusoidal";
+  TNMT_READ(j, "position_encoding", positions);
+  if (positions == "sinusoidal") {
+    c.position_encoding = PositionEncoding::kSinusoidal;
+  } else if (positions == "learned") {
+    c.position_encoding = PositionEncoding::kLearned;
+  } else {
+    return Bad(source, absl::StrCat("\"position_encoding\" must be \"sinusoidal\" or \"learned\", "
+                                    "got \"", positions, "\""));
+  }
+  TNMT_READ(j, "max_positions", c.max_positions);
+  TNMT_READ(j, "share_embeddings", c.share_embeddings);
+  TNMT_READ(j, "share_decoder_input_output_embed", c.share_decoder_input_output_embed);
+  TNMT_READ(j, "scale_embedding", c.scale_embedding);
+  TNMT_READ(j, "layer_norm_epsilon", c.layer_norm_epsilon);
+  TNMT_READ(j, "pad_id", c.pad_id);
+  TNMT_READ(j, "unk_id", c.unk_id);
+  TNMT_READ(j, "bos_id", c.bos_id);
+  TNMT_READ(j, "eos_id", c.eos_id);
+  TNMT_READ(j, "label_smoothing", c.label_smoothing);
+  if (auto it = j.find("decoding"); it != j.end()) {
+    if (!it->is_object()) return Bad(source, "\"decoding\" must be an object");
+    TNMT_READ(*it, "beam_size", c.decoding.beam_size);
+    TNMT_READ(*it, "length_penalty", c.decoding.length_penalty);
+    TNMT_READ(*it, "max_length_offset", c.decoding.max_length_offset);
+  }
+
+  auto positive = [&](const char* key, int v) -> absl::Status {
+    if (v <= 0) return Bad(source, absl::StrCat("\"", key, "\" must be positive, got ", v));
+    return absl::OkStatus();
+  };
+  for (auto [key, v] : {std::pair<const char*, int>{"vocab_size", c.vocab_size},
+                        {"d_model", c.d_model}, {"num_heads", c.num_heads}, {"d_ff", c.d_ff},
+                        {"encoder_layers", c.encoder_layers},
+                        {"decoder_layers", c.decoder_layers},
+                        {"max_positions", c.max_positions}}) {
+    absl::Status s = positive(key, v);
+    if (!s.ok()) return s;
+  }
+  if (c.d_model % c.num_heads != 0) {
+    return Bad(source, absl::StrCat("\"d_model\" ", c.d_model, " is not divisible by \"num_heads\" ",
+                                    c.num_heads));
+  }
+  for (auto [key, v] : {std::pair<const char*, int>{"pad_id", c.pad_id}, {"unk_id", c.unk_id},
+                        {"bos_id", c.bos_id}, {"eos_id", c.eos_id}}) {
+    if (v < 0 || v >= c.vocab_size) {
+      return Bad(source, absl::StrCat("\"", key, "\" ", v, " is outside the vocabulary [0, ",
+                                      c.vocab_size, ")"));
+    }
+  }
+  if (!(c.layer_norm_epsilon > 0)) return Bad(source, "\"layer_norm_epsilon\" must be positive");
+  if (c.decoding.beam_size <= 0) return Bad(source, "\"decoding.beam_size\" must be positive");
+  if (c.decoding.max_length_offset < 0) {
+    return Bad(source, "\"decoding.max_length_offset\" must be >= 0");
+  }
+  return c;
+}
+
+absl::StatusOr<ModelConfig> ModelConfig::Load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open (missing or unreadable)"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return Parse(ss.str(), path);
+}
+
+std::string ModelConfig::ToJson() const {
+  json j;
+  j["format"] = kFormat;
+  j["format_version"] = kFormatVersion;
+  j["vocab_size"] = vocab_size;
+  j["d_model"] = d_model;
+  j["num_heads"] = num_heads;
+  j["d_ff"] = d_ff;
+  j["encoder_layers"] = encoder_layers;
+  j["decoder_layers"] = decoder_layers;
+  j["normalize_before"] = normalize_before;
+  j["activation"] = activation == kernels::cpu::Activation::kRelu ? "relu" : "gelu";
+  j["position_encoding"] =
+      position_encoding == PositionEncoding::kSinusoidal ? "sinusoidal" : "learned";
+  j["max_positions"] = max_positions;
+  j["share_embeddings"] = share_embeddings;
+  j["share_decoder_input_output_embed"] = share_decoder_input_output_embed;
+  j["scale_embedding"] = scale_embedding;
+  j["layer_norm_epsilon"] = layer_norm_epsilon;
+  j["pad_id"] = pad_id;
+  j["unk_id"] = unk_id;
+  j["bos_id"] = bos_id;
+  j["eos_id"] = eos_id;
+  j["label_smoothing"] = label_smoothing;
+  j["decoding"] = {{"beam_size", decoding.beam_size},
+                   {"length_penalty", decoding.length_penalty},
+                   {"max_length_offset", decoding.max_length_offset}};
+  return j.dump(2) + "\n";
+}
+
+}  // namespace tnmt

@@ -1,0 +1,207 @@
+// Building ModelWeights from named tensors; see weights.h.
+#include "engine/model/weights.h"
+
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/core/status_macros.h"
+#include "kernels/cpu/elementwise.h"
+
+namespace tnmt {
+
+namespace {
+
+class Loader {
+ public:
+  Loader(TensorMap tensors, std::string source)
+      : tensors_(std::move(tensors)), source_(std::move(source)) {}
+
+  absl::StatusOr<Tensor> Take(const std::string& name, std::vector<int64_t> shape) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) {
+      return absl::NotFoundError(absl::StrCat(source_, ": missing tensor \"", name, "\""));
+    }
+    Tensor t = std::move(it->second.value);
+    tensors_.erase(it);
+    if (t.shape() != shape || t.dtype() != DType::kFloat32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source_, ": tensor \"", name, "\" has shape ", t.ShapeString(), ", expected [",
+          absl::StrJoin(shape, ", "), "]"));
+    }
+    return t;
+  }
+
+  absl::StatusOr<Linear> TakeLinear(const std::string& prefix, int64_t out, int64_t in) {
+    Linear l;
+    TNMT_ASSIGN_OR_RETURN(l.weight, Take(prefix + ".weight", {out, in}));
+    TNMT_ASSIGN_OR_RETURN(l.bias, Take(prefix + ".bias", {out}));
+    return l;
+  }
+
+  // Concatenates the given projections along the output dimension.
+  absl::StatusOr<Linear> TakeFused(const std::string& prefix, const std::vector<std::string>& parts,
+                                   int64_t d) {
+    const int64_t n = static_cast<int64_t>(parts.size());
+    Linear fused;
+    TNMT_ASSIGN_OR_RETURN(fused.weight, Tensor::Empty({n * d, d}));
+    TNMT_ASSIGN_OR_RETURN(fused.bias, Tensor::Empty({n * d}));
+    for (int64_t i = 0; i < n; ++i) {
+      TNMT_ASSIGN_OR_RETURN(Linear part, TakeLinear(prefix + "." + parts[i], d, d));
+      std::memcpy(fused.weight.f32() + i * d * d, part.weight.f32(), sizeof(float) * d * d);
+      std::memcpy(fused.bias.f32() + i * d, part.bias.f32(), sizeof(float) * d);
+    }
+    return fused;
+  }
+
+  absl::StatusOr<LayerNormWeights> TakeLayerNorm(const std::string& prefix, int64_t d) {
+    LayerNormWeights ln;
+    TNMT_ASSIGN_OR_RETURN(ln.gamma, Take(prefix + ".weight", {d}));
+    TNMT_ASSIGN_OR_RETURN(ln.beta, Take(prefix + ".bias", {d}));
+    return ln;
+  }
+
+  absl::Status CheckAllUsed() const {
+    if (tensors_.empty()) return absl::OkStatus();
+    std::vector<std::string> names;
+    for (const auto& [name, t] : tensors_) names.push_back("\"" + name + "\"");
+    if (names.size() > 5) names.resize(5), names.push_back("...");
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": unexpected tensor(s) ",
+                                                   absl::StrJoin(names, ", "),
+                                                   " (config.json does not match the weights?)"));
+  }
+
+ private:
+  TensorMap tensors_;
+  std::string source_;
+};
+
+std::map<std::string, Tensor> Split(const Linear& fused, const std::string& prefix,
+                                    const std::vector<std::string>& parts, int64_t d) {
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    out[prefix + "." + parts[i] + ".weight"] = *fused.weight.Rows(i * d, (i + 1) * d).Reshape({d, d});
+    out[prefix + "." + parts[i] + ".bias"] = fused.bias.Rows(i * d, (i + 1) * d);
+  }
+  return out;
+}
+
+}  // namespace
+
+int MaxPositions(const ModelConfig& config) {
+  return config.position_encoding == PositionEncoding::kLearned ? config.max_positions
+                                                                : ModelWeights::kSinusoidRows;
+}
+
+absl::StatusOr<ModelWeights> ModelWeights::Build(const ModelConfig& c, TensorMap tensors,
+                                                 const std::string& source) {
+  Loader L(std::move(tensors), source);
+  ModelWeights w;
+  const int64_t d = c.d_model, v = c.vocab_size, ff = c.d_ff;
+  TNMT_ASSIGN_OR_RETURN(w.encoder_embed, L.Take("encoder.embed_tokens.weight", {v, d}));
+  if (c.share_embeddings) {
+    w.decoder_embed = w.encoder_embed;
+  } else {
+    TNMT_ASSIGN_OR_RETURN(w.decoder_embed, L.Take("decoder.embed_tokens.weight", {v, d}));
+  }
+  if (c.share_decoder_input_output_embed) {
+    w.output_projection = w.decoder_embed;
+  } else {
+    TNMT_ASSIGN_OR_RETURN(w.output_projection, L.Take("decoder.output_projection.weight", {v, d}));
+  }
+  if (c.position_encoding == PositionEncoding::kLearned) {
+    TNMT_ASSIGN_OR_RETURN(w.encoder_positions,
+                          L.Take("encoder.embed_positions.weight", {c.max_positions, d}));
+    TNMT_ASSIGN_OR_RETURN(w.decoder_positions,
+                          L.Take("decoder.embed_positions.weight", {c.max_positions, d}));
+  } else {
+    TNMT_ASSIGN_OR_RETURN(w.encoder_positions, Tensor::Empty({kSinusoidRows, d}));
+    kernels::cpu::SinusoidalPositions(w.encoder_positions.f32(), kSinusoidRows, c.d_model);
+    w.decoder_positions = w.encoder_positions;
+  }
+  for (int i = 0; i < c.encoder_layers; ++i) {
+    const std::string p = absl::StrCat("encoder.layers.", i);
+    EncoderLayerWeights l;
+    TNMT_ASSIGN_OR_RETURN(l.self_qkv, L.TakeFused(p + ".self_attn", {"q_proj", "k_proj", "v_proj"}, d));
+    TNMT_ASSIGN_OR_RETURN(l.self_out, L.TakeLinear(p + ".self_attn.out_proj", d, d));
+    TNMT_ASSIGN_OR_RETURN(l.self_ln, L.TakeLayerNorm(p + ".self_attn_layer_norm", d));
+    TNMT_ASSIGN_OR_RETURN(l.fc1, L.TakeLinear(p + ".fc1", ff, d));
+    TNMT_ASSIGN_OR_RETURN(l.fc2, L.TakeLinear(p + ".fc2", d, ff));
+    TNMT_ASSIGN_OR_RETURN(l.final_ln, L.TakeLayerNorm(p + ".final_layer_norm", d));
+    w.encoder.push_back(std::move(l));
+  }
+  for (int i = 0; i < c.decoder_layers; ++i) {
+    const std::string p = absl::StrCat("decoder.layers.", i);
+    DecoderLayerWeights l;
+    TNMT_ASSIGN_OR_RETURN(l.self_qkv, L.TakeFused(p + ".self_attn", {"q_proj", "k_proj", "v_proj"}, d));
+    TNMT_ASSIGN_OR_RETURN(l.self_out, L.TakeLinear(p + ".self_attn.out_proj", d, d));
+    TNMT_ASSIGN_OR_RETURN(l.self_ln, L.TakeLayerNorm(p + ".self_attn_layer_norm", d));
+    TNMT_ASSIGN_OR_RETURN(l.cross_q, L.TakeLinear(p + ".encoder_attn.q_proj", d, d));
+    TNMT_ASSIGN_OR_RETURN(l.cross_kv, L.TakeFused(p + ".encoder_attn", {"k_proj", "v_proj"}, d));
+    TNMT_ASSIGN_OR_RETURN(l.cross_out, L.TakeLinear(p + ".encoder_attn.out_proj", d, d));
+    TNMT_ASSIGN_OR_RETURN(l.cross_ln, L.TakeLayerNorm(p + ".encoder_attn_layer_norm", d));
+    TNMT_ASSIGN_OR_RETURN(l.fc1, L.TakeLinear(p + ".fc1", ff, d));
+    TNMT_ASSIGN_OR_RETURN(l.fc2, L.TakeLinear(p + ".fc2", d, ff));
+    TNMT_ASSIGN_OR_RETURN(l.final_ln, L.TakeLayerNorm(p + ".final_layer_norm", d));
+    w.decoder.push_back(std::move(l));
+  }
+  if (c.normalize_before) {
+    TNMT_ASSIGN_OR_RETURN(w.encoder_final_ln, L.TakeLayerNorm("encoder.layer_norm", d));
+    TNMT_ASSIGN_OR_RETURN(w.decoder_final_ln, L.TakeLayerNorm("decoder.layer_norm", d));
+  }
+  TNMT_RETURN_IF_ERROR(L.CheckAllUsed());
+  return w;
+}
+
+std::map<std::string, Tensor> ModelWeights::ToTensors(const ModelConfig& c) const {
+  const int64_t d = c.d_model;
+  std::map<std::string, Tensor> out;
+  auto put_linear = [&](const std::string& p, const Linear& l) {
+    out[p + ".weight"] = l.weight;
+    out[p + ".bias"] = l.bias;
+  };
+  auto put_ln = [&](const std::string& p, const LayerNormWeights& ln) {
+    out[p + ".weight"] = ln.gamma;
+    out[p + ".bias"] = ln.beta;
+  };
+  auto merge = [&](std::map<std::string, Tensor> m) { out.insert(m.begin(), m.end()); };
+  out["encoder.embed_tokens.weight"] = encoder_embed;
+  if (!c.share_embeddings) out["decoder.embed_tokens.weight"] = decoder_embed;
+  if (!c.share_decoder_input_output_embed) out["decoder.output_projection.weight"] = output_projection;
+  if (c.position_encoding == PositionEncoding::kLearned) {
+    out["encoder.embed_positions.weight"] = encoder_positions;
+    out["decoder.embed_positions.weight"] = decoder_positions;
+  }
+  for (size_t i = 0; i < encoder.size(); ++i) {
+    const std::string p = absl::StrCat("encoder.layers.", i);
+    const EncoderLayerWeights& l = encoder[i];
+    merge(Split(l.self_qkv, p + ".self_attn", {"q_proj", "k_proj", "v_proj"}, d));
+    put_linear(p + ".self_attn.out_proj", l.self_out);
+    put_ln(p + ".self_attn_layer_norm", l.self_ln);
+    put_linear(p + ".fc1", l.fc1);
+    put_linear(p + ".fc2", l.fc2);
+    put_ln(p + ".final_layer_norm", l.final_ln);
+  }
+  for (size_t i = 0; i < decoder.size(); ++i) {
+    const std::string p = absl::StrCat("decoder.layers.", i);
+    const DecoderLayerWeights& l = decoder[i];
+    merge(Split(l.self_qkv, p + ".self_attn", {"q_proj", "k_proj", "v_proj"}, d));
+    put_linear(p + ".self_attn.out_proj", l.self_out);
+    put_ln(p + ".self_attn_layer_norm", l.self_ln);
+    put_linear(p + ".encoder_attn.q_proj", l.cross_q);
+    merge(Split(l.cross_kv, p + ".encoder_attn", {"k_proj", "v_proj"}, d));
+    put_linear(p + ".encoder_attn.out_proj", l.cross_out);
+    put_ln(p + ".encoder_attn_layer_norm", l.cross_ln);
+    put_linear(p + ".fc1", l.fc1);
+    put_linear(p + ".fc2", l.fc2);
+    put_ln(p + ".final_layer_norm", l.final_ln);
+  }
+  if (c.normalize_before) {
+    put_ln("encoder.layer_norm", encoder_final_ln);
+    put_ln("decoder.layer_norm", decoder_final_ln);
+  }
+  return out;
+}
+
+}  // namespace tnmt

@@ -1,0 +1,76 @@
+// ModelWeights: every parameter of the encoder-decoder, in float32, in the layout the engine
+// computes with. Built from the tensors of model.safetensors (docs/model-format.md), with
+// q/k/v projections fused at load: self-attention uses one [3*d, d] matrix, cross-attention
+// one [2*d, d] matrix for k/v applied once to the encoder output.
+// Invariant after Build(): every tensor has the shape the config implies.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/core/tensor.h"
+#include "engine/model/config.h"
+#include "engine/model/safetensors.h"
+
+namespace tnmt {
+
+struct Linear {
+  Tensor weight;  // [out, in]
+  Tensor bias;    // [out]; empty when the layer has none
+};
+
+struct LayerNormWeights {
+  Tensor gamma;  // [d_model]
+  Tensor beta;   // [d_model]
+};
+
+struct EncoderLayerWeights {
+  Linear self_qkv;  // [3*d, d]
+  Linear self_out;  // [d, d]
+  LayerNormWeights self_ln;
+  Linear fc1;  // [d_ff, d]
+  Linear fc2;  // [d, d_ff]
+  LayerNormWeights final_ln;
+};
+
+struct DecoderLayerWeights {
+  Linear self_qkv;  // [3*d, d]
+  Linear self_out;
+  LayerNormWeights self_ln;
+  Linear cross_q;   // [d, d]
+  Linear cross_kv;  // [2*d, d], applied to the encoder output
+  Linear cross_out;
+  LayerNormWeights cross_ln;
+  Linear fc1;
+  Linear fc2;
+  LayerNormWeights final_ln;
+};
+
+struct ModelWeights {
+  Tensor encoder_embed;      // [vocab, d]
+  Tensor decoder_embed;      // [vocab, d] (same storage as encoder_embed when shared)
+  Tensor output_projection;  // [vocab, d] (same storage as decoder_embed when shared)
+  Tensor encoder_positions;  // [rows, d]: learned table, or the precomputed sinusoid
+  Tensor decoder_positions;  // [rows, d]
+  std::vector<EncoderLayerWeights> encoder;
+  std::vector<DecoderLayerWeights> decoder;
+  LayerNormWeights encoder_final_ln;  // pre-norm only
+  LayerNormWeights decoder_final_ln;  // pre-norm only
+
+  // Rows of the sinusoidal table precomputed at load (longest supported sequence).
+  static constexpr int kSinusoidRows = 4096;
+
+  // Takes tensors by fairseq name; `source` (the file) is named in every error. Missing,
+  // misshapen and unexpected tensors are errors.
+  static absl::StatusOr<ModelWeights> Build(const ModelConfig& config, TensorMap tensors,
+                                            const std::string& source);
+
+  // Inverse of Build: fairseq names to unfused tensors (for writing checkpoints).
+  std::map<std::string, Tensor> ToTensors(const ModelConfig& config) const;
+};
+
+// Longest sequence (source or target, in tokens) the positions support.
+int MaxPositions(const ModelConfig& config);
+
+}  // namespace tnmt

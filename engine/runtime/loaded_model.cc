@@ -1,0 +1,59 @@
+// Model directory loading and cross-checks; see loaded_model.h.
+#include "engine/runtime/loaded_model.h"
+
+#include <sys/stat.h>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/model/safetensors.h"
+
+namespace tnmt {
+
+namespace {
+
+absl::Status CheckFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  }
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::NotFoundError(absl::StrCat(dir, ": model directory does not exist"));
+  }
+  const std::string config_path = dir + "/config.json";
+  const std::string weights_path = dir + "/model.safetensors";
+  const std::string spm_path = dir + "/spm.model";
+  for (const std::string& p : {config_path, weights_path, spm_path}) TNMT_RETURN_IF_ERROR(CheckFile(p));
+
+  auto m = std::make_shared<LoadedModel>();
+  m->directory = dir;
+  TNMT_ASSIGN_OR_RETURN(m->config, ModelConfig::Load(config_path));
+  TNMT_ASSIGN_OR_RETURN(m->tokenizer, Tokenizer::Load(spm_path));
+  const ModelConfig& c = m->config;
+  if (m->tokenizer->vocab_size() != c.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spm_path, ": vocabulary has ", m->tokenizer->vocab_size(), " pieces but ", config_path,
+        " says vocab_size ", c.vocab_size));
+  }
+  for (auto [name, spm_id, cfg_id] :
+       {std::tuple<const char*, int, int>{"eos_id", m->tokenizer->eos_id(), c.eos_id},
+        {"bos_id", m->tokenizer->bos_id(), c.bos_id},
+        {"unk_id", m->tokenizer->unk_id(), c.unk_id}}) {
+    if (spm_id >= 0 && spm_id != cfg_id) {
+      return absl::InvalidArgumentError(absl::StrCat(spm_path, ": ", name, " is ", spm_id, " but ",
+                                                     config_path, " says ", cfg_id));
+    }
+  }
+  TNMT_ASSIGN_OR_RETURN(TensorMap tensors, ReadSafetensors(weights_path));
+  TNMT_ASSIGN_OR_RETURN(m->weights, ModelWeights::Build(c, std::move(tensors), weights_path));
+  return std::shared_ptr<const LoadedModel>(std::move(m));
+}
+
+}  // namespace tnmt

@@ -1,0 +1,27 @@
+// LoadedModel: everything in a model directory, loaded and cross-checked, immutable after
+// load so any number of threads may translate with it at once.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/model/config.h"
+#include "engine/model/weights.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace tnmt {
+
+struct LoadedModel {
+  std::string directory;
+  ModelConfig config;
+  ModelWeights weights;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+// Loads `dir`/config.json, `dir`/model.safetensors and `dir`/spm.model. Every failure names
+// the file and the problem (missing file, bad JSON, truncated weights, wrong shape, missing
+// tensor, vocabulary size or special ids disagreeing between config.json and spm.model).
+absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std::string& dir);
+
+}  // namespace tnmt

@@ -1,0 +1,75 @@
+// Translator; see translator.h.
+#include "engine/runtime/translator.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/decode/beam_search.h"
+
+namespace tnmt {
+
+absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Translate(
+    const std::vector<std::string>& lines, const TranslationOptions& opt, const Progress& progress) {
+  TNMT_RETURN_IF_ERROR(opt.decode.Validate());
+  if (opt.max_batch_tokens < 1) {
+    return absl::InvalidArgumentError("max_batch_tokens must be positive");
+  }
+  const ModelConfig& c = model_->config;
+  const int n = static_cast<int>(lines.size());
+  std::vector<absl::StatusOr<LineTranslation>> out(n, LineTranslation{});
+  std::vector<std::vector<int32_t>> sources(n);
+  std::vector<int> todo;
+  const int limit = std::min(opt.max_input_length, MaxPositions(c));
+  for (int i = 0; i < n; ++i) {
+    auto ids = model_->tokenizer->Encode(lines[i]);
+    if (!ids.ok()) {
+      out[i] = absl::InvalidArgumentError(absl::StrCat("line ", i + 1, ": ", ids.status().message()));
+      continue;
+    }
+    ids->push_back(c.eos_id);
+    if (static_cast<int>(ids->size()) > limit) {
+      out[i] = absl::InvalidArgumentError(absl::StrCat("line ", i + 1, ": ", ids->size(),
+                                                       " tokens exceeds the maximum input length ",
+                                                       limit));
+      continue;
+    }
+    out[i]->source_tokens = static_cast<int>(ids->size());
+    if (absl::StripAsciiWhitespace(lines[i]).empty()) {
+      // Nothing to translate: an empty line stays empty.
+      out[i]->hypotheses.assign(opt.decode.n_best, TextHypothesis{});
+      continue;
+    }
+    sources[i] = *std::move(ids);
+    todo.push_back(i);
+  }
+  // Longest first, so the first batch shows the peak memory at once; stable for determinism.
+  std::stable_sort(todo.begin(), todo.end(),
+                   [&](int a, int b) { return sources[a].size() > sources[b].size(); });
+  int done = n - static_cast<int>(todo.size());
+  size_t pos = 0;
+  while (pos < todo.size()) {
+    const size_t longest = sources[todo[pos]].size();
+    size_t count = std::max<size_t>(1, opt.max_batch_tokens / longest);
+    count = std::min(count, todo.size() - pos);
+    std::vector<std::vector<int32_t>> batch;
+    for (size_t k = 0; k < count; ++k) batch.push_back(sources[todo[pos + k]]);
+    TNMT_ASSIGN_OR_RETURN(std::vector<DecodeResult> results,
+                          Decode(c, model_->weights, batch, opt.decode, &workspace_));
+    for (size_t k = 0; k < count; ++k) {
+      LineTranslation& lt = *out[todo[pos + k]];
+      for (Hypothesis& h : results[k].hypotheses) {
+        TNMT_ASSIGN_OR_RETURN(std::string text, model_->tokenizer->Decode(h.ids));
+        lt.hypotheses.push_back({std::move(text), std::move(h.ids), h.score});
+      }
+    }
+    pos += count;
+    done += static_cast<int>(count);
+    if (progress) progress(done, n);
+  }
+  return out;
+}
+
+}  // namespace tnmt

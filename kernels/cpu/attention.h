@@ -1,0 +1,33 @@
+// Scaled dot-product multi-head attention on the CPU for already-projected Q, K and V.
+// Heads are contiguous column slices: head h uses columns [h*d_head, (h+1)*d_head).
+#pragma once
+
+#include <cstdint>
+
+namespace tnmt::kernels::cpu {
+
+struct AttentionArgs {
+  int batch = 0;       // query groups (sentences, or sentence-beams)
+  int q_len = 0;       // queries per group
+  int k_len = 0;       // keys per K/V group (upper bound; see k_valid / causal)
+  int num_heads = 0;
+  int d_head = 0;
+  float scale = 1.0f;  // usually 1/sqrt(d_head)
+  // Query group b reads K/V group kv_index[b] (null: group b). Lets beams share one source.
+  const int32_t* kv_index = nullptr;
+  // Keys j >= k_valid[g] of K/V group g are masked (padding); null: all k_len valid.
+  const int32_t* k_valid = nullptr;
+  // >= 0: query i may see keys j <= i + causal_offset (causal mask); < 0: no causal mask.
+  int causal_offset = -1;
+};
+
+// out: [batch * q_len, ld_out] (first num_heads*d_head columns written)
+// q:   [batch * q_len, ld_q]
+// k, v: group g, key j starts at element g * kv_group_stride + j * ld_kv (both strides in
+//       elements, so kv_group_stride >= k_len * ld_kv for non-overlapping groups).
+// scratch: at least k_len floats.
+void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
+                        const float* v, int64_t ld_kv, int64_t kv_group_stride,
+                        const AttentionArgs& args, float* scratch);
+
+}  // namespace tnmt::kernels::cpu

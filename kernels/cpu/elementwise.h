@@ -1,0 +1,45 @@
+// Fused elementwise and row-wise CPU kernels of the Transformer forward pass.
+// Raw pointers, outputs first, row-major; shapes in the comments. In-place use (out == x) is
+// allowed wherever a comment says so.
+#pragma once
+
+#include <cstdint>
+
+namespace tnmt::kernels::cpu {
+
+enum class Activation { kRelu, kGelu };
+
+// y: [rows, n] = act(y + bias[n]); in place. bias may be null.
+void BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation act);
+
+// y: [rows, n] += bias[n]; in place. bias may be null (then a no-op).
+void AddBias(float* y, const float* bias, int64_t rows, int n);
+
+// out: [rows, n] = x + r (out may alias x or r).
+void Add(float* out, const float* x, const float* r, int64_t count);
+
+// out: [rows, d] = LayerNorm(x + r) * gamma + beta, r may be null. out may alias x.
+// Variance is the biased one; eps inside the square root.
+void LayerNorm(float* out, const float* x, const float* r, const float* gamma, const float* beta,
+               int64_t rows, int d, float eps);
+
+// In place row softmax of x: [rows, n].
+void Softmax(float* x, int64_t rows, int n);
+
+// lse: [rows] = log(sum(exp(x[r, :]))) for x: [rows, n].
+void LogSumExp(float* lse, const float* x, int64_t rows, int n);
+
+// out: [count, d] = table[ids[i]] * scale + pos[positions[i]] (pos may be null).
+// ids must already be validated to lie in [0, vocab).
+void EmbedTokens(float* out, const int32_t* ids, const int32_t* positions, int64_t count,
+                 const float* table, const float* pos, int d, float scale);
+
+// table: [rows, d] sinusoidal positions, interleaved as the paper:
+// table[p, 2i] = sin(p / 10000^(2i/d)), table[p, 2i+1] = cos(p / 10000^(2i/d)).
+void SinusoidalPositions(float* table, int rows, int d);
+
+// Converts stored half-precision bit patterns to float32.
+void HalfToFloat(float* out, const uint16_t* in, int64_t count);
+void BFloat16ToFloat(float* out, const uint16_t* in, int64_t count);
+
+}  // namespace tnmt::kernels::cpu

@@ -1,0 +1,25 @@
+// Single-precision GEMM on the CPU through OpenBLAS (the only BLAS tnmt links).
+// Row-major throughout. Thread count is process-wide and set once by the runtime
+// (SetBlasThreads); kernels never change it.
+#pragma once
+
+namespace tnmt::kernels::cpu {
+
+// c: [m, n] = alpha * a: [m, k] · b^T + beta * c, with b stored [n, k] (torch Linear layout).
+// lda/ldb/ldc are row strides in elements.
+void GemmNT(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+            float beta, float* c, int ldc);
+
+// c: [m, n] = alpha * a: [m, k] · b: [k, n] + beta * c.
+void GemmNN(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+            float beta, float* c, int ldc);
+
+// c: [m, n] = alpha * a^T · b + beta * c, with a stored [k, m] and b stored [k, n].
+void GemmTN(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+            float beta, float* c, int ldc);
+
+// Sets the BLAS thread pool size for the whole process (call once, before any GEMM).
+void SetBlasThreads(int threads);
+int BlasThreads();
+
+}  // namespace tnmt::kernels::cpu

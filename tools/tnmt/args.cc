@@ -1,0 +1,119 @@
+// Command-line parsing; see args.h.
+#include "tools/tnmt/args.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace tnmt::cli {
+
+void Args::AddString(const std::string& name, std::string def, std::string help) {
+  flags_[name] = {Kind::kString, std::move(def), std::move(help)};
+  order_.push_back(name);
+}
+void Args::AddInt(const std::string& name, int def, std::string help) {
+  flags_[name] = {Kind::kInt, std::to_string(def), std::move(help)};
+  order_.push_back(name);
+}
+void Args::AddFloat(const std::string& name, float def, std::string help) {
+  flags_[name] = {Kind::kFloat, absl::StrCat(def), std::move(help)};
+  order_.push_back(name);
+}
+void Args::AddBool(const std::string& name, bool def, std::string help) {
+  flags_[name] = {Kind::kBool, def ? "true" : "false", std::move(help)};
+  order_.push_back(name);
+}
+
+absl::Status Args::Set(const std::string& name, const std::string& value) {
+  Flag& f = flags_.at(name);
+  int i;
+  float x;
+  switch (f.kind) {
+    case Kind::kInt:
+      if (!absl::SimpleAtoi(value, &i)) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " expects an integer, got \"", value, "\""));
+      }
+      break;
+    case Kind::kFloat:
+      if (!absl::SimpleAtof(value, &x)) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " expects a number, got \"", value, "\""));
+      }
+      break;
+    case Kind::kBool:
+      if (value != "true" && value != "false") {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " expects true or false, got \"", value, "\""));
+      }
+      break;
+    case Kind::kString:
+      break;
+  }
+  f.value = value;
+  f.given = true;
+  return absl::OkStatus();
+}
+
+absl::Status Args::Parse(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      help_ = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", a, "\" (see tnmt ",
+                                                     command_, " --help)"));
+    }
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    bool negated = false;
+    if (!flags_.count(name) && name.rfind("no", 0) == 0 && flags_.count(name.substr(2)) &&
+        flags_[name.substr(2)].kind == Kind::kBool) {
+      name = name.substr(2);
+      negated = true;
+    }
+    auto it = flags_.find(name);
+    if (it == flags_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see tnmt ", command_, " --help)"));
+    }
+    if (!has_value) {
+      if (it->second.kind == Kind::kBool) {
+        value = negated ? "false" : "true";
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      }
+    }
+    absl::Status s = Set(name, value);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+int Args::GetInt(const std::string& name) const {
+  int v = 0;
+  (void)absl::SimpleAtoi(flags_.at(name).value, &v);
+  return v;
+}
+
+float Args::GetFloat(const std::string& name) const {
+  float v = 0;
+  (void)absl::SimpleAtof(flags_.at(name).value, &v);
+  return v;
+}
+
+std::string Args::Help() const {
+  std::string out = absl::StrCat("usage: tnmt ", command_, " [flags]\n\n", summary_, "\n\nflags:\n");
+  for (const std::string& name : order_) {
+    const Flag& f = flags_.at(name);
+    absl::StrAppend(&out, "  --", name, "  ", f.help, " (default: ",
+                    f.value.empty() ? "none" : f.value, ")\n");
+  }
+  return out;
+}
+
+}  // namespace tnmt::cli

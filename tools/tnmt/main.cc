@@ -1,0 +1,28 @@
+// tnmt: one CLI for translation, training, serving and jobs. Dispatches to subcommands.
+#include <iostream>
+#include <string>
+
+#include "tools/tnmt/translate_command.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: tnmt <command> [flags]\n"
+    "\n"
+    "commands:\n"
+    "  translate   translate text with a model directory (stdin -> stdout)\n"
+    "\n"
+    "Run `tnmt <command> --help` for the flags of a command.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  if (command == "translate") return tnmt::cli::TranslateCommand(argc, argv);
+  std::cerr << "tnmt: unknown command \"" << command << "\"\n" << kUsage;
+  return 2;
+}
