@@ -1,0 +1,119 @@
+// Decoding properties that do not need a reference: batch invariance (a sentence alone vs.
+// inside a mixed-length batch), n-best ordering, length limits, min/max length, and the
+// errors for bad options and bad sources.
+#include "engine/decode/beam_search.h"
+
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "engine/runtime/loaded_model.h"
+
+namespace tnmt {
+namespace {
+
+class DecodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto m = LoadModelDirectory("tests/golden/data/tiny");
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = *m;
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> tok(4, model_->config.vocab_size - 1);
+    for (int len : {1, 7, 3, 18, 12, 2, 25}) {
+      std::vector<int32_t> s;
+      for (int i = 0; i < len - 1; ++i) s.push_back(tok(rng));
+      s.push_back(model_->config.eos_id);
+      sources_.push_back(s);
+    }
+  }
+  absl::StatusOr<std::vector<DecodeResult>> Run(const std::vector<std::vector<int32_t>>& s,
+                                                const DecodeOptions& o) {
+    return Decode(model_->config, model_->weights, s, o, &ws_);
+  }
+
+  std::shared_ptr<const LoadedModel> model_;
+  std::vector<std::vector<int32_t>> sources_;
+  Workspace ws_;
+};
+
+TEST_F(DecodeTest, BatchInvariance) {
+  for (int beam : {1, 4}) {
+    DecodeOptions o;
+    o.beam_size = beam;
+    o.n_best = beam;
+    auto batched = Run(sources_, o);
+    ASSERT_TRUE(batched.ok()) << batched.status();
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      auto alone = Run({sources_[i]}, o);
+      ASSERT_TRUE(alone.ok());
+      const auto& a = (*alone)[0].hypotheses;
+      const auto& b = (*batched)[i].hypotheses;
+      ASSERT_EQ(a.size(), b.size()) << "beam " << beam << " sentence " << i;
+      for (size_t h = 0; h < a.size(); ++h) {
+        EXPECT_EQ(a[h].ids, b[h].ids) << "beam " << beam << " sentence " << i << " hyp " << h;
+        // GEMMs of different row counts may round differently in the last bits.
+        EXPECT_NEAR(a[h].score, b[h].score, 1e-5 + 2e-6 * std::fabs(a[h].score))
+            << "beam " << beam << " sentence " << i;
+      }
+    }
+  }
+}
+
+TEST_F(DecodeTest, NBestIsSortedAndLengthsRespectLimits) {
+  DecodeOptions o;
+  o.beam_size = 5;
+  o.n_best = 5;
+  o.max_length_offset = 6;
+  auto r = Run(sources_, o);
+  ASSERT_TRUE(r.ok());
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    const auto& hyps = (*r)[i].hypotheses;
+    ASSERT_EQ(hyps.size(), 5u);
+    for (size_t h = 0; h < hyps.size(); ++h) {
+      // Output length counts </s>, which is not in ids.
+      EXPECT_LE(hyps[h].ids.size() + 1, sources_[i].size() + 6);
+      if (h > 0) EXPECT_GE(hyps[h - 1].score, hyps[h].score);
+      for (int32_t id : hyps[h].ids) {
+        EXPECT_NE(id, model_->config.pad_id);
+        EXPECT_NE(id, model_->config.eos_id);
+      }
+    }
+  }
+}
+
+TEST_F(DecodeTest, FixedOutputLength) {
+  DecodeOptions o;
+  o.min_length = 9;
+  o.max_length = 9;
+  auto r = Run(sources_, o);
+  ASSERT_TRUE(r.ok());
+  for (const DecodeResult& d : *r) EXPECT_EQ(d.hypotheses[0].ids.size(), 8u);
+}
+
+TEST_F(DecodeTest, BadOptionsAndSourcesAreErrors) {
+  DecodeOptions o;
+  o.beam_size = 0;
+  EXPECT_EQ(Run(sources_, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.beam_size = 1000;
+  EXPECT_EQ(Run(sources_, o).status().code(), absl::StatusCode::kInvalidArgument);
+  o = DecodeOptions();
+  o.n_best = 5;
+  EXPECT_NE(Run(sources_, o).status().message().find("n_best"), std::string::npos);
+  o = DecodeOptions();
+  o.length_penalty = NAN;
+  EXPECT_FALSE(Run(sources_, o).ok());
+  o = DecodeOptions();
+  EXPECT_FALSE(Run({{}}, o).ok());
+  EXPECT_FALSE(Run({{5, 99999, 3}}, o).ok());
+  EXPECT_FALSE(Run({{-1, 3}}, o).ok());
+  std::vector<int32_t> huge(ModelWeights::kSinusoidRows + 1, 5);
+  EXPECT_FALSE(Run({huge}, o).ok());
+  auto empty = Run({}, o);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+}
+
+}  // namespace
+}  // namespace tnmt
