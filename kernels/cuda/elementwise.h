@@ -1,0 +1,24 @@
+// Row-wise CUDA kernels mirroring kernels/cpu/elementwise.h (same semantics, float32, device
+// pointers, an explicit stream). Each returns a Status that names the failing launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace tnmt::kernels::cuda {
+
+// y: [rows, n] = act(y + bias) in place; relu (gelu = false) or tanh-approximated gelu.
+absl::Status BiasActivation(float* y, const float* bias, int64_t rows, int n, bool gelu,
+                            cudaStream_t stream);
+
+// out: [rows, d] = LayerNorm(x + r) * gamma + beta; r may be null; out may alias x.
+absl::Status LayerNorm(float* out, const float* x, const float* r, const float* gamma,
+                       const float* beta, int64_t rows, int d, float eps, cudaStream_t stream);
+
+// In-place row softmax of x: [rows, n]; an all -inf row becomes zeros.
+absl::Status Softmax(float* x, int64_t rows, int n, cudaStream_t stream);
+
+}  // namespace tnmt::kernels::cuda

@@ -1,0 +1,91 @@
+// CUDA row-wise kernels against the CPU kernels on random data. Skips (reported as passed)
+// when no CUDA device or driver is present.
+#include "kernels/cuda/elementwise.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/elementwise.h"
+
+namespace tnmt::kernels {
+namespace {
+
+class CudaElementwiseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+      GTEST_SKIP() << "no CUDA device: " << cudaGetErrorString(e);
+    }
+  }
+  float* ToDevice(const std::vector<float>& h) {
+    float* d = nullptr;
+    EXPECT_EQ(cudaMalloc(&d, h.size() * sizeof(float)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    allocations_.push_back(d);
+    return d;
+  }
+  std::vector<float> ToHost(const float* d, size_t n) {
+    std::vector<float> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+  void TearDown() override {
+    for (float* p : allocations_) cudaFree(p);
+  }
+  std::vector<float> Random(size_t n) {
+    std::normal_distribution<float> dist(0.5f, 2.0f);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng_);
+    return v;
+  }
+  std::mt19937 rng_{3};
+  std::vector<float*> allocations_;
+};
+
+void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, float tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol * (1 + std::fabs(b[i]))) << i;
+}
+
+TEST_F(CudaElementwiseTest, LayerNormMatchesCpu) {
+  for (auto [rows, d] : {std::pair<int, int>{1, 1}, {7, 33}, {130, 512}, {3, 1030}}) {
+    auto x = Random(rows * d), r = Random(rows * d), g = Random(d), b = Random(d);
+    std::vector<float> want(rows * d);
+    cpu::LayerNorm(want.data(), x.data(), r.data(), g.data(), b.data(), rows, d, 1e-6f);
+    float* dx = ToDevice(x);
+    ASSERT_TRUE(cuda::LayerNorm(dx, dx, ToDevice(r), ToDevice(g), ToDevice(b), rows, d, 1e-6f, nullptr).ok());
+    ExpectClose(ToHost(dx, rows * d), want, 1e-4f);
+  }
+}
+
+TEST_F(CudaElementwiseTest, SoftmaxAndBiasActivationMatchCpu) {
+  for (auto [rows, n] : {std::pair<int, int>{1, 5}, {9, 257}, {64, 8000}}) {
+    auto x = Random(rows * n);
+    x[0] = -INFINITY;
+    std::vector<float> want = x;
+    cpu::Softmax(want.data(), rows, n);
+    float* dx = ToDevice(x);
+    ASSERT_TRUE(cuda::Softmax(dx, rows, n, nullptr).ok());
+    ExpectClose(ToHost(dx, rows * n), want, 1e-5f);
+
+    for (bool gelu : {false, true}) {
+      auto y = Random(rows * n), bias = Random(n);
+      std::vector<float> ref = y;
+      cpu::BiasActivation(ref.data(), bias.data(), rows, n,
+                          gelu ? cpu::Activation::kGelu : cpu::Activation::kRelu);
+      float* dy = ToDevice(y);
+      ASSERT_TRUE(cuda::BiasActivation(dy, ToDevice(bias), rows, n, gelu, nullptr).ok());
+      ExpectClose(ToHost(dy, rows * n), ref, 1e-5f);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tnmt::kernels

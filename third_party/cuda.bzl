@@ -1,0 +1,40 @@
+"""cuda_library: compiles each .cu with nvcc (one genrule per file) and wraps the objects in a
+cc_library. Only buildable with --config=cuda; without it the targets are incompatible and
+`bazel build //...` / `bazel test //...` skip them, so the CPU build never needs nvcc."""
+
+NVCC = "/usr/local/cuda/bin/nvcc"
+
+# No GPU to detect on the build machines: name the architectures (A100, H100/H200) plus PTX.
+GENCODE = [
+    "-gencode arch=compute_80,code=sm_80",
+    "-gencode arch=compute_90,code=sm_90",
+    "-gencode arch=compute_90,code=compute_90",
+]
+
+CUDA_ONLY = select({
+    "//:cuda_enabled": [],
+    "//conditions:default": ["//:cuda_build"],
+})
+
+def cuda_library(name, srcs, hdrs = [], deps = [], copts = []):
+    objs = []
+    for src in srcs:
+        obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
+        native.genrule(
+            name = obj.replace(".o", "_nvcc"),
+            srcs = [src] + hdrs,
+            outs = [obj],
+            cmd = " ".join([
+                NVCC,
+                "-c -O3 -std=c++17 -Xcompiler -fPIC -ccbin /usr/bin/g++ -I.",
+            ] + GENCODE + copts + ["-o $@ $(location " + src + ")"]),
+            target_compatible_with = CUDA_ONLY,
+        )
+        objs.append(obj)
+    native.cc_library(
+        name = name,
+        srcs = objs,
+        hdrs = hdrs,
+        deps = deps + ["@cuda//:cudart"],
+        target_compatible_with = CUDA_ONLY,
+    )
