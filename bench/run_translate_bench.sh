@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Engine throughput benchmark (issue "engine throughput"): tnmt vs CTranslate2 on the same
+# random Transformer-base model, beam 4, batch 32, 200 sources of 20 tokens, outputs fixed at
+# 70 tokens, on 1 and 2 threads; plus GEMM GFLOP/s vs. the BLAS's own 2048^3 rate.
+#
+#   bench/run_translate_bench.sh            # everything; prints one table at the end
+#
+# Each configuration runs in its own process, so peak memory is per configuration.
+# Environment:
+#   PYTHON=...        interpreter with ctranslate2 (bench/setup.sh installs it); default: the
+#                     python3 on PATH. Without ctranslate2 the CT2 rows are skipped.
+#   THREADS="1 2"     thread counts.
+#   CORETYPE=SkylakeX also run tnmt with OPENBLAS_CORETYPE=$CORETYPE (OpenBLAS 0.3.21 does not
+#                     recognise this CPU and falls back to SSE3 "Prescott" kernels); "" skips.
+#   WORK=DIR          where the exported model, outputs and logs go (default: a new temp dir).
+#   BENCH_ARGS=...    extra translate_bench flags for every tnmt run (e.g. "--sentences 40").
+#   GEMM_SECONDS=0.5  minimum time per GEMM shape.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO="$(pwd)"
+
+PYTHON="${PYTHON:-$(command -v python3)}"
+THREADS="${THREADS:-1 2}"
+CORETYPE="${CORETYPE-SkylakeX}"
+GEMM_SECONDS="${GEMM_SECONDS:-0.5}"
+BENCH_ARGS="${BENCH_ARGS:-}"
+WORK="${WORK:-$(mktemp -d /tmp/tnmt_bench.XXXXXX)}"
+mkdir -p "$WORK/model" "$WORK/ct2" "$WORK/out"
+echo "== work dir: $WORK"
+echo "== load before build: $(uptime)"
+
+bazel build //bench:translate_bench
+BIN="$(bazel info bazel-bin 2>/dev/null)/bench/translate_bench"
+
+# 1. The model: exported once, read by the CT2 peer. Same seed -> same weights in every run.
+# shellcheck disable=SC2086
+"$BIN" --export "$WORK/model" --export-only $BENCH_ARGS > "$WORK/export.log"
+
+# 2. tnmt, one process per configuration.
+run_tnmt() {  # name threads [env...]
+  local name="$1" threads="$2"
+  shift 2
+  echo "== $name, $threads thread(s); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  # shellcheck disable=SC2086
+  env "$@" "$BIN" --threads "$threads" --gemm-seconds "$GEMM_SECONDS" \
+      --outputs "$WORK/out" --result "$WORK/$name.t$threads.txt" $BENCH_ARGS \
+      | tee "$WORK/$name.t$threads.log"
+}
+for t in $THREADS; do run_tnmt tnmt "$t"; done
+if [[ -n "$CORETYPE" ]]; then
+  for t in $THREADS; do run_tnmt "tnmt-$CORETYPE" "$t" OPENBLAS_CORETYPE="$CORETYPE"; done
+fi
+
+# 3. CTranslate2 peer on the same model and sources.
+have_ct2=0
+if "$PYTHON" -c 'import ctranslate2, numpy' 2>/dev/null; then
+  have_ct2=1
+  (cd "$WORK" && "$PYTHON" "$REPO/bench/ct2_peer.py" convert "$WORK/model" "$WORK/ct2")
+  sentences=$(wc -l < "$WORK/model/sources.txt")
+  out_len=$(sed -n 's/.*output length fixed at \([0-9]*\).*/\1/p' "$WORK"/tnmt.t*.log | head -1)
+  for t in $THREADS; do
+    echo "== ct2, $t thread(s); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+    compare=()
+    [[ "$t" == "$(echo $THREADS | cut -d' ' -f1)" ]] && compare=(--compare "$WORK/out")
+    # cd away from the repository so nothing there shadows a module ctranslate2 imports.
+    (cd "$WORK" && "$PYTHON" "$REPO/bench/ct2_peer.py" translate "$WORK/ct2" \
+        --sources "$WORK/model/sources.txt" --sentences "$sentences" --out-len "${out_len:-70}" \
+        --threads "$t" --result "$WORK/ct2.t$t.txt" "${compare[@]}") | tee "$WORK/ct2.t$t.log"
+  done
+else
+  echo "== ctranslate2 not importable by $PYTHON: CT2 rows skipped (run bench/setup.sh)"
+fi
+echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# 4. One table.
+"$PYTHON" - "$WORK" "$have_ct2" "$THREADS" "$CORETYPE" <<'EOF'
+import glob, os, sys
+work, have_ct2, threads, coretype = sys.argv[1], sys.argv[2] == "1", sys.argv[3].split(), sys.argv[4]
+CT2_REFERENCE, GOAL = 410.0, 1.3  # the issue: CT2 ~410 tok/s on this workload; goal >= 1.3x
+
+def load(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+
+rows = []
+names = ["tnmt"] + ([f"tnmt-{coretype}"] if coretype else [])
+for t in threads:
+    ct2 = load(f"{work}/ct2.t{t}.txt") if have_ct2 else None
+    ct2_tps = float(ct2["tokens_per_s"]) if ct2 else None
+    for name in names:
+        r = load(f"{work}/{name}.t{t}.txt")
+        if r:
+            rows.append((name if name == "tnmt" else f"tnmt OPENBLAS_CORETYPE={coretype}", t,
+                         r["blas_core"], r, ct2_tps))
+    if ct2:
+        rows.append(("CTranslate2 " + ct2["version"], t, "MKL", ct2, ct2_tps))
+
+print()
+first = load(f"{work}/tnmt.t{threads[0]}.txt") or {}
+print("Workload: random Transformer-base (6+6 layers, 512/2048, 8 heads, vocab 8000);",
+      first.get("workload", "?"))
+print("Target tokens: tnmt 69 + </s>, CT2 70 without </s> per sentence (both 70 decoder steps);")
+print("tokens/s = sentences x 70 / wall time of the decode calls (model load, warm-up excluded).")
+print()
+hdr = (f"{'engine':<34} {'thr':>3} {'BLAS':>10} {'tok/s':>8} {'vs CT2':>7} {'vs goal':>8} "
+       f"{'wall s':>7} {'GFLOP/s':>8} {'decode peak':>12} {'proc peak':>10} {'load':>5}")
+print(hdr)
+print("-" * len(hdr))
+for name, t, blas, r, ct2_tps in rows:
+    tps = float(r["tokens_per_s"])
+    vs = f"{tps / ct2_tps:.2f}x" if ct2_tps else "-"
+    goal = f"{tps / (GOAL * CT2_REFERENCE):.2f}x" if t == "2" else "-"
+    gf = f"{float(r['effective_gflops']):.1f}" if "effective_gflops" in r else "-"
+    print(f"{name:<34} {t:>3} {blas:>10} {tps:>8.1f} {vs:>7} {goal:>8} {float(r['seconds']):>7.1f} "
+          f"{gf:>8} {float(r['decode_peak_mib']):>9.0f} MiB {float(r['maxrss_mib']):>6.0f} MiB "
+          f"{float(r['load_start']):>5.2f}")
+print(f"'vs goal': tok/s / ({GOAL} x {CT2_REFERENCE:.0f}), the issue's 2-thread target. GFLOP/s: "
+      "model FLOPs (linears + attention) / wall.\n'decode peak': RSS high-water mark of the "
+      "timed decode (reset after model load); 'proc peak': ru_maxrss of the whole process.")
+for t in threads:
+    ct2 = load(f"{work}/ct2.t{t}.txt") if have_ct2 else None
+    if ct2 and "compare" in ct2:
+        print(f"tnmt vs CT2 outputs: {ct2['compare']}")
+
+# GEMM table: one column per tnmt run.
+runs = [(f"{name} t{t}", load(f"{work}/{name}.t{t}.txt")) for name in names for t in threads]
+runs = [(n, r) for n, r in runs if r and "gemm_peak_gflops" in r]
+if runs:
+    keys = [k for k in runs[0][1] if k.startswith("gemm_") and k[5].isdigit()]
+    keys.sort(key=lambda k: (k == "gemm_2048x2048x2048", [int(x) for x in k[5:].split("x")]))
+    print("\nGEMM GFLOP/s (cblas_sgemm, C[m,n] = A[m,k] B[n,k]^T; % of the same run's 2048^3)")
+    print(f"{'m x n x k':<18}" + "".join(f"{n:>26}" for n, _ in runs))
+    for k in keys + ["gemm_decode_mix_gflops"]:
+        label = "decoder-step mix" if k == "gemm_decode_mix_gflops" else k[5:]
+        cells = []
+        for _, r in runs:
+            v, peak = float(r[k]), float(r["gemm_peak_gflops"])
+            cells.append(f"{v:8.1f} ({100 * v / peak:3.0f}%)")
+        print(f"{label:<18}" + "".join(f"{c:>26}" for c in cells))
+    print("BLAS core per column: " + ", ".join(f"{n}: {r['blas_core']}" for n, r in runs))
+EOF
+echo "(logs and result files: $WORK)"
