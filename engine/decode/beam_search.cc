@@ -165,12 +165,13 @@ absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const Mod
         if (cd.token == c.eos_id) {
           const double norm = greedy ? cd.score : cd.score / LengthPenalty(t, opt.length_penalty);
           s.finished.push_back({norm, cd.score, parent.ids});
-        } else if (static_cast<int>(next.size()) < K) {
+        } else {
           Live l{parent.row, cd.score, parent.ids};
           l.ids.push_back(cd.token);
           next.push_back(std::move(l));
         }
-        if (greedy) break;
+        // The walk ends once K hypotheses are live (greedy: after the first candidate).
+        if (greedy || static_cast<int>(next.size()) == K) break;
       }
       // Stop when nothing is live, or no live hypothesis can enter the top K finished.
       bool stop = next.empty();
