@@ -1,0 +1,200 @@
+// Training kernels; see backward.h.
+#include "kernels/cpu/backward.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+
+namespace tnmt::kernels::cpu {
+
+void LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                       const float* gamma, int64_t rows, int d, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * d;
+    const float* dyr = dy + r * d;
+    float* dxr = dx + r * d;
+    double sum = 0.0;
+    for (int j = 0; j < d; ++j) sum += xr[j];
+    const float mean = static_cast<float>(sum / d);
+    double sq = 0.0;
+    for (int j = 0; j < d; ++j) sq += (xr[j] - mean) * (xr[j] - mean);
+    const float rstd = 1.0f / std::sqrt(static_cast<float>(sq / d) + eps);
+    float mean_g = 0.0f, mean_gx = 0.0f;
+    for (int j = 0; j < d; ++j) {
+      const float xhat = (xr[j] - mean) * rstd;
+      const float g = dyr[j] * gamma[j];
+      mean_g += g;
+      mean_gx += g * xhat;
+      dgamma[j] += dyr[j] * xhat;
+      dbeta[j] += dyr[j];
+    }
+    mean_g /= d;
+    mean_gx /= d;
+    for (int j = 0; j < d; ++j) {
+      const float xhat = (xr[j] - mean) * rstd;
+      dxr[j] = rstd * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
+    }
+  }
+}
+
+void ActivationBackward(float* dx, const float* dy, const float* pre, int64_t count, Activation act) {
+  if (act == Activation::kRelu) {
+    for (int64_t i = 0; i < count; ++i) dx[i] = pre[i] > 0.0f ? dy[i] : 0.0f;
+    return;
+  }
+  constexpr float kC = 0.7978845608028654f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float x = pre[i];
+    const float u = kC * (x + 0.044715f * x * x * x);
+    const float t = std::tanh(u);
+    const float du = kC * (1.0f + 3.0f * 0.044715f * x * x);
+    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+  }
+}
+
+void AccumulateColumnSum(float* db, const float* dy, int64_t rows, int n) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = dy + r * n;
+    for (int j = 0; j < n; ++j) db[j] += row[j];
+  }
+}
+
+void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
+                           const float* k, const float* v, int64_t ld_kv, int batch, int q_len,
+                           int k_len, int heads, int d_head, const int32_t* k_valid, bool causal) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
+  for (int b = 0; b < batch; ++b) {
+    const int valid = k_valid != nullptr ? k_valid[b] : k_len;
+    for (int h = 0; h < heads; ++h) {
+      const float* qb = q + static_cast<int64_t>(b) * q_len * ld_q + h * d_head;
+      const float* kb = k + static_cast<int64_t>(b) * k_len * ld_kv + h * d_head;
+      const float* vb = v + static_cast<int64_t>(b) * k_len * ld_kv + h * d_head;
+      float* p = probs + (static_cast<int64_t>(b) * heads + h) * q_len * k_len;
+      GemmNT(q_len, k_len, d_head, scale, qb, ld_q, kb, ld_kv, 0.0f, p, k_len);
+      for (int i = 0; i < q_len; ++i) {
+        float* row = p + static_cast<int64_t>(i) * k_len;
+        const int limit = causal ? std::min(valid, i + 1) : valid;
+        for (int j = limit; j < k_len; ++j) row[j] = -INFINITY;
+      }
+      Softmax(p, q_len, k_len);
+      GemmNN(q_len, d_head, k_len, 1.0f, p, k_len, vb, ld_kv, 0.0f,
+             out + static_cast<int64_t>(b) * q_len * ld_out + h * d_head, ld_out);
+    }
+  }
+}
+
+void AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv,
+                       const float* dout, int64_t ld_dout, const float* probs, const float* q,
+                       int64_t ld_q, const float* k, const float* v, int64_t ld_kv, int batch,
+                       int q_len, int k_len, int heads, int d_head, float* ds) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
+  for (int b = 0; b < batch; ++b) {
+    for (int h = 0; h < heads; ++h) {
+      const int64_t qoff = static_cast<int64_t>(b) * q_len, koff = static_cast<int64_t>(b) * k_len;
+      const float* p = probs + (static_cast<int64_t>(b) * heads + h) * q_len * k_len;
+      const float* dob = dout + qoff * ld_dout + h * d_head;
+      // dv += p^T dout
+      GemmTN(k_len, d_head, q_len, 1.0f, p, k_len, dob, ld_dout, 1.0f, dv + koff * ld_dkv + h * d_head, ld_dkv);
+      // dp = dout v^T, then ds = p * (dp - rowsum(dp * p))
+      GemmNT(q_len, k_len, d_head, 1.0f, dob, ld_dout, v + koff * ld_kv + h * d_head, ld_kv, 0.0f, ds, k_len);
+      for (int i = 0; i < q_len; ++i) {
+        float* dsr = ds + static_cast<int64_t>(i) * k_len;
+        const float* pr = p + static_cast<int64_t>(i) * k_len;
+        float dot = 0.0f;
+        for (int j = 0; j < k_len; ++j) dot += dsr[j] * pr[j];
+        for (int j = 0; j < k_len; ++j) dsr[j] = pr[j] * (dsr[j] - dot);
+      }
+      // dq = scale * ds k ; dk += scale * ds^T q
+      GemmNN(q_len, d_head, k_len, scale, ds, k_len, k + koff * ld_kv + h * d_head, ld_kv, 0.0f,
+             dq + qoff * ld_dq + h * d_head, ld_dq);
+      GemmTN(k_len, d_head, q_len, scale, ds, k_len, q + qoff * ld_q + h * d_head, ld_q, 1.0f,
+             dk + koff * ld_dkv + h * d_head, ld_dkv);
+    }
+  }
+}
+
+void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_t* ids,
+                       const int32_t* positions, int64_t count, int d, float scale) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float* g = dx + i * d;
+    float* e = dtable + static_cast<int64_t>(ids[i]) * d;
+    for (int j = 0; j < d; ++j) e[j] += scale * g[j];
+    if (dpos != nullptr) {
+      float* p = dpos + static_cast<int64_t>(positions[i]) * d;
+      for (int j = 0; j < d; ++j) p[j] += g[j];
+    }
+  }
+}
+
+double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
+                                 float eps, int32_t pad, double* nll_sum, int64_t* count) {
+  double loss = 0.0, nll = 0.0;
+  int64_t n = 0;
+  const double off = vocab > 1 ? static_cast<double>(eps) / (vocab - 1) : 0.0;
+  const double on = 1.0 - eps + off;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = logits + r * vocab;
+    const int32_t t = targets[r];
+    if (t == pad) {
+      std::memset(row, 0, sizeof(float) * vocab);
+      continue;
+    }
+    float mx = -INFINITY;
+    for (int j = 0; j < vocab; ++j) mx = row[j] > mx ? row[j] : mx;
+    double sum = 0.0;
+    for (int j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(row[j] - mx));
+    const double lse = mx + std::log(sum);
+    double sum_logp = 0.0;  // over non-pad tokens
+    for (int j = 0; j < vocab; ++j) {
+      if (j != pad) sum_logp += row[j] - lse;
+    }
+    const double logp_t = row[t] - lse;
+    // loss = -(on - off) * logp_t - off * sum_logp  (target counted in sum_logp with weight off)
+    loss += -(on - off) * logp_t - off * sum_logp;
+    nll += -logp_t;
+    ++n;
+    for (int j = 0; j < vocab; ++j) {
+      const double p = std::exp(row[j] - lse);
+      const double qj = j == pad ? 0.0 : (j == t ? on : off);
+      row[j] = static_cast<float>(p - qj);
+    }
+  }
+  if (nll_sum != nullptr) *nll_sum = nll;
+  if (count != nullptr) *count = n;
+  return loss;
+}
+
+float CounterUniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull ^ (stream + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
+  z += index * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+
+void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
+  if (p <= 0.0f) return;
+  const float keep_scale = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < count; ++i) {
+    x[i] = CounterUniform(seed, stream, static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
+  }
+}
+
+void AdamUpdate(float* w, float* m, float* v, const float* g, int64_t count, float grad_scale,
+                const AdamOptions& o) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(o.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.step));
+  const float step_size = static_cast<float>(o.lr / bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  for (int64_t i = 0; i < count; ++i) {
+    const float gi = g[i] * grad_scale;
+    m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * gi;
+    v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * gi * gi;
+    w[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + o.eps);
+  }
+}
+
+}  // namespace tnmt::kernels::cpu

@@ -1,0 +1,73 @@
+// CPU kernels for training: backward passes beside the forward helpers they need, the
+// label-smoothed loss, dropout from a counter-based RNG (masks are recomputed, never stored:
+// the same (seed, stream, index) always gives the same bit, which makes resume and
+// multi-process runs exact), and the Adam update. Raw pointers, outputs first.
+// Parameter gradients are always accumulated (+=); activation gradients are written (=)
+// unless the name says Accumulate.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/elementwise.h"
+
+namespace tnmt::kernels::cpu {
+
+// dx: [rows, d] = d LayerNorm(x) / dx · dy, recomputing mean and variance from x.
+// dgamma, dbeta: [d] += their gradients. dx may alias dy.
+void LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                       const float* gamma, int64_t rows, int d, float eps);
+
+// dx = dy * act'(pre) where pre is the activation's input: [count]. dx may alias dy.
+void ActivationBackward(float* dx, const float* dy, const float* pre, int64_t count, Activation act);
+
+// db: [n] += column sums of dy: [rows, n].
+void AccumulateColumnSum(float* db, const float* dy, int64_t rows, int n);
+
+// Training attention for one projected Q/K/V set; saves probabilities for the backward.
+// q: rows b*q_len+i (stride ld_q); k, v: rows b*k_len+j (stride ld_kv), per group b.
+// probs: [batch, heads, q_len, k_len]; out: [batch*q_len, ld_out].
+// k_valid: [batch] valid keys (null: all); causal: key j visible to query i iff j <= i.
+void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
+                           const float* k, const float* v, int64_t ld_kv, int batch, int q_len,
+                           int k_len, int heads, int d_head, const int32_t* k_valid, bool causal);
+
+// Gradients of AttentionTrainForward: dq written, dk and dv accumulated (+=), all with the
+// same layouts as q, k, v. scratch: q_len * k_len floats.
+void AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv,
+                       const float* dout, int64_t ld_dout, const float* probs, const float* q,
+                       int64_t ld_q, const float* k, const float* v, int64_t ld_kv, int batch,
+                       int q_len, int k_len, int heads, int d_head, float* scratch);
+
+// dtable[ids[i]] += scale * dx[i]; dpos[positions[i]] += dx[i] (dpos may be null).
+void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_t* ids,
+                       const int32_t* positions, int64_t count, int d, float scale);
+
+// Label-smoothed cross-entropy over logits: [rows, vocab], in place: logits become
+// d(loss)/d(logits) for the summed loss. Target distribution: 1 - eps + eps/(V-1) on the
+// target, eps/(V-1) on every other token except pad, 0 on pad. Rows whose target is pad are
+// ignored (gradient 0). Returns the summed smoothed loss; *nll_sum gets the summed negative
+// log-likelihood of the targets and *count the number of non-pad targets.
+double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
+                                 float eps, int32_t pad, double* nll_sum, int64_t* count);
+
+// Uniform in [0, 1) from (seed, stream, index): a SplitMix64-style hash, no state.
+float CounterUniform(uint64_t seed, uint64_t stream, uint64_t index);
+
+// In place: x[i] = keep ? x[i] / (1 - p) : 0, keep iff CounterUniform(seed, stream, i) >= p.
+// Used identically for the forward and (on the gradient) the backward. p == 0: no-op.
+void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream);
+
+struct AdamOptions {
+  float lr = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.98f;
+  float eps = 1e-9f;
+  int64_t step = 1;  // 1-based, for bias correction
+};
+
+// Adam with bias correction: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps). grad_scale multiplies g first.
+void AdamUpdate(float* w, float* m, float* v, const float* g, int64_t count, float grad_scale,
+                const AdamOptions& o);
+
+}  // namespace tnmt::kernels::cpu

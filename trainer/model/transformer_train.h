@@ -1,0 +1,53 @@
+// Training forward and backward of the whole encoder-decoder for one batch: per-layer forward
+// passes that keep what their backward needs, then the backward in reverse order, gradients
+// accumulated (+=) into a ModelWeights-shaped gradient. No general autograd: each sub-layer
+// has its forward/backward pair here and in kernels/cpu/backward.h.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model/config.h"
+#include "engine/model/weights.h"
+
+namespace tnmt::train {
+
+// A padded batch. src: [batch, src_len] (ids + eos, pad after src_lengths[b]);
+// tgt_in: [batch, tgt_len] (bos + ids); tgt_out: [batch, tgt_len] (ids + eos), pad = ignored.
+struct TrainBatch {
+  int batch = 0;
+  int src_len = 0;
+  int tgt_len = 0;
+  std::vector<int32_t> src;
+  std::vector<int32_t> src_lengths;
+  std::vector<int32_t> tgt_in;
+  std::vector<int32_t> tgt_out;
+};
+
+struct TrainStepOptions {
+  float dropout = 0.1f;          // on embeddings+positions and on every sub-layer output
+  float label_smoothing = 0.1f;  // ε
+  uint64_t dropout_seed = 0;     // masks depend on (seed, site, element) only
+};
+
+struct LossStats {
+  double loss_sum = 0.0;  // label-smoothed, summed over target tokens
+  double nll_sum = 0.0;   // negative log-likelihood, summed
+  int64_t tokens = 0;     // non-pad target tokens
+};
+
+// Forward + backward of the summed loss; gradients are added to *grads (which must mirror
+// `params`, e.g. from ZerosLike). `loss_scale` multiplies the loss before differentiation
+// (e.g. 1/tokens to average).
+absl::StatusOr<LossStats> ForwardBackward(const ModelConfig& c, const ModelWeights& params,
+                                          const TrainBatch& batch, const TrainStepOptions& options,
+                                          float loss_scale, ModelWeights* grads);
+
+// Forward only (no dropout): the loss of a batch, for validation.
+absl::StatusOr<LossStats> EvaluateLoss(const ModelConfig& c, const ModelWeights& params,
+                                       const TrainBatch& batch, float label_smoothing);
+
+absl::Status ValidateBatch(const ModelConfig& c, const TrainBatch& batch);
+
+}  // namespace tnmt::train

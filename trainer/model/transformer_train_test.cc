@@ -1,0 +1,184 @@
+// Training forward/backward of the whole model: gradients of every parameter tensor against
+// finite differences (directional derivatives, with dropout on: masks are deterministic), for
+// a post-norm shared-embedding model and a pre-norm GELU learned-position model; the training
+// forward without dropout gives the engine's loss; bad batches are errors.
+#include "trainer/model/transformer_train.h"
+
+#include <cmath>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "engine/layers/decoder.h"
+#include "engine/layers/encoder.h"
+#include "engine/runtime/loaded_model.h"
+#include "kernels/cpu/backward.h"
+#include "trainer/model/parameters.h"
+
+namespace tnmt::train {
+namespace {
+
+TrainBatch MakeBatch(const ModelConfig& c, uint64_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> tok(4, c.vocab_size - 1);
+  TrainBatch b;
+  b.batch = 3;
+  b.src_len = 6;
+  b.tgt_len = 5;
+  const std::vector<int> src_lens = {6, 3, 4}, tgt_lens = {4, 5, 2};  // ids + eos / bos + ids
+  b.src.assign(b.batch * b.src_len, c.pad_id);
+  b.tgt_in.assign(b.batch * b.tgt_len, c.pad_id);
+  b.tgt_out.assign(b.batch * b.tgt_len, c.pad_id);
+  for (int i = 0; i < b.batch; ++i) {
+    for (int j = 0; j + 1 < src_lens[i]; ++j) b.src[i * b.src_len + j] = tok(rng);
+    b.src[i * b.src_len + src_lens[i] - 1] = c.eos_id;
+    b.src_lengths.push_back(src_lens[i]);
+    b.tgt_in[i * b.tgt_len] = c.bos_id;
+    for (int j = 0; j + 1 < tgt_lens[i]; ++j) {
+      const int t = tok(rng);
+      b.tgt_out[i * b.tgt_len + j] = t;
+      b.tgt_in[i * b.tgt_len + j + 1] = t;
+    }
+    b.tgt_out[i * b.tgt_len + tgt_lens[i] - 1] = c.eos_id;
+  }
+  return b;
+}
+
+class TrainGradTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto m = LoadModelDirectory("tests/golden/data/" + GetParam());
+    ASSERT_TRUE(m.ok()) << m.status();
+    config_ = (*m)->config;
+    // A private copy of the weights (the loaded model is shared and immutable).
+    auto copy = ZerosLike(config_, (*m)->weights);
+    ASSERT_TRUE(copy.ok());
+    params_ = *std::move(copy);
+    auto src = TrainableParams(config_, const_cast<ModelWeights*>(&(*m)->weights));
+    auto dst = TrainableParams(config_, &params_);
+    ASSERT_EQ(src.size(), dst.size());
+    for (size_t i = 0; i < src.size(); ++i) {
+      std::copy(src[i].tensor->f32(), src[i].tensor->f32() + src[i].tensor->numel(), dst[i].tensor->f32());
+    }
+    engine_model_ = *m;
+  }
+  ModelConfig config_;
+  ModelWeights params_;
+  std::shared_ptr<const LoadedModel> engine_model_;
+};
+
+TEST_P(TrainGradTest, EveryParameterMatchesFiniteDifferences) {
+  const TrainBatch batch = MakeBatch(config_, 5);
+  TrainStepOptions opt;
+  opt.dropout = 0.1f;
+  opt.dropout_seed = 1234;
+  auto grads = ZerosLike(config_, params_);
+  ASSERT_TRUE(grads.ok());
+  auto stats = ForwardBackward(config_, params_, batch, opt, 1.0f, &*grads);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->tokens, 4 + 5 + 2);
+
+  auto params = TrainableParams(config_, &params_);
+  auto gs = TrainableParams(config_, &*grads);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  int checked = 0;
+  for (size_t p = 0; p < params.size(); ++p) {
+    Tensor& w = *params[p].tensor;
+    const int64_t n = w.numel();
+    std::vector<float> u(n);
+    double norm = 0;
+    for (float& x : u) x = normal(rng), norm += x * x;
+    for (float& x : u) x /= std::sqrt(norm);
+    double analytic = 0;
+    for (int64_t i = 0; i < n; ++i) analytic += static_cast<double>(gs[p].tensor->f32()[i]) * u[i];
+    const float h = 3e-3f;
+    std::vector<float> saved(w.f32(), w.f32() + n);
+    for (int64_t i = 0; i < n; ++i) w.f32()[i] = saved[i] + h * u[i];
+    const double plus = ForwardBackward(config_, params_, batch, opt, 1.0f, nullptr)->loss_sum;
+    for (int64_t i = 0; i < n; ++i) w.f32()[i] = saved[i] - h * u[i];
+    const double minus = ForwardBackward(config_, params_, batch, opt, 1.0f, nullptr)->loss_sum;
+    std::copy(saved.begin(), saved.end(), w.f32());
+    const double numeric = (plus - minus) / (2 * h);
+    EXPECT_NEAR(analytic, numeric, 3e-3 + 2e-2 * std::fabs(numeric)) << params[p].name;
+    ++checked;
+  }
+  EXPECT_GT(checked, 30);
+}
+
+TEST_P(TrainGradTest, LossScaleScalesGradientsAndGradientsAccumulate) {
+  const TrainBatch batch = MakeBatch(config_, 6);
+  TrainStepOptions opt;
+  auto g1 = ZerosLike(config_, params_);
+  auto g2 = ZerosLike(config_, params_);
+  ASSERT_TRUE(ForwardBackward(config_, params_, batch, opt, 1.0f, &*g1).ok());
+  ASSERT_TRUE(ForwardBackward(config_, params_, batch, opt, 0.5f, &*g2).ok());
+  ASSERT_TRUE(ForwardBackward(config_, params_, batch, opt, 0.5f, &*g2).ok());
+  auto a = TrainableParams(config_, &*g1), b = TrainableParams(config_, &*g2);
+  for (size_t p = 0; p < a.size(); ++p) {
+    for (int64_t i = 0; i < a[p].tensor->numel(); ++i) {
+      ASSERT_NEAR(a[p].tensor->f32()[i], b[p].tensor->f32()[i], 1e-5 + 1e-4 * std::fabs(a[p].tensor->f32()[i]))
+          << a[p].name;
+    }
+  }
+}
+
+TEST_P(TrainGradTest, ForwardWithoutDropoutEqualsEngine) {
+  const TrainBatch b = MakeBatch(config_, 7);
+  auto stats = EvaluateLoss(config_, params_, b, 0.1f);
+  ASSERT_TRUE(stats.ok());
+  // The engine's encoder + full decoder on the same batch.
+  Workspace ws;
+  auto enc = Encode(config_, params_, b.src.data(), b.src_lengths.data(), b.batch, b.src_len, &ws);
+  ASSERT_TRUE(enc.ok());
+  auto state = DecoderState::Create(config_, params_, *enc, b.src_lengths.data(), b.batch, b.tgt_len);
+  ASSERT_TRUE(state.ok());
+  std::vector<int32_t> kv(b.batch);
+  for (int i = 0; i < b.batch; ++i) kv[i] = i;
+  ASSERT_TRUE(state->Start(kv).ok());
+  std::vector<float> logits(b.batch * b.tgt_len * config_.vocab_size);
+  ASSERT_TRUE(DecoderForward(config_, params_, &*state, b.tgt_in.data(), b.tgt_len, logits.data(), &ws).ok());
+  double nll = 0;
+  int64_t count = 0;
+  const double loss = kernels::cpu::LabelSmoothedCrossEntropy(logits.data(), b.tgt_out.data(), b.batch * b.tgt_len,
+                                                             config_.vocab_size, 0.1f, config_.pad_id, &nll, &count);
+  EXPECT_NEAR(stats->loss_sum, loss, 1e-4 * std::fabs(loss));
+  EXPECT_NEAR(stats->nll_sum, nll, 1e-4 * std::fabs(nll));
+  EXPECT_EQ(stats->tokens, count);
+}
+
+TEST_P(TrainGradTest, BadBatchesAreErrors) {
+  TrainBatch b = MakeBatch(config_, 8);
+  b.src[0] = config_.vocab_size;
+  EXPECT_FALSE(EvaluateLoss(config_, params_, b, 0.1f).ok());
+  b = MakeBatch(config_, 8);
+  b.src_lengths[1] = 0;
+  EXPECT_FALSE(EvaluateLoss(config_, params_, b, 0.1f).ok());
+  b = MakeBatch(config_, 8);
+  b.tgt_out.pop_back();
+  EXPECT_FALSE(EvaluateLoss(config_, params_, b, 0.1f).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, TrainGradTest, ::testing::Values("tiny", "tiny_prenorm"));
+
+TEST(InitializeTest, DeterministicAndShaped) {
+  auto m = LoadModelDirectory("tests/golden/data/tiny_prenorm");
+  ASSERT_TRUE(m.ok());
+  auto a = InitializeWeights((*m)->config, 3), b = InitializeWeights((*m)->config, 3), c = InitializeWeights((*m)->config, 4);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  auto pa = TrainableParams((*m)->config, &*a), pb = TrainableParams((*m)->config, &*b), pc = TrainableParams((*m)->config, &*c);
+  bool any_diff = false;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    ASSERT_EQ(pa[i].tensor->shape(), pb[i].tensor->shape());
+    for (int64_t j = 0; j < pa[i].tensor->numel(); ++j) {
+      ASSERT_EQ(pa[i].tensor->f32()[j], pb[i].tensor->f32()[j]);
+      any_diff |= pa[i].tensor->f32()[j] != pc[i].tensor->f32()[j];
+    }
+  }
+  EXPECT_TRUE(any_diff);
+  // Pad row of the embedding is zero.
+  EXPECT_EQ(a->encoder_embed.f32()[(*m)->config.pad_id * (*m)->config.d_model], 0.0f);
+}
+
+}  // namespace
+}  // namespace tnmt::train
