@@ -1,0 +1,783 @@
+// Checks the training kernels of backward.h. Every backward is compared with central finite
+// differences (h = 1e-6) of a naive double-precision forward of the scalar objective
+// L = sum(w ⊙ forward(inputs)) with fixed random weights w (so dy = w); the naive forward is
+// itself checked against the float32 forward kernel, so the two describe the same function.
+// Also: the label-smoothed loss against the documented target distribution, the counter RNG
+// and dropout statistics, and Adam against a naive double implementation.
+#include "kernels/cpu/backward.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+
+namespace tnmt::kernels::cpu {
+namespace {
+
+constexpr double kFdStep = 1e-6;  // central-difference step on the double forward
+constexpr double kGradRel = 1e-3;  // float32 analytic gradient vs double finite difference
+constexpr double kGradAbs = 2e-5;
+
+std::vector<float> Random(size_t count, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(count);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<double> ToDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// Central differences of f at x, for every element of x.
+std::vector<double> FiniteDiff(const std::function<double(const std::vector<double>&)>& f,
+                               std::vector<double> x) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + kFdStep;
+    const double fp = f(x);
+    x[i] = x0 - kFdStep;
+    const double fm = f(x);
+    x[i] = x0;
+    g[i] = (fp - fm) / (2.0 * kFdStep);
+  }
+  return g;
+}
+
+// got[i] within abs + rel * |want[i]|; reports the first few mismatches.
+void ExpectAllNear(const std::vector<float>& got, const std::vector<double>& want,
+                   const std::string& what, double abs = kGradAbs, double rel = kGradRel) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int failures = 0;
+  for (size_t i = 0; i < got.size() && failures < 5; ++i) {
+    const double tol = abs + rel * std::fabs(want[i]);
+    if (!(std::fabs(got[i] - want[i]) <= tol)) {
+      ++failures;
+      ADD_FAILURE() << what << ": [" << i << "] = " << got[i] << ", want " << want[i];
+    }
+  }
+}
+
+// want + base, the expected contents of an accumulated (+=) gradient buffer.
+std::vector<double> Plus(const std::vector<double>& want, const std::vector<float>& base) {
+  std::vector<double> r(want.size());
+  for (size_t i = 0; i < want.size(); ++i) r[i] = want[i] + base[i];
+  return r;
+}
+
+double MaxAbs(const std::vector<double>& v) {
+  double m = 0.0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// ------------------------------------------------------------------------ LayerNormBackward
+
+// y = (x - mean) / sqrt(var + eps) * gamma + beta per row, biased variance.
+std::vector<double> NaiveLayerNorm(const std::vector<double>& x, const std::vector<double>& gamma,
+                                   const std::vector<double>& beta, int64_t rows, int d,
+                                   double eps) {
+  std::vector<double> y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* xr = &x[r * d];
+    double mean = 0.0;
+    for (int j = 0; j < d; ++j) mean += xr[j];
+    mean /= d;
+    double var = 0.0;
+    for (int j = 0; j < d; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+    var /= d;
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    for (int j = 0; j < d; ++j) y[r * d + j] = (xr[j] - mean) * rstd * gamma[j] + beta[j];
+  }
+  return y;
+}
+
+double Dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+TEST(LayerNormBackward, MatchesFiniteDifferencesAndAccumulates) {
+  std::mt19937 rng(11);
+  const float eps = 1e-5f;
+  for (auto [rows, d] : std::vector<std::pair<int64_t, int>>{{1, 2}, {3, 7}, {5, 16}, {2, 64}}) {
+    SCOPED_TRACE("rows=" + std::to_string(rows) + " d=" + std::to_string(d));
+    std::vector<float> x = Random(rows * d, rng, -2.0f, 2.0f);
+    for (float& v : x) v += 0.7f;  // a non-zero mean
+    const std::vector<float> gamma = Random(d, rng, 0.5f, 1.5f);
+    const std::vector<float> beta = Random(d, rng);
+    const std::vector<float> w = Random(rows * d, rng);
+    const std::vector<double> xd = ToDouble(x), gd = ToDouble(gamma), bd = ToDouble(beta),
+                              wd = ToDouble(w);
+
+    // The naive forward is the kernel's forward.
+    std::vector<float> y(x.size());
+    LayerNorm(y.data(), x.data(), nullptr, gamma.data(), beta.data(), rows, d, eps);
+    ExpectAllNear(y, NaiveLayerNorm(xd, gd, bd, rows, d, eps), "forward", 1e-5, 1e-5);
+
+    const std::vector<double> want_dx = FiniteDiff(
+        [&](const std::vector<double>& p) { return Dot(wd, NaiveLayerNorm(p, gd, bd, rows, d, eps)); },
+        xd);
+    const std::vector<double> want_dgamma = FiniteDiff(
+        [&](const std::vector<double>& p) { return Dot(wd, NaiveLayerNorm(xd, p, bd, rows, d, eps)); },
+        gd);
+    const std::vector<double> want_dbeta = FiniteDiff(
+        [&](const std::vector<double>& p) { return Dot(wd, NaiveLayerNorm(xd, gd, p, rows, d, eps)); },
+        bd);
+    // The check is not vacuous (with d = 2 the output is ±gamma whatever x is: dx ~ 0).
+    if (d > 2) {
+      ASSERT_GT(MaxAbs(want_dx), 1e-2);
+    }
+
+    const std::vector<float> dgamma0 = Random(d, rng), dbeta0 = Random(d, rng);
+    std::vector<float> dx(x.size(), 1e30f), dgamma = dgamma0, dbeta = dbeta0;
+    LayerNormBackward(dx.data(), dgamma.data(), dbeta.data(), w.data(), x.data(), gamma.data(),
+                      rows, d, eps);
+    ExpectAllNear(dx, want_dx, "dx");
+    ExpectAllNear(dgamma, Plus(want_dgamma, dgamma0), "dgamma (accumulated)");
+    ExpectAllNear(dbeta, Plus(want_dbeta, dbeta0), "dbeta (accumulated)");
+
+    // dx may alias dy: same result.
+    std::vector<float> inplace = w, dgamma2 = dgamma0, dbeta2 = dbeta0;
+    LayerNormBackward(inplace.data(), dgamma2.data(), dbeta2.data(), inplace.data(), x.data(),
+                      gamma.data(), rows, d, eps);
+    EXPECT_EQ(inplace, dx);
+    EXPECT_EQ(dgamma2, dgamma);
+    EXPECT_EQ(dbeta2, dbeta);
+  }
+}
+
+// ----------------------------------------------------------------------- ActivationBackward
+
+double NaiveAct(double x, Activation act) {
+  if (act == Activation::kRelu) return x > 0.0 ? x : 0.0;
+  const double c = std::sqrt(2.0 / std::acos(-1.0));
+  return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
+}
+
+TEST(ActivationBackward, ReluAndGeluMatchFiniteDifferences) {
+  std::mt19937 rng(12);
+  const int64_t count = 200;
+  for (Activation act : {Activation::kRelu, Activation::kGelu}) {
+    SCOPED_TRACE(act == Activation::kRelu ? "relu" : "gelu");
+    std::vector<float> pre = Random(count, rng, -4.0f, 4.0f);
+    for (float& v : pre) {
+      if (std::fabs(v) < 0.05f) v = v < 0.0f ? -0.5f : 0.5f;  // relu kink: no derivative
+    }
+    const std::vector<float> w = Random(count, rng);
+    const std::vector<double> wd = ToDouble(w);
+
+    std::vector<float> y = pre;
+    BiasActivation(y.data(), nullptr, 1, static_cast<int>(count), act);
+    std::vector<double> want_y(count);
+    for (int64_t i = 0; i < count; ++i) want_y[i] = NaiveAct(pre[i], act);
+    ExpectAllNear(y, want_y, "forward", 1e-5, 1e-5);
+
+    const std::vector<double> want = FiniteDiff(
+        [&](const std::vector<double>& p) {
+          double s = 0.0;
+          for (int64_t i = 0; i < count; ++i) s += wd[i] * NaiveAct(p[i], act);
+          return s;
+        },
+        ToDouble(pre));
+    std::vector<float> dx(count, 1e30f);
+    ActivationBackward(dx.data(), w.data(), pre.data(), count, act);
+    ExpectAllNear(dx, want, "dx");
+
+    std::vector<float> inplace = w;  // dx may alias dy
+    ActivationBackward(inplace.data(), inplace.data(), pre.data(), count, act);
+    EXPECT_EQ(inplace, dx);
+  }
+}
+
+// ---------------------------------------------------------------------- AccumulateColumnSum
+
+TEST(AccumulateColumnSum, IsTheBiasGradientAndAccumulates) {
+  std::mt19937 rng(13);
+  for (auto [rows, n] : std::vector<std::pair<int64_t, int>>{{1, 1}, {4, 5}, {9, 33}}) {
+    SCOPED_TRACE("rows=" + std::to_string(rows) + " n=" + std::to_string(n));
+    const std::vector<float> x = Random(rows * n, rng), w = Random(rows * n, rng);
+    const std::vector<float> bias = Random(n, rng);
+    const std::vector<double> xd = ToDouble(x), wd = ToDouble(w);
+    // y = x + bias (AddBias); L = sum(w ⊙ y); dL/dbias = column sums of w.
+    std::vector<float> y = x;
+    AddBias(y.data(), bias.data(), rows, n);
+    const auto loss = [&](const std::vector<double>& b) {
+      double s = 0.0;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int j = 0; j < n; ++j) s += wd[r * n + j] * (xd[r * n + j] + b[j]);
+      }
+      return s;
+    };
+    const std::vector<double> want = FiniteDiff(loss, ToDouble(bias));
+    std::vector<double> exact(n, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int j = 0; j < n; ++j) exact[j] += wd[r * n + j];
+    }
+    const std::vector<float> db0 = Random(n, rng);
+    std::vector<float> db = db0;
+    AccumulateColumnSum(db.data(), w.data(), rows, n);
+    ExpectAllNear(db, Plus(want, db0), "db vs finite differences");
+    ExpectAllNear(db, Plus(exact, db0), "db vs exact column sums", 1e-6, 1e-6);
+  }
+}
+
+// ------------------------------------------------------------------------------- Attention
+
+struct AttnCase {
+  std::string name;
+  int batch, q_len, k_len, heads, d_head;
+  int64_t ld_q, ld_kv, ld_out, ld_dq, ld_dkv, ld_dout;  // 0: heads * d_head
+  std::vector<int32_t> k_valid;  // empty: null
+  bool causal;
+};
+
+bool Visible(const AttnCase& c, int b, int i, int j) {
+  const int valid = c.k_valid.empty() ? c.k_len : c.k_valid[b];
+  return j < valid && (!c.causal || j <= i);
+}
+
+// Naive double forward; out is compact [batch*q_len, heads*d_head]; probs
+// [batch, heads, q_len, k_len] (0 where masked; rows with no visible key are all 0).
+void NaiveAttention(const AttnCase& c, const std::vector<double>& q, const std::vector<double>& k,
+                    const std::vector<double>& v, std::vector<double>* out,
+                    std::vector<double>* probs) {
+  const int width = c.heads * c.d_head;
+  out->assign(static_cast<size_t>(c.batch) * c.q_len * width, 0.0);
+  probs->assign(static_cast<size_t>(c.batch) * c.heads * c.q_len * c.k_len, 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  std::vector<double> s(c.k_len);
+  for (int b = 0; b < c.batch; ++b) {
+    for (int h = 0; h < c.heads; ++h) {
+      for (int i = 0; i < c.q_len; ++i) {
+        const double* qi = &q[(static_cast<int64_t>(b) * c.q_len + i) * c.ld_q + h * c.d_head];
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int j = 0; j < c.k_len; ++j) {
+          if (!Visible(c, b, i, j)) continue;
+          const double* kj = &k[(static_cast<int64_t>(b) * c.k_len + j) * c.ld_kv + h * c.d_head];
+          double dot = 0.0;
+          for (int e = 0; e < c.d_head; ++e) dot += qi[e] * kj[e];
+          s[j] = dot * scale;
+          mx = std::max(mx, s[j]);
+        }
+        if (mx == -std::numeric_limits<double>::infinity()) continue;  // all masked: zeros
+        double sum = 0.0;
+        for (int j = 0; j < c.k_len; ++j) {
+          if (Visible(c, b, i, j)) sum += std::exp(s[j] - mx);
+        }
+        double* pr = &(*probs)[((static_cast<int64_t>(b) * c.heads + h) * c.q_len + i) * c.k_len];
+        double* o = &(*out)[(static_cast<int64_t>(b) * c.q_len + i) * width + h * c.d_head];
+        for (int j = 0; j < c.k_len; ++j) {
+          if (!Visible(c, b, i, j)) continue;
+          pr[j] = std::exp(s[j] - mx) / sum;
+          const double* vj = &v[(static_cast<int64_t>(b) * c.k_len + j) * c.ld_kv + h * c.d_head];
+          for (int e = 0; e < c.d_head; ++e) o[e] += pr[j] * vj[e];
+        }
+      }
+    }
+  }
+}
+
+// Copies compact [rows, width] into a [rows, ld] buffer whose padding holds `fill`.
+std::vector<float> Strided(const std::vector<float>& compact, int64_t rows, int width, int64_t ld,
+                           float fill) {
+  std::vector<float> r(rows * ld, fill);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int j = 0; j < width; ++j) r[i * ld + j] = compact[i * width + j];
+  }
+  return r;
+}
+
+void RunAttentionCase(AttnCase c, uint32_t seed) {
+  SCOPED_TRACE(c.name);
+  const int width = c.heads * c.d_head;
+  for (int64_t* ld : {&c.ld_q, &c.ld_kv, &c.ld_out, &c.ld_dq, &c.ld_dkv, &c.ld_dout}) {
+    if (*ld == 0) *ld = width;
+  }
+  std::mt19937 rng(seed);
+  const int64_t q_rows = static_cast<int64_t>(c.batch) * c.q_len;
+  const int64_t k_rows = static_cast<int64_t>(c.batch) * c.k_len;
+  // Padding columns hold large values: reading them would show.
+  std::vector<float> q = Random(q_rows * c.ld_q, rng, -1.5f, 1.5f);
+  std::vector<float> k = Random(k_rows * c.ld_kv, rng, -1.5f, 1.5f);
+  std::vector<float> v = Random(k_rows * c.ld_kv, rng);
+  for (int64_t r = 0; r < q_rows; ++r) {
+    for (int64_t j = width; j < c.ld_q; ++j) q[r * c.ld_q + j] = 1e3f;
+  }
+  for (int64_t r = 0; r < k_rows; ++r) {
+    for (int64_t j = width; j < c.ld_kv; ++j) k[r * c.ld_kv + j] = v[r * c.ld_kv + j] = -1e3f;
+  }
+  const std::vector<float> w = Random(q_rows * width, rng);  // compact dout
+  const std::vector<double> qd = ToDouble(q), kd = ToDouble(k), vd = ToDouble(v),
+                            wd = ToDouble(w);
+
+  // Forward: output and probabilities against the naive forward.
+  const float kOutFill = 777.0f;
+  std::vector<float> out(q_rows * c.ld_out, kOutFill);
+  std::vector<float> probs(static_cast<size_t>(c.batch) * c.heads * c.q_len * c.k_len, -5.0f);
+  AttentionTrainForward(out.data(), c.ld_out, probs.data(), q.data(), c.ld_q, k.data(), v.data(),
+                        c.ld_kv, c.batch, c.q_len, c.k_len, c.heads, c.d_head,
+                        c.k_valid.empty() ? nullptr : c.k_valid.data(), c.causal);
+  std::vector<double> want_out, want_probs;
+  NaiveAttention(c, qd, kd, vd, &want_out, &want_probs);
+  std::vector<float> out_compact(q_rows * width);
+  for (int64_t r = 0; r < q_rows; ++r) {
+    for (int j = 0; j < width; ++j) out_compact[r * width + j] = out[r * c.ld_out + j];
+    for (int64_t j = width; j < c.ld_out; ++j) {
+      EXPECT_EQ(out[r * c.ld_out + j], kOutFill) << "out padding written, row " << r;
+    }
+  }
+  ExpectAllNear(out_compact, want_out, "out", 1e-5, 1e-5);
+  ExpectAllNear(probs, want_probs, "probs", 1e-6, 1e-5);
+  for (int b = 0; b < c.batch; ++b) {
+    for (int h = 0; h < c.heads; ++h) {
+      for (int i = 0; i < c.q_len; ++i) {
+        const float* pr = &probs[((static_cast<int64_t>(b) * c.heads + h) * c.q_len + i) * c.k_len];
+        double sum = 0.0;
+        bool any = false;
+        for (int j = 0; j < c.k_len; ++j) {
+          if (Visible(c, b, i, j)) {
+            any = true;
+            sum += pr[j];
+            EXPECT_GE(pr[j], 0.0f);
+          } else {
+            EXPECT_EQ(pr[j], 0.0f) << "masked key b=" << b << " h=" << h << " i=" << i << " j=" << j;
+          }
+        }
+        EXPECT_NEAR(sum, any ? 1.0 : 0.0, 1e-5) << "b=" << b << " h=" << h << " i=" << i;
+      }
+    }
+  }
+
+  // Backward against finite differences of L = sum(w ⊙ out).
+  const auto loss = [&](const std::vector<double>& qq, const std::vector<double>& kk,
+                        const std::vector<double>& vv) {
+    std::vector<double> o, p;
+    NaiveAttention(c, qq, kk, vv, &o, &p);
+    return Dot(wd, o);
+  };
+  const std::vector<double> want_dq =
+      FiniteDiff([&](const std::vector<double>& p) { return loss(p, kd, vd); }, qd);
+  const std::vector<double> want_dk =
+      FiniteDiff([&](const std::vector<double>& p) { return loss(qd, p, vd); }, kd);
+  const std::vector<double> want_dv =
+      FiniteDiff([&](const std::vector<double>& p) { return loss(qd, kd, p); }, vd);
+  ASSERT_GT(MaxAbs(want_dq), 1e-2);
+  ASSERT_GT(MaxAbs(want_dk), 1e-2);
+  ASSERT_GT(MaxAbs(want_dv), 1e-2);
+
+  // Re-lay the finite differences out with the gradient strides (padding: 0).
+  const auto relayout = [&](const std::vector<double>& g, int64_t rows, int64_t ld_from,
+                            int64_t ld_to) {
+    std::vector<double> r(rows * ld_to, 0.0);
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int j = 0; j < width; ++j) r[i * ld_to + j] = g[i * ld_from + j];
+      for (int64_t j = width; j < ld_from; ++j) {
+        EXPECT_EQ(g[i * ld_from + j], 0.0) << "naive forward reads padding";
+      }
+    }
+    return r;
+  };
+
+  const float kDqFill = 555.0f;  // dq is written: its padding must keep this
+  std::vector<float> dq(q_rows * c.ld_dq, kDqFill);
+  std::vector<float> dk0 = Random(k_rows * c.ld_dkv, rng), dv0 = Random(k_rows * c.ld_dkv, rng);
+  std::vector<float> dk = dk0, dv = dv0;
+  const std::vector<float> dout = Strided(w, q_rows, width, c.ld_dout, 1e3f);
+  std::vector<float> scratch(static_cast<size_t>(c.q_len) * c.k_len, 1e30f);
+  AttentionBackward(dq.data(), c.ld_dq, dk.data(), dv.data(), c.ld_dkv, dout.data(), c.ld_dout,
+                    probs.data(), q.data(), c.ld_q, k.data(), v.data(), c.ld_kv, c.batch, c.q_len,
+                    c.k_len, c.heads, c.d_head, scratch.data());
+
+  std::vector<double> want_dq_s = relayout(want_dq, q_rows, c.ld_q, c.ld_dq);
+  for (int64_t i = 0; i < q_rows; ++i) {
+    for (int64_t j = width; j < c.ld_dq; ++j) want_dq_s[i * c.ld_dq + j] = kDqFill;
+  }
+  ExpectAllNear(dq, want_dq_s, "dq");
+  ExpectAllNear(dk, Plus(relayout(want_dk, k_rows, c.ld_kv, c.ld_dkv), dk0), "dk (accumulated)");
+  ExpectAllNear(dv, Plus(relayout(want_dv, k_rows, c.ld_kv, c.ld_dkv), dv0), "dv (accumulated)");
+}
+
+TEST(Attention, SelfAttentionNoMask) {
+  RunAttentionCase({"self", 2, 5, 5, 3, 4, 0, 0, 0, 0, 0, 0, {}, false}, 21);
+}
+
+TEST(Attention, SingleHeadSingleBatch) {
+  RunAttentionCase({"single", 1, 4, 6, 1, 8, 0, 0, 0, 0, 0, 0, {}, false}, 22);
+}
+
+TEST(Attention, PaddingMaskAndWideStrides) {
+  RunAttentionCase({"padded", 3, 5, 5, 2, 4, 11, 13, 10, 9, 15, 12, {5, 3, 1}, false}, 23);
+}
+
+TEST(Attention, CausalSelfAttention) {
+  RunAttentionCase({"causal", 2, 6, 6, 2, 3, 8, 7, 0, 0, 9, 0, {}, true}, 24);
+}
+
+TEST(Attention, CausalWithPadding) {
+  RunAttentionCase({"causal+padded", 2, 6, 6, 3, 2, 0, 0, 0, 0, 0, 0, {4, 6}, true}, 25);
+}
+
+TEST(Attention, CrossAttentionQLenDiffersFromKLen) {
+  RunAttentionCase({"cross", 3, 3, 7, 2, 4, 9, 10, 11, 12, 13, 14, {7, 2, 4}, false}, 26);
+  RunAttentionCase({"cross-longer-q", 2, 7, 3, 2, 4, 0, 12, 0, 0, 0, 0, {3, 2}, false}, 27);
+}
+
+TEST(Attention, CausalWithMoreQueriesThanKeys) {
+  RunAttentionCase({"causal q>k", 2, 5, 3, 2, 3, 0, 0, 0, 0, 0, 0, {}, true}, 28);
+}
+
+TEST(Attention, GroupWithNoValidKeysGivesZeros) {
+  RunAttentionCase({"k_valid=0", 2, 3, 4, 2, 4, 0, 0, 0, 0, 0, 0, {0, 4}, false}, 29);
+}
+
+// ------------------------------------------------------------------------ EmbeddingBackward
+
+TEST(EmbeddingBackward, ScatterAddsWithRepeatedIdsAndPositions) {
+  std::mt19937 rng(31);
+  const int vocab = 5, max_pos = 4, d = 6;
+  const std::vector<int32_t> ids = {3, 1, 3, 0, 3, 4, 1, 1, 2, 3};
+  const std::vector<int32_t> positions = {0, 1, 2, 3, 0, 1, 2, 0, 1, 2};
+  const int64_t count = static_cast<int64_t>(ids.size());
+  for (bool with_pos : {true, false}) {
+    for (float scale : {1.0f, 2.4494898f}) {
+      SCOPED_TRACE(std::string(with_pos ? "with" : "without") + " positions, scale " +
+                   std::to_string(scale));
+      const std::vector<float> table = Random(vocab * d, rng), pos = Random(max_pos * d, rng);
+      const std::vector<float> w = Random(count * d, rng);
+      const std::vector<double> td = ToDouble(table), pd = ToDouble(pos), wd = ToDouble(w);
+      const auto forward = [&](const std::vector<double>& t, const std::vector<double>& p) {
+        std::vector<double> out(count * d);
+        for (int64_t i = 0; i < count; ++i) {
+          for (int j = 0; j < d; ++j) {
+            out[i * d + j] = t[ids[i] * d + j] * scale + (with_pos ? p[positions[i] * d + j] : 0.0);
+          }
+        }
+        return out;
+      };
+      std::vector<float> out(count * d);
+      EmbedTokens(out.data(), ids.data(), with_pos ? positions.data() : nullptr, count,
+                  table.data(), with_pos ? pos.data() : nullptr, d, scale);
+      ExpectAllNear(out, forward(td, pd), "forward", 1e-6, 1e-6);
+
+      const std::vector<double> want_dt = FiniteDiff(
+          [&](const std::vector<double>& t) { return Dot(wd, forward(t, pd)); }, td);
+      const std::vector<double> want_dp = FiniteDiff(
+          [&](const std::vector<double>& p) { return Dot(wd, forward(td, p)); }, pd);
+      const std::vector<float> dt0 = Random(vocab * d, rng), dp0 = Random(max_pos * d, rng);
+      std::vector<float> dt = dt0, dp = dp0;
+      EmbeddingBackward(dt.data(), with_pos ? dp.data() : nullptr, w.data(), ids.data(),
+                        with_pos ? positions.data() : nullptr, count, d, scale);
+      ExpectAllNear(dt, Plus(want_dt, dt0), "dtable (accumulated)");
+      if (with_pos) {
+        ExpectAllNear(dp, Plus(want_dp, dp0), "dpos (accumulated)");
+      } else {
+        EXPECT_EQ(dp, dp0);
+      }
+      // Row 3 is hit four times: its gradient is not a single row's.
+      double row3 = 0.0;
+      for (int j = 0; j < d; ++j) row3 += std::fabs(want_dt[3 * d + j]);
+      EXPECT_GT(row3, 0.1);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- LabelSmoothedCrossEntropy
+
+// Naive summed smoothed loss from the documented target distribution; also nll and count.
+double NaiveSmoothedLoss(const std::vector<double>& logits, const std::vector<int32_t>& targets,
+                         int vocab, double eps, int32_t pad, double* nll, int64_t* count) {
+  double loss = 0.0;
+  *nll = 0.0;
+  *count = 0;
+  for (size_t r = 0; r < targets.size(); ++r) {
+    if (targets[r] == pad) continue;
+    const double* row = &logits[r * vocab];
+    double mx = row[0];
+    for (int j = 1; j < vocab; ++j) mx = std::max(mx, row[j]);
+    double sum = 0.0;
+    for (int j = 0; j < vocab; ++j) sum += std::exp(row[j] - mx);
+    const double lse = mx + std::log(sum);
+    double qsum = 0.0;
+    for (int j = 0; j < vocab; ++j) {
+      double q = j == pad ? 0.0 : eps / (vocab - 1);
+      if (j == targets[r]) q += 1.0 - eps;
+      qsum += q;
+      loss -= q * (row[j] - lse);
+    }
+    EXPECT_NEAR(qsum, 1.0, 1e-12) << "documented target distribution sums to 1";
+    *nll -= row[targets[r]] - lse;
+    ++*count;
+  }
+  return loss;
+}
+
+void CheckSmoothedLoss(const std::vector<float>& logits, const std::vector<int32_t>& targets,
+                       int vocab, float eps, int32_t pad) {
+  const int64_t rows = static_cast<int64_t>(targets.size());
+  const std::vector<double> ld = ToDouble(logits);
+  double want_nll = 0.0;
+  int64_t want_count = 0;
+  const double want = NaiveSmoothedLoss(ld, targets, vocab, eps, pad, &want_nll, &want_count);
+
+  std::vector<float> grad = logits;
+  double nll = -1.0;
+  int64_t count = -1;
+  const double got =
+      LabelSmoothedCrossEntropy(grad.data(), targets.data(), rows, vocab, eps, pad, &nll, &count);
+  EXPECT_NEAR(got, want, 1e-5 * (1.0 + std::fabs(want)));
+  EXPECT_NEAR(nll, want_nll, 1e-5 * (1.0 + std::fabs(want_nll)));
+  EXPECT_EQ(count, want_count);
+
+  const std::vector<double> want_grad = FiniteDiff(
+      [&](const std::vector<double>& p) {
+        double n;
+        int64_t c;
+        return NaiveSmoothedLoss(p, targets, vocab, eps, pad, &n, &c);
+      },
+      ld);
+  ExpectAllNear(grad, want_grad, "dlogits");
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] != pad) continue;
+    for (int j = 0; j < vocab; ++j) EXPECT_EQ(grad[r * vocab + j], 0.0f) << "pad row " << r;
+  }
+
+  // Null outputs are allowed and change nothing.
+  std::vector<float> grad2 = logits;
+  EXPECT_EQ(LabelSmoothedCrossEntropy(grad2.data(), targets.data(), rows, vocab, eps, pad,
+                                      nullptr, nullptr),
+            got);
+  EXPECT_EQ(grad2, grad);
+}
+
+TEST(LabelSmoothedCrossEntropy, MatchesDocumentedDistributionAndFiniteDifferences) {
+  std::mt19937 rng(41);
+  const int vocab = 7;
+  const std::vector<int32_t> targets = {0, 1, 6, 3, 1, 2, 5, 1};  // pad = 1: rows 1, 4, 7
+  for (float eps : {0.1f, 0.3f}) {
+    for (int32_t pad : {1, 0}) {
+      SCOPED_TRACE("eps=" + std::to_string(eps) + " pad=" + std::to_string(pad));
+      const std::vector<float> logits = Random(targets.size() * vocab, rng, -4.0f, 4.0f);
+      CheckSmoothedLoss(logits, targets, vocab, eps, pad);
+    }
+  }
+}
+
+TEST(LabelSmoothedCrossEntropy, ZeroEpsIsPlainCrossEntropy) {
+  std::mt19937 rng(42);
+  const int vocab = 9;
+  const int32_t pad = 0;
+  const std::vector<int32_t> targets = {4, 0, 8, 1, 4};
+  const std::vector<float> logits = Random(targets.size() * vocab, rng, -3.0f, 3.0f);
+  CheckSmoothedLoss(logits, targets, vocab, 0.0f, pad);
+
+  std::vector<float> grad = logits;
+  double nll = 0.0;
+  int64_t count = 0;
+  const double loss = LabelSmoothedCrossEntropy(grad.data(), targets.data(),
+                                                static_cast<int64_t>(targets.size()), vocab,
+                                                0.0f, pad, &nll, &count);
+  EXPECT_EQ(count, 4);
+  EXPECT_NEAR(loss, nll, 1e-9 * (1.0 + nll));
+  double want = 0.0;
+  for (size_t r = 0; r < targets.size(); ++r) {
+    if (targets[r] == pad) continue;
+    double sum = 0.0;
+    for (int j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(logits[r * vocab + j]));
+    want += std::log(sum) - logits[r * vocab + targets[r]];
+    // gradient = softmax - onehot: sums to 0, and the pad column keeps its softmax share
+    double gsum = 0.0;
+    for (int j = 0; j < vocab; ++j) gsum += grad[r * vocab + j];
+    EXPECT_NEAR(gsum, 0.0, 1e-6);
+    EXPECT_NEAR(grad[r * vocab + pad], std::exp(logits[r * vocab + pad]) / sum, 1e-6);
+  }
+  EXPECT_NEAR(loss, want, 1e-6 * (1.0 + want));
+}
+
+TEST(LabelSmoothedCrossEntropy, LargeLogitsStayFinite) {
+  const int vocab = 4;
+  const std::vector<int32_t> targets = {2, 3};
+  const std::vector<float> logits = {1000.0f, 1001.0f, 999.0f, 1000.5f,
+                                     -1000.0f, -999.0f, -1002.0f, -1001.0f};
+  CheckSmoothedLoss(logits, targets, vocab, 0.1f, 0);
+}
+
+TEST(LabelSmoothedCrossEntropy, AllPadRows) {
+  const std::vector<int32_t> targets = {2, 2};
+  std::vector<float> logits = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+  double nll = -1.0;
+  int64_t count = -1;
+  EXPECT_EQ(LabelSmoothedCrossEntropy(logits.data(), targets.data(), 2, 3, 0.1f, 2, &nll, &count),
+            0.0);
+  EXPECT_EQ(nll, 0.0);
+  EXPECT_EQ(count, 0);
+  EXPECT_EQ(logits, std::vector<float>(6, 0.0f));
+}
+
+// ---------------------------------------------------------------------- CounterUniform / Dropout
+
+TEST(CounterUniform, DeterministicInRangeAndUniform) {
+  const int n = 100000;
+  double sum = 0.0, sq = 0.0;
+  std::vector<int> buckets(16, 0);
+  for (int i = 0; i < n; ++i) {
+    const float u = CounterUniform(1234, 7, static_cast<uint64_t>(i));
+    ASSERT_EQ(u, CounterUniform(1234, 7, static_cast<uint64_t>(i)));
+    ASSERT_GE(u, 0.0f);
+    ASSERT_LT(u, 1.0f);
+    sum += u;
+    sq += static_cast<double>(u) * u;
+    ++buckets[static_cast<int>(u * 16)];
+  }
+  EXPECT_NEAR(sum / n, 0.5, 0.01);
+  EXPECT_NEAR(sq / n - (sum / n) * (sum / n), 1.0 / 12.0, 0.005);
+  for (int b = 0; b < 16; ++b) EXPECT_NEAR(buckets[b], n / 16, 400) << "bucket " << b;
+
+  // Huge indices and seeds are fine too.
+  for (uint64_t i : {uint64_t{1} << 40, ~uint64_t{0}, uint64_t{0}}) {
+    const float u = CounterUniform(~uint64_t{0}, ~uint64_t{0}, i);
+    EXPECT_GE(u, 0.0f);
+    EXPECT_LT(u, 1.0f);
+  }
+}
+
+// Fraction of the first n indices on which two (seed, stream) sequences agree, and the
+// mean of their products (0.25 for independent uniforms).
+void ExpectIndependent(uint64_t s1, uint64_t t1, uint64_t s2, uint64_t t2) {
+  const int n = 20000;
+  int same = 0;
+  double prod = 0.0;
+  for (int i = 0; i < n; ++i) {
+    const float a = CounterUniform(s1, t1, i), b = CounterUniform(s2, t2, i);
+    same += a == b;
+    prod += static_cast<double>(a) * b;
+  }
+  EXPECT_LT(same, 10) << "(" << s1 << "," << t1 << ") vs (" << s2 << "," << t2 << ")";
+  EXPECT_NEAR(prod / n, 0.25, 0.01) << "(" << s1 << "," << t1 << ") vs (" << s2 << "," << t2 << ")";
+}
+
+TEST(CounterUniform, StreamsAndSeedsDiffer) {
+  ExpectIndependent(1, 0, 1, 1);
+  ExpectIndependent(1, 0, 2, 0);
+  ExpectIndependent(0, 0, 0, 1);
+  ExpectIndependent(0, 0, 1, 0);
+  ExpectIndependent(5, 3, 3, 5);
+  // Successive indices are not correlated either.
+  const int n = 20000;
+  double prod = 0.0;
+  for (int i = 0; i < n; ++i) {
+    prod += static_cast<double>(CounterUniform(9, 2, i)) * CounterUniform(9, 2, i + 1);
+  }
+  EXPECT_NEAR(prod / n, 0.25, 0.01);
+}
+
+TEST(Dropout, ZeroProbabilityIsNoOp) {
+  std::mt19937 rng(51);
+  const std::vector<float> x = Random(1000, rng);
+  std::vector<float> y = x;
+  Dropout(y.data(), static_cast<int64_t>(y.size()), 0.0f, 3, 4);
+  EXPECT_EQ(y, x);
+}
+
+TEST(Dropout, KeepsFractionScalesAndReproducesMask) {
+  const int64_t n = 100000;
+  for (float p : {0.1f, 0.3f, 0.5f}) {
+    SCOPED_TRACE("p=" + std::to_string(p));
+    std::vector<float> ones(n, 1.0f);
+    Dropout(ones.data(), n, p, 77, 5);
+    const float kept_value = 1.0f / (1.0f - p);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (ones[i] != 0.0f) {
+        ++kept;
+        ASSERT_FLOAT_EQ(ones[i], kept_value) << i;
+      }
+      ASSERT_EQ(ones[i] != 0.0f, CounterUniform(77, 5, i) >= p) << i;
+    }
+    EXPECT_NEAR(static_cast<double>(kept) / n, 1.0 - p, 0.01);
+
+    // Same (seed, stream) on another buffer (the backward on a gradient): same positions.
+    std::mt19937 rng(52);
+    std::vector<float> g = Random(n, rng, 0.5f, 2.0f);  // never 0
+    const std::vector<float> g0 = g;
+    Dropout(g.data(), n, p, 77, 5);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(g[i] == 0.0f, ones[i] == 0.0f) << i;
+      if (g[i] != 0.0f) {
+        ASSERT_FLOAT_EQ(g[i], g0[i] * kept_value) << i;
+      }
+    }
+    // Another stream drops other positions.
+    std::vector<float> other(n, 1.0f);
+    Dropout(other.data(), n, p, 77, 6);
+    for (int64_t i = 0; i < n; ++i) differ += (other[i] == 0.0f) != (ones[i] == 0.0f);
+    EXPECT_GT(differ, n * p * (1.0 - p));  // ~2p(1-p) n for independent masks
+  }
+}
+
+// ------------------------------------------------------------------------------- AdamUpdate
+
+TEST(AdamUpdate, MatchesNaiveDoubleAdamOverThreeSteps) {
+  std::mt19937 rng(61);
+  const int64_t n = 64;
+  for (float grad_scale : {1.0f, 0.25f, 3.0f}) {
+    for (float eps : {1e-9f, 1e-3f}) {
+      SCOPED_TRACE("grad_scale=" + std::to_string(grad_scale) + " eps=" + std::to_string(eps));
+      AdamOptions o;
+      o.lr = 2e-3f;
+      o.beta1 = 0.9f;
+      o.beta2 = 0.98f;
+      o.eps = eps;
+      std::vector<float> w = Random(n, rng), m(n, 0.0f), v(n, 0.0f);
+      std::vector<double> wd = ToDouble(w), md(n, 0.0), vd(n, 0.0);
+      for (int64_t t = 1; t <= 3; ++t) {
+        std::vector<float> g = Random(n, rng, -2.0f, 2.0f);
+        g[0] = 0.0f;      // never any gradient: w[0] stays put
+        g[1] = 1e-7f;     // tiny gradients: eps matters
+        g[2] = -50.0f;    // large ones
+        o.step = t;
+        AdamUpdate(w.data(), m.data(), v.data(), g.data(), n, grad_scale, o);
+        const double b1 = o.beta1, b2 = o.beta2;
+        for (int64_t i = 0; i < n; ++i) {
+          const double gi = static_cast<double>(g[i]) * grad_scale;
+          md[i] = b1 * md[i] + (1.0 - b1) * gi;
+          vd[i] = b2 * vd[i] + (1.0 - b2) * gi * gi;
+          const double mhat = md[i] / (1.0 - std::pow(b1, t));
+          const double vhat = vd[i] / (1.0 - std::pow(b2, t));
+          wd[i] -= static_cast<double>(o.lr) * mhat / (std::sqrt(vhat) + eps);
+        }
+        SCOPED_TRACE("step " + std::to_string(t));
+        // m and v suffer float cancellation: absolute floors on the gradient's scale.
+        ExpectAllNear(m, md, "m", 1e-6 * grad_scale, 1e-5);
+        ExpectAllNear(v, vd, "v", 1e-6 * grad_scale * grad_scale, 1e-5);
+        ExpectAllNear(w, wd, "w", 1e-7, 1e-6);
+      }
+      EXPECT_EQ(w[0], static_cast<float>(wd[0]));
+    }
+  }
+}
+
+TEST(AdamUpdate, FirstStepMovesByLearningRate) {
+  // With bias correction the first step is lr * sign(g) (eps small), whatever |g| is.
+  AdamOptions o;
+  o.lr = 0.01f;
+  o.step = 1;
+  std::vector<float> w = {1.0f, 1.0f, 1.0f}, m(3, 0.0f), v(3, 0.0f);
+  const std::vector<float> g = {0.001f, -5.0f, 300.0f};
+  AdamUpdate(w.data(), m.data(), v.data(), g.data(), 3, 0.5f, o);
+  EXPECT_NEAR(w[0], 0.99f, 1e-6);
+  EXPECT_NEAR(w[1], 1.01f, 1e-6);
+  EXPECT_NEAR(w[2], 0.99f, 1e-6);
+}
+
+}  // namespace
+}  // namespace tnmt::kernels::cpu
