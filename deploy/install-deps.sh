@@ -8,12 +8,13 @@ set -euo pipefail
 
 runtime_pkgs=(
   libgrpc++1.51 libprotobuf32 libsentencepiece0 libopenblas0-pthread
-  libabsl20220623 libsqlite3-0 ca-certificates
+  libabsl20220623 libsqlite3-0 libopenmpi3 ca-certificates
 )
 build_pkgs=(
   bazel-bootstrap g++ libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc
   libprotobuf-dev libsentencepiece-dev sentencepiece libopenblas-dev libabsl-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libsqlite3-dev zlib1g-dev
+  libopenmpi-dev openmpi-bin
   python3-torch python3-sentencepiece python3-numpy
 )
 
