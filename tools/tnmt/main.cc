@@ -2,6 +2,7 @@
 #include <iostream>
 #include <string>
 
+#include "tools/tnmt/train_command.h"
 #include "tools/tnmt/translate_command.h"
 
 namespace {
@@ -11,6 +12,8 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  translate   translate text with a model directory (stdin -> stdout)\n"
+    "  train       train a model on parallel text (resumable, data-parallel over MPI)\n"
+    "  average     average the last checkpoints into a model directory\n"
     "\n"
     "Run `tnmt <command> --help` for the flags of a command.\n";
 
@@ -23,6 +26,8 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   if (command == "translate") return tnmt::cli::TranslateCommand(argc, argv);
+  if (command == "train") return tnmt::cli::TrainCommand(argc, argv);
+  if (command == "average") return tnmt::cli::AverageCommand(argc, argv);
   std::cerr << "tnmt: unknown command \"" << command << "\"\n" << kUsage;
   return 2;
 }

@@ -1,0 +1,9 @@
+// `tnmt train` and `tnmt average`.
+#pragma once
+
+namespace tnmt::cli {
+
+int TrainCommand(int argc, char** argv);
+int AverageCommand(int argc, char** argv);
+
+}  // namespace tnmt::cli

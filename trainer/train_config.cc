@@ -1,0 +1,180 @@
+// TrainConfig parsing and presets; see train_config.h.
+#include "trainer/train_config.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace tnmt::train {
+
+namespace {
+
+using nlohmann::json;
+
+// Model keys that may override the preset (same names as config.json).
+const std::set<std::string>& ModelKeys() {
+  static const auto* keys = new std::set<std::string>{
+      "d_model", "num_heads", "d_ff", "encoder_layers", "decoder_layers", "normalize_before",
+      "activation", "position_encoding", "max_positions", "share_embeddings",
+      "share_decoder_input_output_embed", "scale_embedding", "layer_norm_epsilon", "label_smoothing"};
+  return *keys;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> PresetModel(const std::string& preset, int vocab_size) {
+  ModelConfig c;
+  c.vocab_size = vocab_size;
+  if (preset == "base") {
+    // Defaults of ModelConfig are the paper's base model.
+  } else if (preset == "big") {
+    c.d_model = 1024, c.num_heads = 16, c.d_ff = 4096;
+  } else if (preset == "small") {
+    c.d_model = 256, c.num_heads = 4, c.d_ff = 1024, c.encoder_layers = 3, c.decoder_layers = 3;
+  } else if (preset == "tiny") {
+    c.d_model = 32, c.num_heads = 2, c.d_ff = 64, c.encoder_layers = 1, c.decoder_layers = 1;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("unknown preset \"", preset, "\" (base, big, small, tiny)"));
+  }
+  return c;
+}
+
+absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const std::string& source) {
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(source, ": must be a JSON object"));
+  TrainConfig t;
+  std::vector<std::string> unknown;
+  auto bad = [&](const std::string& key, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": \"", key, "\" ", what));
+  };
+  // Typed readers; wrong types are errors naming the key.
+  auto str = [&](const char* key, std::string* out) -> absl::Status {
+    if (!j.contains(key)) return absl::OkStatus();
+    if (!j[key].is_string()) return bad(key, "must be a string");
+    *out = j[key].get<std::string>();
+    return absl::OkStatus();
+  };
+  auto integer = [&](const char* key, auto* out) -> absl::Status {
+    if (!j.contains(key)) return absl::OkStatus();
+    if (!j[key].is_number_integer()) return bad(key, "must be an integer");
+    *out = j[key].get<std::remove_pointer_t<decltype(out)>>();
+    return absl::OkStatus();
+  };
+  auto number = [&](const char* key, auto* out) -> absl::Status {
+    if (!j.contains(key)) return absl::OkStatus();
+    if (!j[key].is_number()) return bad(key, "must be a number");
+    *out = j[key].get<std::remove_pointer_t<decltype(out)>>();
+    return absl::OkStatus();
+  };
+  auto boolean = [&](const char* key, bool* out) -> absl::Status {
+    if (!j.contains(key)) return absl::OkStatus();
+    if (!j[key].is_boolean()) return bad(key, "must be true or false");
+    *out = j[key].get<bool>();
+    return absl::OkStatus();
+  };
+  const std::set<std::string> known = {
+      "train_source", "train_target", "valid_source", "valid_target", "spm_model", "vocab_size",
+      "max_length", "max_length_ratio", "preset", "max_tokens", "accum_steps", "warmup_steps",
+      "lr_scale", "max_steps", "max_epochs", "clip_norm", "dropout", "seed", "save_dir",
+      "save_every_steps", "save_every_minutes", "keep_last", "valid_every_steps", "valid_bleu",
+      "valid_beam_size", "valid_max_sentences", "metrics_file", "log_every_steps", "threads"};
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!known.count(it.key()) && !ModelKeys().count(it.key())) unknown.push_back(it.key());
+  }
+  if (!unknown.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": unknown key(s) ", absl::StrJoin(unknown, ", ")));
+  }
+  for (absl::Status s : {str("train_source", &t.train_source), str("train_target", &t.train_target),
+                         str("valid_source", &t.valid_source), str("valid_target", &t.valid_target),
+                         str("spm_model", &t.spm_model), integer("vocab_size", &t.vocab_size),
+                         integer("max_length", &t.max_length), number("max_length_ratio", &t.max_length_ratio),
+                         str("preset", &t.preset), integer("max_tokens", &t.max_tokens),
+                         integer("accum_steps", &t.accum_steps), integer("warmup_steps", &t.warmup_steps),
+                         number("lr_scale", &t.lr_scale), integer("max_steps", &t.max_steps),
+                         integer("max_epochs", &t.max_epochs), number("clip_norm", &t.clip_norm),
+                         number("dropout", &t.dropout), integer("seed", &t.seed), str("save_dir", &t.save_dir),
+                         integer("save_every_steps", &t.save_every_steps),
+                         number("save_every_minutes", &t.save_every_minutes), integer("keep_last", &t.keep_last),
+                         integer("valid_every_steps", &t.valid_every_steps), boolean("valid_bleu", &t.valid_bleu),
+                         integer("valid_beam_size", &t.valid_beam_size),
+                         integer("valid_max_sentences", &t.valid_max_sentences),
+                         str("metrics_file", &t.metrics_file), integer("log_every_steps", &t.log_every_steps),
+                         integer("threads", &t.threads)}) {
+    if (!s.ok()) return s;
+  }
+  if (t.train_source.empty() || t.train_target.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": \"train_source\" and \"train_target\" are required"));
+  }
+  if (t.save_dir.empty()) return absl::InvalidArgumentError(absl::StrCat(source, ": \"save_dir\" is required"));
+  if (t.valid_source.empty() != t.valid_target.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": give both \"valid_source\" and \"valid_target\" or neither"));
+  }
+  if (t.vocab_size < 8) return bad("vocab_size", "must be at least 8");
+  if (t.max_length < 1) return bad("max_length", "must be positive");
+  if (!(t.max_length_ratio >= 1.0)) return bad("max_length_ratio", "must be >= 1");
+  if (t.max_tokens < 1) return bad("max_tokens", "must be positive");
+  if (t.accum_steps < 1) return bad("accum_steps", "must be positive");
+  if (t.warmup_steps < 1) return bad("warmup_steps", "must be positive");
+  if (!(t.lr_scale > 0)) return bad("lr_scale", "must be positive");
+  if (t.max_steps < 1) return bad("max_steps", "must be positive");
+  if (t.max_epochs < 0) return bad("max_epochs", "must be >= 0");
+  if (!(t.clip_norm >= 0)) return bad("clip_norm", "must be >= 0");
+  if (!(t.dropout >= 0 && t.dropout < 1)) return bad("dropout", "must be in [0, 1)");
+  if (t.save_every_steps < 0 || t.valid_every_steps < 0 || t.log_every_steps < 1) {
+    return bad("save_every_steps/valid_every_steps/log_every_steps", "must be >= 0 (log: >= 1)");
+  }
+  if (t.valid_beam_size < 1 || t.valid_beam_size > 64) return bad("valid_beam_size", "must be in [1, 64]");
+  if (t.threads < 0) return bad("threads", "must be >= 0");
+
+  auto preset = PresetModel(t.preset, t.vocab_size);
+  if (!preset.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", preset.status().message()));
+  // Model overrides go through the model-format parser, which validates them.
+  json model = json::parse(preset->ToJson());
+  for (const std::string& key : ModelKeys()) {
+    if (j.contains(key)) model[key] = j[key];
+  }
+  model["vocab_size"] = t.vocab_size;
+  auto mc = ModelConfig::Parse(model.dump(), source + " (model settings)");
+  if (!mc.ok()) return mc.status();
+  t.model = *mc;
+  return t;
+}
+
+json TrainConfig::ToJson() const {
+  json j = json::parse(model.ToJson());
+  for (const char* drop : {"format", "format_version", "vocab_size", "pad_id", "unk_id", "bos_id", "eos_id", "decoding"}) {
+    j.erase(drop);
+  }
+  j["train_source"] = train_source;
+  j["train_target"] = train_target;
+  j["valid_source"] = valid_source;
+  j["valid_target"] = valid_target;
+  j["spm_model"] = spm_model;
+  j["vocab_size"] = vocab_size;
+  j["max_length"] = max_length;
+  j["max_length_ratio"] = max_length_ratio;
+  j["preset"] = preset;
+  j["max_tokens"] = max_tokens;
+  j["accum_steps"] = accum_steps;
+  j["warmup_steps"] = warmup_steps;
+  j["lr_scale"] = lr_scale;
+  j["max_steps"] = max_steps;
+  j["max_epochs"] = max_epochs;
+  j["clip_norm"] = clip_norm;
+  j["dropout"] = dropout;
+  j["seed"] = seed;
+  j["save_dir"] = save_dir;
+  j["save_every_steps"] = save_every_steps;
+  j["save_every_minutes"] = save_every_minutes;
+  j["keep_last"] = keep_last;
+  j["valid_every_steps"] = valid_every_steps;
+  j["valid_bleu"] = valid_bleu;
+  j["valid_beam_size"] = valid_beam_size;
+  j["valid_max_sentences"] = valid_max_sentences;
+  j["metrics_file"] = metrics_file;
+  j["log_every_steps"] = log_every_steps;
+  j["threads"] = threads;
+  return j;
+}
+
+}  // namespace tnmt::train

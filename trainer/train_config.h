@@ -1,0 +1,58 @@
+// TrainConfig: everything `tnmt train` needs, from a JSON file (--config) with flags on top.
+// Keys are the flag names with '_' for '-'. Validation names the bad key and the source.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "engine/model/config.h"
+
+namespace tnmt::train {
+
+struct TrainConfig {
+  // Data.
+  std::string train_source, train_target;  // plain or .gz, one sentence per line
+  std::string valid_source, valid_target;  // optional
+  std::string spm_model;                   // empty: train a joint one into save_dir
+  int vocab_size = 8000;
+  int max_length = 256;            // pieces per side; longer pairs are skipped
+  double max_length_ratio = 2.0;   // longer/shorter side; larger ratios are skipped
+  // Model: a preset ("base", "big", "small", "tiny") and explicit overrides.
+  std::string preset = "base";
+  ModelConfig model;               // filled from the preset, then the overrides
+  // Schedule.
+  int64_t max_tokens = 4096;       // per batch per process, padding included
+  int accum_steps = 1;             // batches per update
+  int64_t warmup_steps = 4000;
+  double lr_scale = 1.0;
+  int64_t max_steps = 100000;
+  int64_t max_epochs = 0;          // 0: no epoch limit
+  double clip_norm = 0.0;          // 0: no clipping
+  float dropout = 0.1f;
+  uint64_t seed = 1;
+  // Checkpoints and validation.
+  std::string save_dir;
+  int64_t save_every_steps = 1000;
+  double save_every_minutes = 0.0;
+  int keep_last = 5;
+  int64_t valid_every_steps = 1000;
+  bool valid_bleu = true;
+  int valid_beam_size = 4;
+  int valid_max_sentences = 0;     // 0: the whole dev set
+  // Observability and resources.
+  std::string metrics_file;        // JSON lines; default save_dir/metrics.jsonl
+  int64_t log_every_steps = 10;
+  int threads = 0;                 // 0: all cores
+
+  // Parses JSON (`source` names it in errors), validates, applies the preset.
+  static absl::StatusOr<TrainConfig> FromJson(const nlohmann::json& j, const std::string& source);
+  nlohmann::json ToJson() const;
+};
+
+// The paper's base and big models, and smaller ones for CPUs and tests.
+absl::StatusOr<ModelConfig> PresetModel(const std::string& preset, int vocab_size);
+
+}  // namespace tnmt::train

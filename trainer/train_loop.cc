@@ -1,0 +1,393 @@
+// Training loop; see train_loop.h.
+#include "trainer/train_loop.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/core/status_macros.h"
+#include "engine/runtime/translator.h"
+#include "kernels/cpu/gemm.h"
+#include "trainer/bleu.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/schedule.h"
+#include "trainer/data/batch_iterator.h"
+#include "trainer/data/dataset.h"
+#include "trainer/data/spm_trainer.h"
+#include "trainer/data/text_reader.h"
+#include "trainer/model/parameters.h"
+#include "trainer/model/transformer_train.h"
+#include "trainer/optim/adam.h"
+
+namespace tnmt::train {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+TrainBatch ToTrainBatch(data::Batch&& b) {
+  TrainBatch t;
+  t.batch = b.batch_size;
+  t.src_len = b.src_len;
+  t.tgt_len = b.tgt_len;
+  t.src = std::move(b.src);
+  t.src_lengths = std::move(b.src_lengths);
+  t.tgt_in = std::move(b.tgt_in);
+  t.tgt_out = std::move(b.tgt_out);
+  return t;
+}
+
+uint64_t MixSeed(uint64_t seed, int64_t step, int micro, int rank) {
+  uint64_t z = seed ^ 0x9e3779b97f4a7c15ull;
+  for (uint64_t v : {static_cast<uint64_t>(step), static_cast<uint64_t>(micro), static_cast<uint64_t>(rank)}) {
+    z = (z ^ v) * 0xbf58476d1ce4e5b9ull;
+    z ^= z >> 31;
+  }
+  return z;
+}
+
+// Flattens every gradient tensor into one buffer, all-reduces it, and copies back.
+absl::Status AllReduceGradients(Collective* c, const ModelConfig& config, ModelWeights* grads,
+                                std::vector<float>* flat) {
+  if (c->world_size() == 1) return absl::OkStatus();
+  auto refs = TrainableParams(config, grads);
+  int64_t n = 0;
+  for (ParamRef& r : refs) n += r.tensor->numel();
+  flat->resize(n);
+  int64_t off = 0;
+  for (ParamRef& r : refs) {
+    std::copy(r.tensor->f32(), r.tensor->f32() + r.tensor->numel(), flat->data() + off);
+    off += r.tensor->numel();
+  }
+  TNMT_RETURN_IF_ERROR(c->AllReduceSum(flat->data(), n));
+  off = 0;
+  for (ParamRef& r : refs) {
+    std::copy(flat->data() + off, flat->data() + off + r.tensor->numel(), r.tensor->f32());
+    off += r.tensor->numel();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BroadcastParams(Collective* c, const ModelConfig& config, ModelWeights* params) {
+  if (c->world_size() == 1) return absl::OkStatus();
+  for (ParamRef& r : TrainableParams(config, params)) {
+    TNMT_RETURN_IF_ERROR(c->Broadcast(r.tensor->f32(), r.tensor->numel(), 0));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Barrier(Collective* c) {
+  double x = 0;
+  return c->AllReduceSum(&x, 1);
+}
+
+absl::StatusOr<std::vector<std::string>> ReadLines(const std::string& path, int limit) {
+  TNMT_ASSIGN_OR_RETURN(auto reader, data::LineReader::Open(path));
+  std::vector<std::string> lines;
+  std::string line;
+  while (limit <= 0 || static_cast<int>(lines.size()) < limit) {
+    TNMT_ASSIGN_OR_RETURN(bool more, reader->Next(&line));
+    if (!more) break;
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+std::string FormatDuration(double seconds) {
+  if (!(seconds >= 0) || seconds > 1e8) return "--";
+  const int64_t s = static_cast<int64_t>(seconds);
+  return absl::StrFormat("%dh%02dm%02ds", s / 3600, (s / 60) % 60, s % 60);
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& cfg, Collective* coll, const TrainHooks& hooks)
+      : cfg_(cfg), coll_(coll), hooks_(hooks), rank0_(coll->rank() == 0) {}
+
+  absl::Status Run() {
+    TNMT_RETURN_IF_ERROR(Setup());
+    return Loop();
+  }
+
+ private:
+  absl::Status Setup() {
+    if (rank0_) ::mkdir(cfg_.save_dir.c_str(), 0755);
+    TNMT_RETURN_IF_ERROR(Barrier(coll_));
+    if (!Exists(cfg_.save_dir)) return absl::NotFoundError(absl::StrCat(cfg_.save_dir, ": cannot create save_dir"));
+    for (const std::string& p : {cfg_.train_source, cfg_.train_target}) {
+      if (!Exists(p)) return absl::NotFoundError(absl::StrCat(p, ": training data not found"));
+    }
+    spm_path_ = cfg_.spm_model.empty() ? cfg_.save_dir + "/spm.model" : cfg_.spm_model;
+    if (!Exists(spm_path_)) {
+      if (!cfg_.spm_model.empty()) return absl::NotFoundError(absl::StrCat(spm_path_, ": spm_model not found"));
+      if (rank0_) {
+        Log(absl::StrCat("training a joint SentencePiece model of ", cfg_.vocab_size, " pieces"));
+        data::SpmTrainerOptions o;
+        o.vocab_size = cfg_.vocab_size;
+        TNMT_RETURN_IF_ERROR(data::TrainJointSentencePiece({cfg_.train_source, cfg_.train_target}, spm_path_, o));
+      }
+      TNMT_RETURN_IF_ERROR(Barrier(coll_));
+    }
+    TNMT_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::Load(spm_path_));
+    config_ = cfg_.model;
+    config_.vocab_size = tokenizer_->vocab_size();
+    config_.pad_id = tokenizer_->pad_id(), config_.unk_id = tokenizer_->unk_id();
+    config_.bos_id = tokenizer_->bos_id(), config_.eos_id = tokenizer_->eos_id();
+    if (config_.pad_id < 0 || config_.bos_id < 0 || config_.eos_id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(spm_path_, ": needs pad, bos and eos pieces"));
+    }
+
+    data::DatasetOptions dopt;
+    dopt.max_length = cfg_.max_length;
+    dopt.max_length_ratio = cfg_.max_length_ratio;
+    const std::string cache = absl::StrCat(cfg_.save_dir, "/train.rank", coll_->rank(), ".cache");
+    TNMT_ASSIGN_OR_RETURN(train_, data::Dataset::Build(cfg_.train_source, cfg_.train_target, *tokenizer_, cache, dopt));
+    const auto& st = train_->stats();
+    Log(absl::StrCat("training pairs: ", st.pairs_kept, " kept of ", st.pairs_read, " (empty ", st.dropped_empty,
+                     ", too long ", st.dropped_too_long, ", ratio ", st.dropped_ratio, ")"));
+    if (train_->size() == 0) return absl::InvalidArgumentError("no training pairs left after filtering");
+    data::BatchOptions bopt;
+    bopt.max_tokens = cfg_.max_tokens;
+    bopt.seed = cfg_.seed;
+    bopt.rank = coll_->rank();
+    bopt.world_size = coll_->world_size();
+    bopt.pad_id = config_.pad_id, bopt.bos_id = config_.bos_id, bopt.eos_id = config_.eos_id;
+    TNMT_ASSIGN_OR_RETURN(batches_, data::BatchIterator::Create(train_.get(), bopt));
+    if (batches_->batches_per_epoch() == 0) return absl::InvalidArgumentError("no batches for this rank");
+
+    if (!cfg_.valid_source.empty() && rank0_) {
+      const std::string vcache = cfg_.save_dir + "/valid.cache";
+      data::DatasetOptions vopt = dopt;
+      vopt.max_length = MaxPositions(config_) - 1;
+      vopt.max_length_ratio = 1e9;
+      TNMT_ASSIGN_OR_RETURN(valid_, data::Dataset::Build(cfg_.valid_source, cfg_.valid_target, *tokenizer_, vcache, vopt));
+      TNMT_ASSIGN_OR_RETURN(valid_src_lines_, ReadLines(cfg_.valid_source, cfg_.valid_max_sentences));
+      TNMT_ASSIGN_OR_RETURN(valid_ref_lines_, ReadLines(cfg_.valid_target, cfg_.valid_max_sentences));
+    }
+
+    auto latest = LoadLatestCheckpoint(cfg_.save_dir);
+    if (latest.ok()) {
+      TNMT_RETURN_IF_ERROR(Resume(*std::move(latest)));
+    } else if (latest.status().code() == absl::StatusCode::kNotFound) {
+      TNMT_ASSIGN_OR_RETURN(params_, InitializeWeights(config_, cfg_.seed));
+      TNMT_ASSIGN_OR_RETURN(adam_, Adam::Create(config_, params_));
+    } else {
+      return latest.status();
+    }
+    TNMT_RETURN_IF_ERROR(BroadcastParams(coll_, config_, &params_));
+    TNMT_ASSIGN_OR_RETURN(grads_, ZerosLike(config_, params_));
+    Log(absl::StrCat("model: ", ParameterCount(config_, &params_), " parameters, d_model ", config_.d_model, ", ",
+                     config_.encoder_layers, "+", config_.decoder_layers, " layers, vocab ", config_.vocab_size,
+                     "; ", batches_->batches_per_epoch(), " batches per epoch per rank"));
+    if (rank0_) {
+      metrics_.open(cfg_.metrics_file.empty() ? cfg_.save_dir + "/metrics.jsonl" : cfg_.metrics_file, std::ios::app);
+      std::ofstream(cfg_.save_dir + "/train_config.json") << cfg_.ToJson().dump(2) << "\n";
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Resume(Checkpoint ck) {
+    TensorMap p, m, v;
+    for (auto& [name, t] : ck.params) p.emplace(name, StoredTensor{t, DType::kFloat32});
+    for (auto& [name, t] : ck.adam_m) m.emplace(name, StoredTensor{t, DType::kFloat32});
+    for (auto& [name, t] : ck.adam_v) v.emplace(name, StoredTensor{t, DType::kFloat32});
+    if (ck.config.vocab_size != config_.vocab_size || ck.config.d_model != config_.d_model) {
+      return absl::InvalidArgumentError(absl::StrCat(cfg_.save_dir, ": the checkpoint's model does not match the config"));
+    }
+    config_ = ck.config;
+    TNMT_ASSIGN_OR_RETURN(params_, ModelWeights::Build(config_, std::move(p), "checkpoint params"));
+    TNMT_ASSIGN_OR_RETURN(adam_, Adam::Create(config_, params_));
+    TNMT_ASSIGN_OR_RETURN(adam_.m(), ModelWeights::Build(config_, std::move(m), "checkpoint adam m"));
+    TNMT_ASSIGN_OR_RETURN(adam_.v(), ModelWeights::Build(config_, std::move(v), "checkpoint adam v"));
+    adam_.set_step(ck.state.step);
+    state_ = ck.state;
+    TNMT_RETURN_IF_ERROR(batches_->Seek({state_.epoch, state_.batch_in_epoch}));
+    Log(absl::StrCat("resumed from step ", state_.step, " (epoch ", state_.epoch, ", batch ", state_.batch_in_epoch, ")"));
+    return absl::OkStatus();
+  }
+
+  absl::Status Loop() {
+    CheckpointSchedule sched;
+    sched.every_steps = cfg_.save_every_steps;
+    sched.every_minutes = cfg_.save_every_minutes;
+    sched.keep_last = cfg_.keep_last;
+    CheckpointTimer timer(sched, state_.step, state_.elapsed_seconds);
+    const double start_elapsed = state_.elapsed_seconds;
+    const auto start = Clock::now();
+    auto window_start = Clock::now();
+    double window_tokens = 0, window_loss = 0, window_nll = 0, window_count = 0;
+    std::vector<float> flat;
+    int64_t last_saved = state_.step;
+    while (state_.step < cfg_.max_steps) {
+      if (cfg_.max_epochs > 0 && state_.epoch >= cfg_.max_epochs) break;
+      if (hooks_.stop != nullptr && hooks_.stop->load()) {
+        Log("stop requested: writing a final checkpoint");
+        break;
+      }
+      ZeroAll(config_, &grads_);
+      double stats[3] = {0, 0, 0};  // loss, nll, tokens
+      for (int a = 0; a < cfg_.accum_steps; ++a) {
+        data::Batch b;
+        TNMT_RETURN_IF_ERROR(batches_->Next(&b));
+        TrainStepOptions o;
+        o.dropout = cfg_.dropout;
+        o.label_smoothing = config_.label_smoothing;
+        o.dropout_seed = MixSeed(cfg_.seed, state_.step, a, coll_->rank());
+        TNMT_ASSIGN_OR_RETURN(LossStats s, ForwardBackward(config_, params_, ToTrainBatch(std::move(b)), o, 1.0f, &grads_));
+        stats[0] += s.loss_sum, stats[1] += s.nll_sum, stats[2] += static_cast<double>(s.tokens);
+      }
+      TNMT_RETURN_IF_ERROR(AllReduceGradients(coll_, config_, &grads_, &flat));
+      TNMT_RETURN_IF_ERROR(coll_->AllReduceSum(stats, 3));
+      const double tokens = std::max(1.0, stats[2]);
+      float grad_scale = static_cast<float>(1.0 / tokens);
+      double gnorm = 0;
+      if (cfg_.clip_norm > 0) {
+        gnorm = GlobalGradNorm(config_, &grads_) * grad_scale;
+        if (gnorm > cfg_.clip_norm) grad_scale *= static_cast<float>(cfg_.clip_norm / gnorm);
+      }
+      const double lr = NoamLearningRate(state_.step + 1, config_.d_model, {cfg_.warmup_steps, cfg_.lr_scale});
+      adam_.Step(&params_, &grads_, lr, grad_scale);
+      ++state_.step;
+      const data::DataPosition pos = batches_->Position();
+      state_.epoch = pos.epoch;
+      state_.batch_in_epoch = pos.batch_in_epoch;
+      state_.tokens_seen += stats[2];
+      state_.seed = cfg_.seed;
+      state_.elapsed_seconds = start_elapsed + std::chrono::duration<double>(Clock::now() - start).count();
+      window_tokens += stats[2], window_loss += stats[0], window_nll += stats[1], window_count += stats[2];
+
+      if (state_.step % cfg_.log_every_steps == 0 || state_.step == cfg_.max_steps) {
+        const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
+        const double tps = secs > 0 ? window_tokens / secs : 0;
+        const double loss = window_loss / std::max(1.0, window_count);
+        const double nll = window_nll / std::max(1.0, window_count);
+        const double per_step = secs / cfg_.log_every_steps;
+        const double eta = per_step * static_cast<double>(cfg_.max_steps - state_.step);
+        json m = {{"event", "train"}, {"step", state_.step}, {"epoch", state_.epoch}, {"loss", loss},
+                  {"nll", nll}, {"ppl", std::exp(nll)}, {"lr", lr}, {"tokens_per_second", tps},
+                  {"grad_norm", gnorm}, {"tokens_seen", state_.tokens_seen},
+                  {"elapsed_seconds", state_.elapsed_seconds}, {"eta_seconds", eta}};
+        Metric(m);
+        if (hooks_.progress_line && rank0_) {
+          std::fprintf(stderr, "\rstep %lld/%lld  epoch %lld  loss %.4f  ppl %.2f  lr %.3g  %.0f tok/s  ETA %s   ",
+                       static_cast<long long>(state_.step), static_cast<long long>(cfg_.max_steps),
+                       static_cast<long long>(state_.epoch), loss, std::exp(nll), lr, tps, FormatDuration(eta).c_str());
+          std::fflush(stderr);
+        }
+        window_start = Clock::now();
+        window_tokens = window_loss = window_nll = window_count = 0;
+      }
+      if (cfg_.valid_every_steps > 0 && state_.step % cfg_.valid_every_steps == 0) TNMT_RETURN_IF_ERROR(Validate());
+      if (timer.Due(state_.step, state_.elapsed_seconds)) {
+        TNMT_RETURN_IF_ERROR(Save());
+        timer.Saved(state_.step, state_.elapsed_seconds);
+        last_saved = state_.step;
+      }
+    }
+    if (hooks_.progress_line && rank0_) std::fprintf(stderr, "\n");
+    if (last_saved != state_.step || !LoadLatestCheckpoint(cfg_.save_dir).ok()) TNMT_RETURN_IF_ERROR(Save());
+    Log(absl::StrCat("done at step ", state_.step));
+    return absl::OkStatus();
+  }
+
+  absl::Status Validate() {
+    if (!rank0_ || valid_ == nullptr) return absl::OkStatus();
+    const auto t0 = Clock::now();
+    data::BatchOptions o;
+    o.max_tokens = cfg_.max_tokens;
+    o.shuffle = false;
+    o.pad_id = config_.pad_id, o.bos_id = config_.bos_id, o.eos_id = config_.eos_id;
+    TNMT_ASSIGN_OR_RETURN(auto it, data::BatchIterator::Create(valid_.get(), o));
+    double loss = 0, nll = 0, tokens = 0;
+    for (int64_t i = 0; i < it->batches_per_epoch(); ++i) {
+      data::Batch b;
+      TNMT_RETURN_IF_ERROR(it->Next(&b));
+      TNMT_ASSIGN_OR_RETURN(LossStats s, EvaluateLoss(config_, params_, ToTrainBatch(std::move(b)), config_.label_smoothing));
+      loss += s.loss_sum, nll += s.nll_sum, tokens += static_cast<double>(s.tokens);
+    }
+    json m = {{"event", "validation"}, {"step", state_.step}, {"dev_loss", loss / std::max(1.0, tokens)},
+              {"dev_nll", nll / std::max(1.0, tokens)}, {"dev_ppl", std::exp(nll / std::max(1.0, tokens))}};
+    if (cfg_.valid_bleu) {
+      auto model = std::make_shared<LoadedModel>();
+      model->directory = cfg_.save_dir;
+      model->config = config_;
+      model->weights = params_;  // shares storage; training is paused while translating
+      TNMT_ASSIGN_OR_RETURN(model->tokenizer, Tokenizer::Load(spm_path_));
+      Translator translator(std::move(model));
+      TranslationOptions topt;
+      topt.decode = DecodeOptions::FromConfig(config_);
+      topt.decode.beam_size = cfg_.valid_beam_size;
+      TNMT_ASSIGN_OR_RETURN(auto results, translator.Translate(valid_src_lines_, topt));
+      std::vector<std::string> hyps;
+      for (auto& r : results) hyps.push_back(r.ok() && !r->hypotheses.empty() ? r->hypotheses[0].text : "");
+      TNMT_ASSIGN_OR_RETURN(double bleu, trainer::CorpusBleu(hyps, valid_ref_lines_));
+      m["dev_bleu"] = bleu;
+    }
+    m["seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
+    Metric(m);
+    Log(absl::StrCat("validation at step ", state_.step, ": ", m.dump()));
+    return absl::OkStatus();
+  }
+
+  absl::Status Save() {
+    if (rank0_) {
+      Checkpoint ck;
+      ck.config = config_;
+      ck.params = params_.ToTensors(config_);
+      ck.adam_m = adam_.m().ToTensors(config_);
+      ck.adam_v = adam_.v().ToTensors(config_);
+      ck.state = state_;
+      ck.spm_model_path = spm_path_;
+      TNMT_RETURN_IF_ERROR(SaveCheckpoint(cfg_.save_dir, ck, cfg_.keep_last));
+      Metric({{"event", "checkpoint"}, {"step", state_.step}, {"path", cfg_.save_dir + "/" + CheckpointDirName(state_.step)}});
+    }
+    return Barrier(coll_);
+  }
+
+  void Metric(const json& m) {
+    if (!rank0_ || !metrics_.is_open()) return;
+    metrics_ << m.dump() << "\n";
+    metrics_.flush();
+  }
+  void Log(const std::string& s) {
+    if (rank0_) std::fprintf(stderr, "tnmt train: %s\n", s.c_str());
+  }
+
+  const TrainConfig& cfg_;
+  Collective* coll_;
+  TrainHooks hooks_;
+  const bool rank0_;
+  std::string spm_path_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelConfig config_;
+  std::unique_ptr<data::Dataset> train_, valid_;
+  std::unique_ptr<data::BatchIterator> batches_;
+  std::vector<std::string> valid_src_lines_, valid_ref_lines_;
+  ModelWeights params_, grads_;
+  Adam adam_;
+  TrainerState state_;
+  std::ofstream metrics_;
+};
+
+}  // namespace
+
+absl::Status RunTraining(const TrainConfig& cfg, Collective* collective, const TrainHooks& hooks) {
+  Trainer t(cfg, collective, hooks);
+  return t.Run();
+}
+
+}  // namespace tnmt::train

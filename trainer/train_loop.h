@@ -1,0 +1,26 @@
+// The training loop: data → batches → forward/backward → gradient all-reduce → Adam, with
+// validation (dev loss and dev BLEU through the engine's beam search), atomic checkpoints and
+// exact resume (parameters, Adam moments, step, data position; dropout masks are a function
+// of (seed, step, micro-batch, rank), so no RNG state needs saving).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "trainer/collective/collective.h"
+#include "trainer/train_config.h"
+
+namespace tnmt::train {
+
+struct TrainHooks {
+  const std::atomic<bool>* stop = nullptr;  // set (e.g. by SIGTERM): checkpoint and return
+  bool progress_line = false;               // live one-line progress on stderr (rank 0)
+};
+
+// Trains until max_steps / max_epochs or a stop request; resumes from the newest checkpoint in
+// cfg.save_dir if there is one. Every rank of `collective` must call it with the same config.
+absl::Status RunTraining(const TrainConfig& cfg, Collective* collective, const TrainHooks& hooks);
+
+}  // namespace tnmt::train
