@@ -307,6 +307,7 @@ def translate(args):
 
     sources_ids = read_sources(args.sources)[: args.sentences]
     sources = [[VOCAB[i] for i in s] for s in sources_ids]
+    load_start = os.getloadavg()[0]
 
     t0 = time.perf_counter()
     translator = ctranslate2.Translator(args.ct2, device="cpu", compute_type="float32",
@@ -320,10 +321,12 @@ def translate(args):
     maxrss_before = maxrss_kib()
     hwm_reset = reset_peak_rss()
 
+    cpu0 = time.process_time()
     t0 = time.perf_counter()
     results = run_ct2(translator, sources, beam=args.beam, batch=args.batch, min_len=min_len,
                       max_len=max_len, scores=True)
     seconds = time.perf_counter() - t0
+    cpu_s = time.process_time() - cpu0  # all threads of the process
     decode_hwm_kib = proc_status_kib("VmHWM")
     peak_kib = max(maxrss_before, maxrss_kib())
 
@@ -338,7 +341,7 @@ def translate(args):
           f"ending with </s>")
     print(f"ct2_peer: {len(sources)} sentences, {tokens} target tokens (expected "
           f"{len(sources) * args.out_len}; other lengths: {bad}) in {seconds:.2f} s = "
-          f"{tps:.1f} target tokens/s; RSS model {rss_model_kib / 1024:.0f} MiB, decode peak "
+          f"{tps:.1f} target tokens/s ({cpu_s / seconds:.2f} cores busy); RSS model {rss_model_kib / 1024:.0f} MiB, decode peak "
           f"{decode_hwm_kib / 1024:.0f} MiB{'' if hwm_reset else ' (whole process)'}, process "
           f"peak {peak_kib / 1024:.0f} MiB")
     result = {
@@ -347,7 +350,8 @@ def translate(args):
         "rss_model_mib": rss_model_kib / 1024, "decode_peak_mib": decode_hwm_kib / 1024,
         "maxrss_mib": peak_kib / 1024, "min_decoding_length": min_len,
         "max_decoding_length": max_len, "version": ctranslate2.__version__,
-        "load_start": os.getloadavg()[0],
+        "load_start": load_start, "load_end": os.getloadavg()[0],
+        "cpu_per_wall": cpu_s / seconds,
     }
 
     if args.compare:

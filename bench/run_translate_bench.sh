@@ -101,11 +101,13 @@ print()
 first = load(f"{work}/tnmt.t{threads[0]}.txt") or {}
 print("Workload: random Transformer-base (6+6 layers, 512/2048, 8 heads, vocab 8000);",
       first.get("workload", "?"))
-print("Target tokens: tnmt 69 + </s>, CT2 70 without </s> per sentence (both 70 decoder steps);")
-print("tokens/s = sentences x 70 / wall time of the decode calls (model load, warm-up excluded).")
+L = int(first.get("out_len", 70))
+print(f"Target tokens per sentence: {L} (tnmt: {L - 1} + </s>; CT2: {L} without </s>, as its")
+print(f"max_decoding_length stops without </s>; both run {L} decoder steps).")
+print(f"tokens/s = sentences x {L} / wall time of the decode calls (model load, warm-up excluded).")
 print()
 hdr = (f"{'engine':<34} {'thr':>3} {'BLAS':>10} {'tok/s':>8} {'vs CT2':>7} {'vs goal':>8} "
-       f"{'wall s':>7} {'GFLOP/s':>8} {'decode peak':>12} {'proc peak':>10} {'load':>5}")
+       f"{'wall s':>7} {'GFLOP/s':>8} {'decode peak':>12} {'proc peak':>10} {'cores':>5} {'load':>9}")
 print(hdr)
 print("-" * len(hdr))
 for name, t, blas, r, ct2_tps in rows:
@@ -115,10 +117,14 @@ for name, t, blas, r, ct2_tps in rows:
     gf = f"{float(r['effective_gflops']):.1f}" if "effective_gflops" in r else "-"
     print(f"{name:<34} {t:>3} {blas:>10} {tps:>8.1f} {vs:>7} {goal:>8} {float(r['seconds']):>7.1f} "
           f"{gf:>8} {float(r['decode_peak_mib']):>9.0f} MiB {float(r['maxrss_mib']):>6.0f} MiB "
-          f"{float(r['load_start']):>5.2f}")
+          f"{float(r.get('cpu_per_wall', 'nan')):>5.2f} "
+          f"{float(r['load_start']):>4.1f}-{float(r.get('load_end', 'nan')):<4.1f}")
 print(f"'vs goal': tok/s / ({GOAL} x {CT2_REFERENCE:.0f}), the issue's 2-thread target. GFLOP/s: "
       "model FLOPs (linears + attention) / wall.\n'decode peak': RSS high-water mark of the "
-      "timed decode (reset after model load); 'proc peak': ru_maxrss of the whole process.")
+      "timed decode (reset after model load); 'proc peak': ru_maxrss of the whole process.\n"
+      "'cores': process CPU seconds / wall seconds during the decode (~threads when it had its "
+      "cores; less = it waited for a CPU).\n'load': 1-minute load average at start and end of "
+      "the run (this 2-core machine is shared; anything above ~threads means contention).")
 for t in threads:
     ct2 = load(f"{work}/ct2.t{t}.txt") if have_ct2 else None
     if ct2 and "compare" in ct2:

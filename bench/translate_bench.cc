@@ -57,11 +57,6 @@
 #include "engine/model/weights.h"
 #include "kernels/cpu/gemm.h"
 
-extern "C" {
-char* openblas_get_config(void);
-char* openblas_get_corename(void);
-}
-
 namespace tnmt::bench {
 namespace {
 
@@ -147,6 +142,13 @@ Flags ParseFlags(int argc, char** argv) {
 
 // ---------------------------------------------------------------------------------------------
 // Memory
+
+// User + system CPU seconds of the whole process (all threads) so far.
+double CpuSeconds() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
 
 int64_t MaxRssKiB() {
   struct rusage ru;
@@ -430,7 +432,7 @@ int Main(int argc, char** argv) {
   gethostname(host, sizeof(host) - 1);
   std::printf("translate_bench: threads=%d (BLAS threads %d), host %s, %ld online CPUs\n",
               f.threads, kernels::cpu::BlasThreads(), host, sysconf(_SC_NPROCESSORS_ONLN));
-  std::printf("OpenBLAS: %s (core %s)\n", openblas_get_config(), openblas_get_corename());
+  std::printf("OpenBLAS core: %s\n", kernels::cpu::BlasCoreName().c_str());
   double load[3] = {0, 0, 0};
   if (getloadavg(load, 3) == 3) {
     std::printf("load average at start: %.2f %.2f %.2f\n", load[0], load[1], load[2]);
@@ -438,8 +440,8 @@ int Main(int argc, char** argv) {
   }
   {
     // OpenBLAS 0.3.21's DYNAMIC_ARCH does not know every recent Xeon and then falls back to
-    // an SSE3 ("Prescott") kernel, several times slower than its AVX-512 ones.
-    const std::string core = openblas_get_corename();
+    // an SSE3 ("Prescott") kernel; kernels/cpu/gemm.cc overrides that, this reports it.
+    const std::string core = kernels::cpu::BlasCoreName();
     __builtin_cpu_init();
     const bool avx512 = __builtin_cpu_supports("avx512f");
     const bool avx512_core = core.find("Skylake") != std::string::npos ||
@@ -452,10 +454,11 @@ int Main(int argc, char** argv) {
     put("cpu_avx512", avx512 ? "1" : "0");
   }
   put("threads", absl::StrCat(f.threads));
+  put("out_len", absl::StrCat(f.out_len));
   put("workload", absl::StrCat(f.sentences, " sources x ", f.src_len, " tokens, beam ", f.beam,
                                ", ", f.batch, " sentences per batch, outputs ", f.out_len,
                                " tokens"));
-  put("blas_core", openblas_get_corename());
+  put("blas_core", kernels::cpu::BlasCoreName());
 
   if (f.translate) {
     const ModelConfig config = BaseConfig();
@@ -513,7 +516,9 @@ int Main(int argc, char** argv) {
     }
     const bool hwm_reset = ResetPeakRss();
 
+    const double cpu0 = CpuSeconds();
     auto run = DecodeAll(config, weights, sources, opt, f.batch, f.out_len, &ws);
+    const double cpu_s = CpuSeconds() - cpu0;
     if (!run.ok()) return std::fprintf(stderr, "decode: %s\n", run.status().ToString().c_str()), 1;
     const int64_t decode_hwm_kib = ProcStatusKiB("VmHWM");
     const int64_t maxrss_kib = std::max(MaxRssKiB(), maxrss_build_kib);
@@ -528,7 +533,10 @@ int Main(int argc, char** argv) {
                 "expected %lld; sentences with another length: %d)\n",
                 static_cast<long long>(run->target_tokens), static_cast<long long>(expected),
                 run->bad_lengths);
-    std::printf("  wall time          %.2f s\n", run->seconds);
+    // CPU seconds per wall second: ~threads when the process had its cores (OpenBLAS
+    // threads spin while waiting); lower means it was waiting for a CPU (machine busy).
+    std::printf("  wall time          %.2f s (process CPU time %.2f s = %.2f cores busy)\n",
+                run->seconds, cpu_s, cpu_s / run->seconds);
     std::printf("  throughput         %.1f target tokens/s (%.2f sentences/s)\n", tps,
                 f.sentences / run->seconds);
     std::printf("  model FLOPs        %.1f GFLOP (encoder %.1f, decoder linears %.1f, cross K/V "
@@ -544,6 +552,8 @@ int Main(int argc, char** argv) {
     put("expected_tokens", absl::StrCat(expected));
     put("bad_lengths", absl::StrCat(run->bad_lengths));
     put("seconds", absl::StrCat(run->seconds));
+    put("cpu_per_wall", absl::StrCat(cpu_s / run->seconds));
+    if (getloadavg(load, 3) == 3) put("load_end", absl::StrCat(load[0]));
     put("tokens_per_s", absl::StrCat(tps));
     put("model_gflop", absl::StrCat(fl.total() / 1e9));
     put("effective_gflops", absl::StrCat(fl.total() / run->seconds / 1e9));
@@ -617,7 +627,6 @@ int Main(int argc, char** argv) {
     }
   }
 
-  if (getloadavg(load, 3) == 3) put("load_end", absl::StrCat(load[0]));
   if (!f.result_file.empty()) {
     std::ostringstream os;
     for (const auto& [k, v] : result) os << k << "=" << v << "\n";

@@ -1,7 +1,10 @@
-// Single-precision GEMM on the CPU through OpenBLAS (the only BLAS tnmt links).
+// Single-precision GEMM on the CPU through OpenBLAS (the only BLAS tnmt uses; loaded at run
+// time, see gemm.cc).
 // Row-major throughout. Thread count is process-wide and set once by the runtime
 // (SetBlasThreads); kernels never change it.
 #pragma once
+
+#include <string>
 
 namespace tnmt::kernels::cpu {
 
@@ -21,5 +24,7 @@ void GemmTN(int m, int n, int k, float alpha, const float* a, int lda, const flo
 // Sets the BLAS thread pool size for the whole process (call once, before any GEMM).
 void SetBlasThreads(int threads);
 int BlasThreads();
+// The kernel family OpenBLAS runs (e.g. "SkylakeX"); see gemm.cc for how it is chosen.
+std::string BlasCoreName();
 
 }  // namespace tnmt::kernels::cpu
