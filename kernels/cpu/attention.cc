@@ -3,12 +3,14 @@
 // inputs. A fully masked row (cannot happen with valid inputs) yields zeros.
 #include "kernels/cpu/attention.h"
 
+#include "kernels/cpu/simd.h"
+
 #include <cmath>
 #include <cstring>
 
 namespace tnmt::kernels::cpu {
 
-void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
+TNMT_VECTORIZE void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
                         const float* v, int64_t ld_kv, int64_t kv_group_stride,
                         const AttentionArgs& a, float* scratch) {
   const int dh = a.d_head;
@@ -39,8 +41,9 @@ void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q
           mx = s > mx ? s : mx;
         }
         float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
         for (int j = 0; j < limit; ++j) {
-          scratch[j] = std::exp(scratch[j] - mx);
+          scratch[j] = ExpApprox(scratch[j] - mx);
           sum += scratch[j];
         }
         const float inv = 1.0f / sum;

@@ -1,6 +1,8 @@
 // Training kernels; see backward.h.
 #include "kernels/cpu/backward.h"
 
+#include "kernels/cpu/simd.h"
+
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -9,7 +11,7 @@
 
 namespace tnmt::kernels::cpu {
 
-void LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+TNMT_VECTORIZE void LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                        const float* gamma, int64_t rows, int d, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * d;
@@ -39,7 +41,7 @@ void LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, 
   }
 }
 
-void ActivationBackward(float* dx, const float* dy, const float* pre, int64_t count, Activation act) {
+TNMT_VECTORIZE void ActivationBackward(float* dx, const float* dy, const float* pre, int64_t count, Activation act) {
   if (act == Activation::kRelu) {
     for (int64_t i = 0; i < count; ++i) dx[i] = pre[i] > 0.0f ? dy[i] : 0.0f;
     return;
@@ -54,7 +56,7 @@ void ActivationBackward(float* dx, const float* dy, const float* pre, int64_t co
   }
 }
 
-void AccumulateColumnSum(float* db, const float* dy, int64_t rows, int n) {
+TNMT_VECTORIZE void AccumulateColumnSum(float* db, const float* dy, int64_t rows, int n) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = dy + r * n;
     for (int j = 0; j < n; ++j) db[j] += row[j];
@@ -128,7 +130,7 @@ void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_
   }
 }
 
-double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
+TNMT_VECTORIZE double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
                                  float eps, int32_t pad, double* nll_sum, int64_t* count) {
   double loss = 0.0, nll = 0.0;
   int64_t n = 0;
@@ -141,25 +143,29 @@ double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t 
       std::memset(row, 0, sizeof(float) * vocab);
       continue;
     }
+    // Per row: float math, vectorized (ExpApprox); the loss itself is accumulated in double.
     float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
     for (int j = 0; j < vocab; ++j) mx = row[j] > mx ? row[j] : mx;
-    double sum = 0.0;
-    for (int j = 0; j < vocab; ++j) sum += std::exp(static_cast<double>(row[j] - mx));
-    const double lse = mx + std::log(sum);
-    double sum_logp = 0.0;  // over non-pad tokens
+    float sum = 0.0f, sum_x = 0.0f;
+#pragma omp simd reduction(+ : sum, sum_x)
     for (int j = 0; j < vocab; ++j) {
-      if (j != pad) sum_logp += row[j] - lse;
+      sum += ExpApprox(row[j] - mx);
+      sum_x += row[j];
     }
-    const double logp_t = row[t] - lse;
+    const float lse = mx + std::log(sum);
+    // sum over non-pad tokens of log p = sum_x - row[pad] - (V - 1) * lse
+    const double sum_logp = static_cast<double>(sum_x) - row[pad] - static_cast<double>(vocab - 1) * lse;
+    const double logp_t = static_cast<double>(row[t]) - lse;
     // loss = -(on - off) * logp_t - off * sum_logp  (target counted in sum_logp with weight off)
     loss += -(on - off) * logp_t - off * sum_logp;
     nll += -logp_t;
     ++n;
-    for (int j = 0; j < vocab; ++j) {
-      const double p = std::exp(row[j] - lse);
-      const double qj = j == pad ? 0.0 : (j == t ? on : off);
-      row[j] = static_cast<float>(p - qj);
-    }
+    const float offf = static_cast<float>(off);
+#pragma omp simd
+    for (int j = 0; j < vocab; ++j) row[j] = ExpApprox(row[j] - lse) - offf;
+    row[pad] += offf;
+    row[t] -= static_cast<float>(on - off);
   }
   if (nll_sum != nullptr) *nll_sum = nll;
   if (count != nullptr) *count = n;
@@ -175,7 +181,7 @@ float CounterUniform(uint64_t seed, uint64_t stream, uint64_t index) {
   return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
 }
 
-void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
+TNMT_VECTORIZE void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
   if (p <= 0.0f) return;
   const float keep_scale = 1.0f / (1.0f - p);
   for (int64_t i = 0; i < count; ++i) {
@@ -183,7 +189,7 @@ void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
   }
 }
 
-void AdamUpdate(float* w, float* m, float* v, const float* g, int64_t count, float grad_scale,
+TNMT_VECTORIZE void AdamUpdate(float* w, float* m, float* v, const float* g, int64_t count, float grad_scale,
                 const AdamOptions& o) {
   const double bc1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(o.step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.step));

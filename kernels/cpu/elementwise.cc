@@ -3,6 +3,8 @@
 // never depends on which other rows are in the batch.
 #include "kernels/cpu/elementwise.h"
 
+#include "kernels/cpu/simd.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -17,7 +19,7 @@ inline float Gelu(float x) {
 
 }  // namespace
 
-void BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation act) {
+TNMT_VECTORIZE void BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation act) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = y + r * n;
     if (bias != nullptr) {
@@ -31,7 +33,7 @@ void BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation
   }
 }
 
-void AddBias(float* y, const float* bias, int64_t rows, int n) {
+TNMT_VECTORIZE void AddBias(float* y, const float* bias, int64_t rows, int n) {
   if (bias == nullptr) return;
   for (int64_t r = 0; r < rows; ++r) {
     float* row = y + r * n;
@@ -39,11 +41,11 @@ void AddBias(float* y, const float* bias, int64_t rows, int n) {
   }
 }
 
-void Add(float* out, const float* x, const float* r, int64_t count) {
+TNMT_VECTORIZE void Add(float* out, const float* x, const float* r, int64_t count) {
   for (int64_t i = 0; i < count; ++i) out[i] = x[i] + r[i];
 }
 
-void LayerNorm(float* out, const float* x, const float* r, const float* gamma, const float* beta,
+TNMT_VECTORIZE void LayerNorm(float* out, const float* x, const float* r, const float* gamma, const float* beta,
                int64_t rows, int d, float eps) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* xr = x + i * d;
@@ -54,9 +56,11 @@ void LayerNorm(float* out, const float* x, const float* r, const float* gamma, c
       xr = o;
     }
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (int j = 0; j < d; ++j) sum += xr[j];
     const float mean = sum / d;
     float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
     for (int j = 0; j < d; ++j) {
       const float c = xr[j] - mean;
       sq += c * c;
@@ -66,18 +70,20 @@ void LayerNorm(float* out, const float* x, const float* r, const float* gamma, c
   }
 }
 
-void Softmax(float* x, int64_t rows, int n) {
+TNMT_VECTORIZE void Softmax(float* x, int64_t rows, int n) {
   for (int64_t i = 0; i < rows; ++i) {
     float* row = x + i * n;
     float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
     for (int j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
     if (mx == -INFINITY) {  // every entry masked: define the result as all zeros
       std::memset(row, 0, sizeof(float) * n);
       continue;
     }
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (int j = 0; j < n; ++j) {
-      row[j] = std::exp(row[j] - mx);
+      row[j] = ExpApprox(row[j] - mx);
       sum += row[j];
     }
     const float inv = 1.0f / sum;
@@ -85,18 +91,20 @@ void Softmax(float* x, int64_t rows, int n) {
   }
 }
 
-void LogSumExp(float* lse, const float* x, int64_t rows, int n) {
+TNMT_VECTORIZE void LogSumExp(float* lse, const float* x, int64_t rows, int n) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* row = x + i * n;
     float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
     for (int j = 0; j < n; ++j) mx = row[j] > mx ? row[j] : mx;
     float sum = 0.0f;
-    for (int j = 0; j < n; ++j) sum += std::exp(row[j] - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int j = 0; j < n; ++j) sum += ExpApprox(row[j] - mx);
     lse[i] = mx + std::log(sum);
   }
 }
 
-void EmbedTokens(float* out, const int32_t* ids, const int32_t* positions, int64_t count,
+TNMT_VECTORIZE void EmbedTokens(float* out, const int32_t* ids, const int32_t* positions, int64_t count,
                  const float* table, const float* pos, int d, float scale) {
   for (int64_t i = 0; i < count; ++i) {
     const float* e = table + static_cast<int64_t>(ids[i]) * d;
