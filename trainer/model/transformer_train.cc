@@ -173,6 +173,7 @@ class Graph {
                          t.probs.data(), q, 3 * d_, q + d_, q + 2 * d_, 3 * d_, b_.batch, len, len,
                          c_.num_heads, c_.d_head(), scratch.data());
     LinearBackward(d_in, false, dq.data(), in, rows, qkv, gqkv);
+    ZeroKeyBiasGradient(gqkv->bias.f32() + d_);
   }
   void CrossAttentionForward(const float* in, float* out, const DecoderLayerWeights& l, AttentionTape* t) {
     t->q.resize(rt_ * d_);
@@ -196,7 +197,13 @@ class Graph {
                          b_.src_len, c_.num_heads, c_.d_head(), scratch.data());
     LinearBackward(d_in, false, dq.data(), in, rt_, l.cross_q, &g->cross_q);
     LinearBackward(d_enc->data(), true, dkv.data(), enc_out_.data(), rs_, l.cross_kv, &g->cross_kv);
+    ZeroKeyBiasGradient(g->cross_kv.bias.f32());
   }
+
+  // The key projection's bias adds the same q·b to every score of a query, which softmax
+  // cancels: its gradient is exactly zero, and what float arithmetic leaves there is rounding
+  // noise that Adam would amplify to full-size steps. So it is set to the exact value, 0.
+  void ZeroKeyBiasGradient(float* key_bias_grad) const { std::memset(key_bias_grad, 0, sizeof(float) * d_); }
 
   // ---- stacks ---------------------------------------------------------------------------
   static constexpr uint64_t kEncoderStream = 1000, kDecoderStream = 2000;
