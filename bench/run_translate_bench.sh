@@ -10,8 +10,9 @@
 #   PYTHON=...        interpreter with ctranslate2 (bench/setup.sh installs it); default: the
 #                     python3 on PATH. Without ctranslate2 the CT2 rows are skipped.
 #   THREADS="1 2"     thread counts.
-#   CORETYPE=SkylakeX also run tnmt with OPENBLAS_CORETYPE=$CORETYPE (OpenBLAS 0.3.21 does not
-#                     recognise this CPU and falls back to SSE3 "Prescott" kernels); "" skips.
+#   CORETYPE=X        also run tnmt with OPENBLAS_CORETYPE=X (default: skipped). tnmt picks the
+#                     kernel family itself (kernels/cpu/gemm.cc: OpenBLAS 0.3.21 misdetects this
+#                     Xeon as SSE3 "Prescott"); CORETYPE=Prescott shows what that costs.
 #   WORK=DIR          where the exported model, outputs and logs go (default: a new temp dir).
 #   BENCH_ARGS=...    extra translate_bench flags for every tnmt run (e.g. "--sentences 40").
 #   GEMM_SECONDS=0.5  minimum time per GEMM shape.
@@ -21,7 +22,7 @@ REPO="$(pwd)"
 
 PYTHON="${PYTHON:-$(command -v python3)}"
 THREADS="${THREADS:-1 2}"
-CORETYPE="${CORETYPE-SkylakeX}"
+CORETYPE="${CORETYPE:-}"
 GEMM_SECONDS="${GEMM_SECONDS:-0.5}"
 BENCH_ARGS="${BENCH_ARGS:-}"
 WORK="${WORK:-$(mktemp -d /tmp/tnmt_bench.XXXXXX)}"
@@ -40,39 +41,49 @@ BIN="$(bazel info bazel-bin 2>/dev/null)/bench/translate_bench"
 run_tnmt() {  # name threads [env...]
   local name="$1" threads="$2"
   shift 2
+  local outputs=()  # the first run's outputs are what the CT2 peer compares with
+  [[ -e "$WORK/out/tnmt_beam.txt" ]] || outputs=(--outputs "$WORK/out")
   echo "== $name, $threads thread(s); load: $(cut -d' ' -f1-3 /proc/loadavg)"
   # shellcheck disable=SC2086
-  env "$@" "$BIN" --threads "$threads" --gemm-seconds "$GEMM_SECONDS" \
-      --outputs "$WORK/out" --result "$WORK/$name.t$threads.txt" $BENCH_ARGS \
+  env "$@" "$BIN" --threads "$threads" --gemm-seconds "$GEMM_SECONDS" "${outputs[@]}" \
+      --result "$WORK/$name.t$threads.txt" $BENCH_ARGS \
       | tee "$WORK/$name.t$threads.log"
 }
-for t in $THREADS; do run_tnmt tnmt "$t"; done
-if [[ -n "$CORETYPE" ]]; then
-  for t in $THREADS; do run_tnmt "tnmt-$CORETYPE" "$t" OPENBLAS_CORETYPE="$CORETYPE"; done
-fi
 
-# 3. CTranslate2 peer on the same model and sources.
+# 3. CTranslate2 peer: converted once from the exported model.
 have_ct2=0
 if "$PYTHON" -c 'import ctranslate2, numpy' 2>/dev/null; then
   have_ct2=1
+  # cd away from the repository so nothing there shadows a module ctranslate2 imports.
   (cd "$WORK" && "$PYTHON" "$REPO/bench/ct2_peer.py" convert "$WORK/model" "$WORK/ct2")
-  sentences=$(wc -l < "$WORK/model/sources.txt")
-  out_len=$(sed -n 's/.*output length fixed at \([0-9]*\).*/\1/p' "$WORK"/tnmt.t*.log | head -1)
-  for t in $THREADS; do
-    echo "== ct2, $t thread(s); load: $(cut -d' ' -f1-3 /proc/loadavg)"
-    compare=()
-    [[ "$t" == "$(echo $THREADS | cut -d' ' -f1)" ]] && compare=(--compare "$WORK/out")
-    # cd away from the repository so nothing there shadows a module ctranslate2 imports.
-    (cd "$WORK" && "$PYTHON" "$REPO/bench/ct2_peer.py" translate "$WORK/ct2" \
-        --sources "$WORK/model/sources.txt" --sentences "$sentences" --out-len "${out_len:-70}" \
-        --threads "$t" --result "$WORK/ct2.t$t.txt" "${compare[@]}") | tee "$WORK/ct2.t$t.log"
-  done
 else
   echo "== ctranslate2 not importable by $PYTHON: CT2 rows skipped (run bench/setup.sh)"
 fi
+run_ct2() {  # threads [--compare DIR]
+  local t="$1"
+  shift
+  local sentences out_len
+  sentences=$(wc -l < "$WORK/model/sources.txt")
+  out_len=$(sed -n 's/^out_len=//p' "$WORK"/tnmt.t*.txt | head -1)
+  echo "== ct2, $t thread(s); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  (cd "$WORK" && "$PYTHON" "$REPO/bench/ct2_peer.py" translate "$WORK/ct2" \
+      --sources "$WORK/model/sources.txt" --sentences "$sentences" --out-len "${out_len:-70}" \
+      --threads "$t" --result "$WORK/ct2.t$t.txt" "$@") | tee "$WORK/ct2.t$t.log"
+}
+
+# 4. Per thread count, the engines back to back (so they see similar machine load).
+first=1
+for t in $THREADS; do
+  run_tnmt tnmt "$t"
+  if [[ -n "$CORETYPE" ]]; then run_tnmt "tnmt-$CORETYPE" "$t" OPENBLAS_CORETYPE="$CORETYPE"; fi
+  if [[ $have_ct2 == 1 ]]; then
+    if [[ $first == 1 ]]; then run_ct2 "$t" --compare "$WORK/out"; else run_ct2 "$t"; fi
+  fi
+  first=0
+done
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# 4. One table.
+# 5. One table.
 "$PYTHON" - "$WORK" "$have_ct2" "$THREADS" "$CORETYPE" <<'EOF'
 import glob, os, sys
 work, have_ct2, threads, coretype = sys.argv[1], sys.argv[2] == "1", sys.argv[3].split(), sys.argv[4]
