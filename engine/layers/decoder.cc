@@ -40,7 +40,8 @@ absl::StatusOr<DecoderState> DecoderState::Create(const ModelConfig& c, const Mo
     TNMT_ASSIGN_OR_RETURN(Tensor cache, Tensor::Empty({max_rows, max_steps, 2 * d}));
     s.self_kv_.push_back(std::move(cache));
   }
-  TNMT_ASSIGN_OR_RETURN(s.spare_, Tensor::Empty({max_rows, max_steps, 2 * d}));
+  s.slots_.assign(static_cast<size_t>(max_rows) * max_steps, 0);
+  s.spare_slots_ = s.slots_;
   return s;
 }
 
@@ -60,18 +61,12 @@ absl::Status DecoderState::Reorder(const std::vector<int32_t>& parents) {
   for (int32_t p : parents) {
     if (p < 0 || p >= rows_) return absl::InvalidArgumentError("DecoderState::Reorder: bad parent");
   }
-  const int64_t row_stride = static_cast<int64_t>(max_steps_) * 2 * d_model_;
-  const size_t used = sizeof(float) * steps_ * 2 * d_model_;
-  bool identity = n == rows_;
-  for (int i = 0; identity && i < n; ++i) identity = parents[i] == i;
-  if (!identity && used > 0) {
-    for (Tensor& cache : self_kv_) {
-      const float* src = cache.f32();
-      float* dst = spare_.f32();
-      for (int i = 0; i < n; ++i) std::memcpy(dst + i * row_stride, src + parents[i] * row_stride, used);
-      std::swap(cache, spare_);
-    }
+  for (int i = 0; i < n; ++i) {
+    std::copy(slots_.begin() + static_cast<int64_t>(parents[i]) * max_steps_,
+              slots_.begin() + static_cast<int64_t>(parents[i]) * max_steps_ + steps_,
+              spare_slots_.begin() + static_cast<int64_t>(i) * max_steps_);
   }
+  std::swap(slots_, spare_slots_);
   std::vector<int32_t> kv(n);
   for (int i = 0; i < n; ++i) kv[i] = kv_index_[parents[i]];
   kv_index_ = std::move(kv);
@@ -109,9 +104,15 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
   self_args.d_head = c.d_head();
   self_args.scale = 1.0f / std::sqrt(static_cast<float>(c.d_head()));
   self_args.causal_offset = start;
+  self_args.k_groups = s->slots_.data();
+  self_args.k_groups_stride = s->max_steps_;
   k::AttentionArgs cross_args = self_args;
   cross_args.k_len = s->src_max_;
   cross_args.causal_offset = -1;
+  cross_args.k_groups = nullptr;
+  for (int r = 0; r < n; ++r) {
+    for (int p = start; p < start + t_new; ++p) s->slots_[static_cast<int64_t>(r) * s->max_steps_ + p] = r;
+  }
   cross_args.kv_index = s->kv_index_.data();
   cross_args.k_valid = s->src_lengths_.data();
 

@@ -4,8 +4,10 @@
 // layer (computed once from the encoder output) and the self-attention K/V of every layer for
 // every live hypothesis row and every position decoded so far. DecoderForward appends `t_new`
 // positions for all rows (t_new = 1 for incremental decoding; t_new = the whole target for
-// teacher forcing / full recomputation — the same code path). Reorder gathers cache rows by
-// parent index after beam search picks its survivors, and can grow or shrink the row count.
+// teacher forcing / full recomputation — the same code path). Reorder follows beam search's
+// parent choices and can grow or shrink the row count without copying any K/V: each
+// (physical row, position) entry is written exactly once, and every live row keeps a table of
+// which physical row holds each of its positions (its ancestors' entries are shared).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +38,8 @@ class DecoderState {
   // Sets the initial rows (before any step): row i attends to source kv_index[i].
   absl::Status Start(std::vector<int32_t> kv_index);
 
-  // Row i of the new state is row parents[i] of the current one (a gather of every layer's
-  // cache up to steps()). The source of each row follows its parent.
+  // Row i of the new state is row parents[i] of the current one (its position table is the
+  // parent's; no K/V is copied). The source of each row follows its parent.
   absl::Status Reorder(const std::vector<int32_t>& parents);
 
  private:
@@ -52,7 +54,8 @@ class DecoderState {
   std::vector<int32_t> kv_index_;
   std::vector<int32_t> src_lengths_;
   std::vector<Tensor> self_kv_;   // per layer [max_rows, max_steps, 2*d]: K then V per position
-  Tensor spare_;                  // one layer's worth, for gather-and-swap in Reorder
+  // [max_rows, max_steps]: physical row of the cache holding position p of live row r.
+  std::vector<int32_t> slots_, spare_slots_;
   std::vector<Tensor> cross_kv_;  // per layer [batch, src_max, 2*d]
 };
 

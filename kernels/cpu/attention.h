@@ -19,13 +19,18 @@ struct AttentionArgs {
   const int32_t* k_valid = nullptr;
   // >= 0: query i may see keys j <= i + causal_offset (causal mask); < 0: no causal mask.
   int causal_offset = -1;
+  // If set: key/value j of query group b lives in K/V group k_groups[b * k_groups_stride + j]
+  // (a KV cache whose beams share ancestors' entries instead of copying them).
+  const int32_t* k_groups = nullptr;
+  int64_t k_groups_stride = 0;
 };
 
 // out: [batch * q_len, ld_out] (first num_heads*d_head columns written)
 // q:   [batch * q_len, ld_q]
 // k, v: group g, key j starts at element g * kv_group_stride + j * ld_kv (both strides in
 //       elements, so kv_group_stride >= k_len * ld_kv for non-overlapping groups).
-// scratch: at least k_len floats.
+// scratch: unused (kept for callers; each thread uses its own buffer). Query groups are split
+// over the compute threads (kernels/cpu/parallel.h); results do not depend on the split.
 void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
                         const float* v, int64_t ld_kv, int64_t kv_group_stride,
                         const AttentionArgs& args, float* scratch);

@@ -3,6 +3,7 @@
 // never depends on which other rows are in the batch.
 #include "kernels/cpu/elementwise.h"
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
 #include <cmath>
@@ -91,8 +92,10 @@ TNMT_VECTORIZE void Softmax(float* x, int64_t rows, int n) {
   }
 }
 
-TNMT_VECTORIZE void LogSumExp(float* lse, const float* x, int64_t rows, int n) {
-  for (int64_t i = 0; i < rows; ++i) {
+namespace {
+
+TNMT_VECTORIZE void LogSumExpRows(float* lse, const float* x, int64_t begin, int64_t end, int n) {
+  for (int64_t i = begin; i < end; ++i) {
     const float* row = x + i * n;
     float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
@@ -102,6 +105,12 @@ TNMT_VECTORIZE void LogSumExp(float* lse, const float* x, int64_t rows, int n) {
     for (int j = 0; j < n; ++j) sum += ExpApprox(row[j] - mx);
     lse[i] = mx + std::log(sum);
   }
+}
+
+}  // namespace
+
+void LogSumExp(float* lse, const float* x, int64_t rows, int n) {
+  ParallelFor(rows, [&](int64_t begin, int64_t end) { LogSumExpRows(lse, x, begin, end, n); });
 }
 
 TNMT_VECTORIZE void EmbedTokens(float* out, const int32_t* ids, const int32_t* positions, int64_t count,

@@ -7,6 +7,8 @@
 // the user set it) and only then dlopen()s the library, once, on the first BLAS call.
 #include "kernels/cpu/gemm.h"
 
+#include "kernels/cpu/parallel.h"
+
 #include <cblas.h>
 #include <dlfcn.h>
 
@@ -94,7 +96,10 @@ void GemmTN(int m, int n, int k, float alpha, const float* a, int lda, const flo
                   ldc);
 }
 
-void SetBlasThreads(int threads) { GetBlas().set_threads(threads < 1 ? 1 : threads); }
+void SetBlasThreads(int threads) {
+  GetBlas().set_threads(threads < 1 ? 1 : threads);
+  SetComputeThreads(threads);
+}
 
 int BlasThreads() { return GetBlas().get_threads(); }
 

@@ -21,7 +21,8 @@ void GemmNN(int m, int n, int k, float alpha, const float* a, int lda, const flo
 void GemmTN(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
             float beta, float* c, int ldc);
 
-// Sets the BLAS thread pool size for the whole process (call once, before any GEMM).
+// Sets the BLAS thread pool size and the compute threads (parallel.h) for the whole process
+// (call once, before any GEMM): the one place that decides threads.
 void SetBlasThreads(int threads);
 int BlasThreads();
 // The kernel family OpenBLAS runs (e.g. "SkylakeX"); see gemm.cc for how it is chosen.

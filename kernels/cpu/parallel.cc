@@ -1,0 +1,92 @@
+// Compute thread pool; see parallel.h.
+#include "kernels/cpu/parallel.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tnmt::kernels::cpu {
+
+namespace {
+
+class Pool {
+ public:
+  static Pool& Get() {
+    static Pool* pool = new Pool();  // never destroyed: workers may outlive static teardown
+    return *pool;
+  }
+
+  void Resize(int threads) {
+    std::unique_lock<std::mutex> lock(mu_);
+    target_ = threads < 1 ? 1 : threads;
+    while (static_cast<int>(workers_.size()) < target_ - 1) {
+      const int id = static_cast<int>(workers_.size()) + 1;
+      workers_.emplace_back([this, id] { Work(id); });
+      workers_.back().detach();
+    }
+  }
+  int threads() const { return target_; }
+
+  void Run(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+    const int parts = static_cast<int>(std::min<int64_t>(target_, n));
+    if (parts <= 1) {
+      fn(0, n);
+      return;
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      fn_ = &fn;
+      n_ = n;
+      parts_ = parts;
+      pending_ = parts - 1;
+      ++generation_;
+    }
+    cv_.notify_all();
+    fn(0, n / parts);  // the caller takes chunk 0
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    fn_ = nullptr;
+  }
+
+ private:
+  void Work(int id) {
+    int64_t seen = 0;
+    for (;;) {
+      const std::function<void(int64_t, int64_t)>* fn;
+      int64_t n;
+      int parts;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (id >= parts_) continue;  // not needed this time
+        fn = fn_;
+        n = n_;
+        parts = parts_;
+      }
+      (*fn)(n * id / parts, n * (id + 1) / parts);
+      std::unique_lock<std::mutex> lock(mu_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::vector<std::thread> workers_;
+  int target_ = 1;
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  int parts_ = 0;
+  int pending_ = 0;
+  int64_t generation_ = 0;
+};
+
+}  // namespace
+
+void SetComputeThreads(int threads) { Pool::Get().Resize(threads); }
+int ComputeThreads() { return Pool::Get().threads(); }
+
+void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn) { Pool::Get().Run(n, fn); }
+
+}  // namespace tnmt::kernels::cpu

@@ -1,0 +1,19 @@
+// ParallelFor: splits [0, n) into contiguous chunks over the process's compute threads (set
+// once with SetComputeThreads, normally together with the BLAS threads). Workers sleep on a
+// condition variable between calls, so they never spin against OpenBLAS's threads.
+// Each index is processed by exactly one thread; results must not depend on the split.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+namespace tnmt::kernels::cpu {
+
+void SetComputeThreads(int threads);
+int ComputeThreads();
+
+// Calls fn(begin, end) on disjoint chunks covering [0, n); returns when all are done.
+// Runs inline when n is small or one thread is configured. Not reentrant.
+void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+
+}  // namespace tnmt::kernels::cpu
