@@ -16,6 +16,9 @@
 #   WORK=DIR          where the exported model, outputs and logs go (default: a new temp dir).
 #   BENCH_ARGS=...    extra translate_bench flags for every tnmt run (e.g. "--sentences 40").
 #   GEMM_SECONDS=0.5  minimum time per GEMM shape.
+#   REPEAT=1          runs per engine and thread count (alternating tnmt, CT2, tnmt, CT2, ...);
+#                     the table shows the best run (the least disturbed on a shared machine)
+#                     and the range.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$(pwd)"
@@ -24,6 +27,7 @@ PYTHON="${PYTHON:-$(command -v python3)}"
 THREADS="${THREADS:-1 2}"
 CORETYPE="${CORETYPE:-}"
 GEMM_SECONDS="${GEMM_SECONDS:-0.5}"
+REPEAT="${REPEAT:-1}"
 BENCH_ARGS="${BENCH_ARGS:-}"
 WORK="${WORK:-$(mktemp -d /tmp/tnmt_bench.XXXXXX)}"
 mkdir -p "$WORK/model" "$WORK/ct2" "$WORK/out"
@@ -38,16 +42,18 @@ BIN="$(bazel info bazel-bin 2>/dev/null)/bench/translate_bench"
 "$BIN" --export "$WORK/model" --export-only $BENCH_ARGS > "$WORK/export.log"
 
 # 2. tnmt, one process per configuration.
-run_tnmt() {  # name threads [env...]
-  local name="$1" threads="$2"
-  shift 2
-  local outputs=()  # the first run's outputs are what the CT2 peer compares with
-  [[ -e "$WORK/out/tnmt_beam.txt" ]] || outputs=(--outputs "$WORK/out")
-  echo "== $name, $threads thread(s); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+run_tnmt() {  # name threads repeat [env...]
+  local name="$1" threads="$2" r="$3"
+  shift 3
+  local extra=()
+  # The first run's outputs are what the CT2 peer compares with; GEMMs are timed once.
+  [[ -e "$WORK/out/tnmt_beam.txt" ]] || extra+=(--outputs "$WORK/out")
+  [[ "$r" == 1 ]] || extra+=(--no-gemm)
+  echo "== $name, $threads thread(s), run $r; load: $(cut -d' ' -f1-3 /proc/loadavg)"
   # shellcheck disable=SC2086
-  env "$@" "$BIN" --threads "$threads" --gemm-seconds "$GEMM_SECONDS" "${outputs[@]}" \
-      --result "$WORK/$name.t$threads.txt" $BENCH_ARGS \
-      | tee "$WORK/$name.t$threads.log"
+  env "$@" "$BIN" --threads "$threads" --gemm-seconds "$GEMM_SECONDS" "${extra[@]}" \
+      --result "$WORK/$name.t$threads.r$r.txt" $BENCH_ARGS \
+      | tee "$WORK/$name.t$threads.r$r.log"
 }
 
 # 3. CTranslate2 peer: converted once from the exported model.
@@ -59,27 +65,29 @@ if "$PYTHON" -c 'import ctranslate2, numpy' 2>/dev/null; then
 else
   echo "== ctranslate2 not importable by $PYTHON: CT2 rows skipped (run bench/setup.sh)"
 fi
-run_ct2() {  # threads [--compare DIR]
-  local t="$1"
-  shift
+run_ct2() {  # threads repeat [--compare DIR]
+  local t="$1" r="$2"
+  shift 2
   local sentences out_len
   sentences=$(wc -l < "$WORK/model/sources.txt")
   out_len=$(sed -n 's/^out_len=//p' "$WORK"/tnmt.t*.txt | head -1)
-  echo "== ct2, $t thread(s); load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "== ct2, $t thread(s), run $r; load: $(cut -d' ' -f1-3 /proc/loadavg)"
   (cd "$WORK" && "$PYTHON" "$REPO/bench/ct2_peer.py" translate "$WORK/ct2" \
       --sources "$WORK/model/sources.txt" --sentences "$sentences" --out-len "${out_len:-70}" \
-      --threads "$t" --result "$WORK/ct2.t$t.txt" "$@") | tee "$WORK/ct2.t$t.log"
+      --threads "$t" --result "$WORK/ct2.t$t.r$r.txt" "$@") | tee "$WORK/ct2.t$t.r$r.log"
 }
 
 # 4. Per thread count, the engines back to back (so they see similar machine load).
 first=1
 for t in $THREADS; do
-  run_tnmt tnmt "$t"
-  if [[ -n "$CORETYPE" ]]; then run_tnmt "tnmt-$CORETYPE" "$t" OPENBLAS_CORETYPE="$CORETYPE"; fi
-  if [[ $have_ct2 == 1 ]]; then
-    if [[ $first == 1 ]]; then run_ct2 "$t" --compare "$WORK/out"; else run_ct2 "$t"; fi
-  fi
-  first=0
+  for r in $(seq 1 "$REPEAT"); do
+    run_tnmt tnmt "$t" "$r"
+    if [[ -n "$CORETYPE" ]]; then run_tnmt "tnmt-$CORETYPE" "$t" "$r" OPENBLAS_CORETYPE="$CORETYPE"; fi
+    if [[ $have_ct2 == 1 ]]; then
+      if [[ $first == 1 ]]; then run_ct2 "$t" "$r" --compare "$WORK/out"; else run_ct2 "$t" "$r"; fi
+    fi
+    first=0
+  done
 done
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -95,13 +103,24 @@ def load(path):
     with open(path) as f:
         return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
 
+def best(prefix):
+    """The fastest of the repeated runs, with the range of tokens/s over all of them."""
+    runs = [r for r in (load(p) for p in sorted(glob.glob(f"{work}/{prefix}.r*.txt"))) if r]
+    if not runs:
+        return None
+    tps = [float(r["tokens_per_s"]) for r in runs]
+    b = dict(max(runs, key=lambda r: float(r["tokens_per_s"])))
+    b["range"] = f"{min(tps):.0f}-{max(tps):.0f}" if len(runs) > 1 else "-"
+    b["runs"] = len(runs)
+    return b
+
 rows = []
 names = ["tnmt"] + ([f"tnmt-{coretype}"] if coretype else [])
 for t in threads:
-    ct2 = load(f"{work}/ct2.t{t}.txt") if have_ct2 else None
+    ct2 = best(f"ct2.t{t}") if have_ct2 else None
     ct2_tps = float(ct2["tokens_per_s"]) if ct2 else None
     for name in names:
-        r = load(f"{work}/{name}.t{t}.txt")
+        r = best(f"{name}.t{t}")
         if r:
             rows.append((name if name == "tnmt" else f"tnmt OPENBLAS_CORETYPE={coretype}", t,
                          r["blas_core"], r, ct2_tps))
@@ -109,7 +128,7 @@ for t in threads:
         rows.append(("CTranslate2 " + ct2["version"], t, "MKL", ct2, ct2_tps))
 
 print()
-first = load(f"{work}/tnmt.t{threads[0]}.txt") or {}
+first = load(f"{work}/tnmt.t{threads[0]}.r1.txt") or {}
 print("Workload: random Transformer-base (6+6 layers, 512/2048, 8 heads, vocab 8000);",
       first.get("workload", "?"))
 L = int(first.get("out_len", 70))
@@ -118,7 +137,7 @@ print(f"max_decoding_length stops without </s>; both run {L} decoder steps).")
 print(f"tokens/s = sentences x {L} / wall time of the decode calls (model load, warm-up excluded).")
 print()
 hdr = (f"{'engine':<34} {'thr':>3} {'BLAS':>10} {'tok/s':>8} {'vs CT2':>7} {'vs goal':>8} "
-       f"{'wall s':>7} {'GFLOP/s':>8} {'decode peak':>12} {'proc peak':>10} {'cores':>5} {'load':>9}")
+       f"{'wall s':>7} {'GFLOP/s':>8} {'decode peak':>12} {'proc peak':>10} {'cores':>5} {'load':>9} {'runs: range':>12}")
 print(hdr)
 print("-" * len(hdr))
 for name, t, blas, r, ct2_tps in rows:
@@ -129,20 +148,22 @@ for name, t, blas, r, ct2_tps in rows:
     print(f"{name:<34} {t:>3} {blas:>10} {tps:>8.1f} {vs:>7} {goal:>8} {float(r['seconds']):>7.1f} "
           f"{gf:>8} {float(r['decode_peak_mib']):>9.0f} MiB {float(r['maxrss_mib']):>6.0f} MiB "
           f"{float(r.get('cpu_per_wall', 'nan')):>5.2f} "
-          f"{float(r['load_start']):>4.1f}-{float(r.get('load_end', 'nan')):<4.1f}")
+          f"{float(r['load_start']):>4.1f}-{float(r.get('load_end', 'nan')):<4.1f} "
+          f"{r['runs']:>4}: {r['range']:<7}")
 print(f"'vs goal': tok/s / ({GOAL} x {CT2_REFERENCE:.0f}), the issue's 2-thread target. GFLOP/s: "
       "model FLOPs (linears + attention) / wall.\n'decode peak': RSS high-water mark of the "
       "timed decode (reset after model load); 'proc peak': ru_maxrss of the whole process.\n"
       "'cores': process CPU seconds / wall seconds during the decode (~threads when it had its "
       "cores; less = it waited for a CPU).\n'load': 1-minute load average at start and end of "
-      "the run (this 2-core machine is shared; anything above ~threads means contention).")
+      "the run (this 2-core machine is shared; anything above ~threads means contention).\n"
+      "Each row is the fastest of 'runs' runs (tok/s range over all of them).")
 for t in threads:
-    ct2 = load(f"{work}/ct2.t{t}.txt") if have_ct2 else None
+    ct2 = load(f"{work}/ct2.t{t}.r1.txt") if have_ct2 else None
     if ct2 and "compare" in ct2:
         print(f"tnmt vs CT2 outputs: {ct2['compare']}")
 
 # GEMM table: one column per tnmt run.
-runs = [(f"{name} t{t}", load(f"{work}/{name}.t{t}.txt")) for name in names for t in threads]
+runs = [(f"{name} t{t}", load(f"{work}/{name}.t{t}.r1.txt")) for name in names for t in threads]
 runs = [(n, r) for n, r in runs if r and "gemm_peak_gflops" in r]
 if runs:
     keys = [k for k in runs[0][1] if k.startswith("gemm_") and k[5].isdigit()]

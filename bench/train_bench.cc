@@ -1,0 +1,251 @@
+// train_bench: training throughput of the CPU trainer (issue "trainer", speed item). A
+// benchmark, not a test: it prints numbers and does not judge them.
+//
+// Workload: a fresh model of a trainer preset (--preset small|base, --vocab 8000; post-norm,
+// relu, sinusoidal positions, shared embeddings scaled by sqrt(d)) from a fixed seed, and ONE
+// fixed synthetic batch of random ids (uniform in [4, vocab)), reused every step:
+//   src     = ids (src_len - 1) + eos(3)
+//   tgt_in  = bos(2) + ids (tgt_len - 1)
+//   tgt_out = ids + eos(3)
+// No padding anywhere, so tnmt and the PyTorch peer (bench/torch_train_peer.py) do identical
+// work. One step = zero the gradients + ForwardBackward (dropout --dropout, label smoothing
+// 0.1, a new dropout seed per step) + one Adam step (β 0.9/0.98, ε 1e-9, the paper's schedule,
+// gradients scaled by 1/tokens), exactly what trainer/train_loop.cc does per update with
+// accum_steps 1 and no clipping.
+//
+// Counting: target tokens per step = batch_sentences x tgt_len (every one is a non-pad
+// target); tokens/s = target tokens per step x steps / wall seconds of the timed steps
+// (--warmup steps, default 2, run first and are not timed).
+//
+// Flags: --preset small|base  --vocab N  --threads N  --batch-sentences N  --src-len N
+//        --tgt-len N  --steps N  --warmup N  --dropout P  --seed N
+// Output: human-readable lines, then one machine-readable line
+//   RESULT engine=tnmt threads=N tokens_per_s=X s_per_step=S peak_rss_mib=M loss0=L ...
+// (loss0: the label-smoothed loss per target token of the first, untimed step; with a fresh
+// model it is about ln(vocab), the check that the peer computes the same thing).
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/gemm.h"
+#include "trainer/model/parameters.h"
+#include "trainer/model/transformer_train.h"
+#include "trainer/optim/adam.h"
+#include "trainer/train_config.h"
+
+namespace tnmt::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Flags {
+  std::string preset = "small";
+  int vocab = 8000;
+  int threads = 1;
+  int batch_sentences = 128;
+  int src_len = 25;
+  int tgt_len = 25;
+  int steps = 10;
+  int warmup = 2;
+  double dropout = 0.1;
+  uint64_t seed = 1;
+};
+
+[[noreturn]] void Usage(const std::string& error) {
+  std::fprintf(stderr,
+               "train_bench: %s\n"
+               "usage: train_bench [--preset small|base] [--vocab N] [--threads N]\n"
+               "       [--batch-sentences N] [--src-len N] [--tgt-len N] [--steps N]\n"
+               "       [--warmup N] [--dropout P] [--seed N]\n",
+               error.c_str());
+  std::exit(2);
+}
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string value;
+    bool has_inline = false;
+    const size_t eq = a.find('=');
+    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_inline = true;
+    }
+    auto next = [&]() -> std::string {
+      if (has_inline) return value;
+      if (i + 1 >= argc) Usage(a + " needs a value");
+      return argv[++i];
+    };
+    auto next_int = [&](int lo) {
+      const std::string s = next();
+      char* end = nullptr;
+      const long v = std::strtol(s.c_str(), &end, 10);
+      if (s.empty() || *end != '\0' || v < lo || v > 100000000) Usage(a + ": bad value " + s);
+      return static_cast<int>(v);
+    };
+    if (a == "--preset") f.preset = next();
+    else if (a == "--vocab") f.vocab = next_int(5);
+    else if (a == "--threads") f.threads = next_int(1);
+    else if (a == "--batch-sentences") f.batch_sentences = next_int(1);
+    else if (a == "--src-len") f.src_len = next_int(2);
+    else if (a == "--tgt-len") f.tgt_len = next_int(2);
+    else if (a == "--steps") f.steps = next_int(1);
+    else if (a == "--warmup") f.warmup = next_int(0);
+    else if (a == "--seed") f.seed = static_cast<uint64_t>(next_int(0));
+    else if (a == "--dropout") {
+      const std::string s = next();
+      char* end = nullptr;
+      f.dropout = std::strtod(s.c_str(), &end);
+      if (s.empty() || *end != '\0' || f.dropout < 0.0 || f.dropout >= 1.0) Usage("--dropout: bad value " + s);
+    } else if (a == "--help" || a == "-h") Usage("help");
+    else Usage("unknown flag " + a);
+  }
+  return f;
+}
+
+double PeakRssMib() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+double CpuSeconds() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+double LoadAverage1() {
+  double l[3] = {0, 0, 0};
+  return getloadavg(l, 3) >= 1 ? l[0] : -1.0;
+}
+
+// The synthetic batch (see the header comment). Ids are drawn from [4, vocab): no pad, unk,
+// bos or eos inside sentences.
+train::TrainBatch MakeBatch(const Flags& f, const ModelConfig& c) {
+  train::TrainBatch b;
+  b.batch = f.batch_sentences;
+  b.src_len = f.src_len;
+  b.tgt_len = f.tgt_len;
+  std::mt19937_64 rng(f.seed * 7919 + 17);
+  std::uniform_int_distribution<int32_t> id(4, c.vocab_size - 1);
+  for (int s = 0; s < b.batch; ++s) {
+    for (int t = 0; t + 1 < f.src_len; ++t) b.src.push_back(id(rng));
+    b.src.push_back(c.eos_id);
+    b.src_lengths.push_back(f.src_len);
+    std::vector<int32_t> ids(f.tgt_len - 1);
+    for (int32_t& x : ids) x = id(rng);
+    b.tgt_in.push_back(c.bos_id);
+    b.tgt_in.insert(b.tgt_in.end(), ids.begin(), ids.end());
+    b.tgt_out.insert(b.tgt_out.end(), ids.begin(), ids.end());
+    b.tgt_out.push_back(c.eos_id);
+  }
+  return b;
+}
+
+absl::Status Run(const Flags& f) {
+  kernels::cpu::SetBlasThreads(f.threads);
+  absl::StatusOr<ModelConfig> config = train::PresetModel(f.preset, f.vocab);
+  if (!config.ok()) return config.status();
+  const ModelConfig& c = *config;
+  absl::StatusOr<ModelWeights> params = train::InitializeWeights(c, f.seed);
+  if (!params.ok()) return params.status();
+  absl::StatusOr<ModelWeights> grads = train::ZerosLike(c, *params);
+  if (!grads.ok()) return grads.status();
+  absl::StatusOr<train::Adam> adam = train::Adam::Create(c, *params);
+  if (!adam.ok()) return adam.status();
+  const int64_t param_count = train::ParameterCount(c, &*params);
+
+  const train::TrainBatch batch = MakeBatch(f, c);
+  const int64_t tokens_per_step = static_cast<int64_t>(f.batch_sentences) * f.tgt_len;
+  train::ScheduleOptions schedule;
+
+  std::printf("train_bench: preset %s (d_model %d, d_ff %d, heads %d, layers %d+%d), vocab %d, %lld params\n",
+              f.preset.c_str(), c.d_model, c.d_ff, c.num_heads, c.encoder_layers, c.decoder_layers, c.vocab_size,
+              static_cast<long long>(param_count));
+  std::printf("train_bench: batch %d sentences x (src %d, tgt %d) = %lld target tokens/step, dropout %.2f, "
+              "threads %d (BLAS %s, %d threads), %d warm-up + %d timed steps\n",
+              f.batch_sentences, f.src_len, f.tgt_len, static_cast<long long>(tokens_per_step), f.dropout,
+              f.threads, kernels::cpu::BlasCoreName().c_str(), kernels::cpu::BlasThreads(), f.warmup, f.steps);
+  std::fflush(stdout);
+
+  double loss0 = std::nan("");
+  double last_loss = 0.0;
+  auto step = [&](int64_t index) -> absl::Status {
+    train::ZeroAll(c, &*grads);
+    train::TrainStepOptions o;
+    o.dropout = static_cast<float>(f.dropout);
+    o.label_smoothing = 0.1f;
+    o.dropout_seed = f.seed * 1000003ULL + static_cast<uint64_t>(index);
+    absl::StatusOr<train::LossStats> s = train::ForwardBackward(c, *params, batch, o, 1.0f, &*grads);
+    if (!s.ok()) return s.status();
+    if (s->tokens != tokens_per_step) {
+      return absl::InternalError(absl::StrCat("counted ", s->tokens, " target tokens, expected ", tokens_per_step));
+    }
+    const double lr = train::NoamLearningRate(adam->step() + 1, c.d_model, schedule);
+    adam->Step(&*params, &*grads, lr, static_cast<float>(1.0 / static_cast<double>(s->tokens)));
+    last_loss = s->loss_sum / static_cast<double>(s->tokens);
+    if (std::isnan(loss0)) loss0 = last_loss;
+    return absl::OkStatus();
+  };
+
+  int64_t index = 0;
+  for (int i = 0; i < f.warmup; ++i) {
+    if (absl::Status s = step(index++); !s.ok()) return s;
+  }
+  const double load_start = LoadAverage1();
+  const double cpu0 = CpuSeconds();
+  const Clock::time_point t0 = Clock::now();
+  double slowest = 0.0, fastest = 1e30;
+  for (int i = 0; i < f.steps; ++i) {
+    const Clock::time_point a = Clock::now();
+    if (absl::Status s = step(index++); !s.ok()) return s;
+    const double dt = Seconds(a, Clock::now());
+    slowest = std::max(slowest, dt);
+    fastest = std::min(fastest, dt);
+  }
+  const double wall = Seconds(t0, Clock::now());
+  const double cpu = CpuSeconds() - cpu0;
+  const double tps = static_cast<double>(tokens_per_step) * f.steps / wall;
+  if (std::isnan(loss0)) loss0 = last_loss;
+
+  std::printf("train_bench: loss/token first step %.4f (ln V = %.4f), last step %.4f\n", loss0,
+              std::log(static_cast<double>(c.vocab_size)), last_loss);
+  std::printf("train_bench: %.3f s/step (min %.3f, max %.3f), %.1f target tokens/s, cores used %.2f, "
+              "peak RSS %.0f MiB, load %.2f -> %.2f\n",
+              wall / f.steps, fastest, slowest, tps, cpu / wall, PeakRssMib(), load_start, LoadAverage1());
+  std::printf("RESULT engine=tnmt threads=%d tokens_per_s=%.2f s_per_step=%.4f peak_rss_mib=%.0f loss0=%.4f "
+              "cores=%.2f blas_core=%s\n",
+              f.threads, tps, wall / f.steps, PeakRssMib(), loss0, cpu / wall,
+              kernels::cpu::BlasCoreName().c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tnmt::bench
+
+int main(int argc, char** argv) {
+  const tnmt::bench::Flags f = tnmt::bench::ParseFlags(argc, argv);
+  const absl::Status s = tnmt::bench::Run(f);
+  if (!s.ok()) {
+    std::fprintf(stderr, "train_bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
