@@ -5,18 +5,22 @@
 #include <cstdint>
 #include <cstring>
 
-// Hot loops are compiled three times and dispatched by CPU features.
-#define TNMT_VECTORIZE __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+// Hot loops are compiled three times and dispatched by CPU features: x86-64-v4 (AVX-512),
+// x86-64-v3 (AVX2 + FMA) or the baseline. (ISA levels, not CPU names: GCC 12 resolves
+// "arch=skylake-avx512" by CPU model and does not recognise newer Xeons, e.g. model 207.)
+#define TNMT_VECTORIZE __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
 namespace tnmt::kernels::cpu {
 
 // exp(x) in float to ~2 ulp (Cody-Waite reduction and a degree-6 polynomial, as Cephes'
 // expf). Returns exactly 0 for x below -87.3 (including -inf) and saturates above 88.7.
 inline float ExpApprox(float x) {
-  const bool underflow = x < -87.33654f;
-  x = x > 88.72283f ? 88.72283f : (x < -87.33654f ? -87.33654f : x);
-  float n = x * 1.44269504088896341f;
-  n = static_cast<float>(static_cast<int32_t>(n + (n >= 0.0f ? 0.5f : -0.5f)));
+  // Branch-free (selects only), so loops calling it vectorize.
+  const float keep = x >= -87.33654f ? 1.0f : 0.0f;
+  x = x < -87.33654f ? -87.33654f : x;
+  x = x > 88.72283f ? 88.72283f : x;
+  // Round to nearest with the 1.5 * 2^23 trick (no libm call).
+  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -29,7 +33,7 @@ inline float ExpApprox(float x) {
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  return underflow ? 0.0f : p * scale;
+  return p * scale * keep;
 }
 
 }  // namespace tnmt::kernels::cpu
