@@ -33,6 +33,8 @@ WORK="${WORK:-$(mktemp -d /tmp/tnmt_bench.XXXXXX)}"
 mkdir -p "$WORK/model" "$WORK/ct2" "$WORK/out"
 echo "== work dir: $WORK"
 echo "== load before build: $(uptime)"
+ENGINE_REV="$(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+[[ -z "$(git status --porcelain -- engine kernels 2>/dev/null)" ]] || ENGINE_REV+=" + uncommitted engine/kernels changes"
 
 bazel build //bench:translate_bench
 BIN="$(bazel info bazel-bin 2>/dev/null)/bench/translate_bench"
@@ -92,9 +94,10 @@ done
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # 5. One table.
-"$PYTHON" - "$WORK" "$have_ct2" "$THREADS" "$CORETYPE" <<'EOF'
+"$PYTHON" - "$WORK" "$have_ct2" "$THREADS" "$CORETYPE" "$ENGINE_REV" <<'EOF'
 import glob, os, sys
 work, have_ct2, threads, coretype = sys.argv[1], sys.argv[2] == "1", sys.argv[3].split(), sys.argv[4]
+engine_rev = sys.argv[5]
 CT2_REFERENCE, GOAL = 410.0, 1.3  # the issue: CT2 ~410 tok/s on this workload; goal >= 1.3x
 
 def load(path):
@@ -129,6 +132,7 @@ for t in threads:
 
 print()
 first = load(f"{work}/tnmt.t{threads[0]}.r1.txt") or {}
+print(f"tnmt built from {engine_rev}.")
 print("Workload: random Transformer-base (6+6 layers, 512/2048, 8 heads, vocab 8000);",
       first.get("workload", "?"))
 L = int(first.get("out_len", 70))
