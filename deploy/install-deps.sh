@@ -4,6 +4,8 @@
 # Dockerfiles, so that all of them take exactly the same steps.
 #   deploy/install-deps.sh            build + test dependencies
 #   deploy/install-deps.sh --runtime  only the shared libraries the tnmt binary needs
+#   deploy/install-deps.sh --dev      also the Python tools that regenerate golden files
+#                                     (python3-torch, python3-sentencepiece); tests never need them
 set -euo pipefail
 
 runtime_pkgs=(
@@ -15,11 +17,16 @@ build_pkgs=(
   libprotobuf-dev libsentencepiece-dev sentencepiece libopenblas-dev libabsl-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libsqlite3-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
-  python3-torch python3-sentencepiece python3-numpy
 )
+dev_pkgs=(python3-torch python3-sentencepiece python3-numpy)
 
 pkgs=("${build_pkgs[@]}")
-if [[ "${1:-}" == "--runtime" ]]; then pkgs=("${runtime_pkgs[@]}"); fi
+case "${1:-}" in
+  --runtime) pkgs=("${runtime_pkgs[@]}") ;;
+  --dev) pkgs=("${build_pkgs[@]}" "${dev_pkgs[@]}") ;;
+  "") ;;
+  *) echo "install-deps: unknown option $1 (--runtime, --dev)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do
