@@ -1,6 +1,7 @@
 // Training kernels; see backward.h.
 #include "kernels/cpu/backward.h"
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
 #include <cmath>
@@ -41,19 +42,28 @@ TNMT_VECTORIZE void LayerNormBackward(float* dx, float* dgamma, float* dbeta, co
   }
 }
 
-TNMT_VECTORIZE void ActivationBackward(float* dx, const float* dy, const float* pre, int64_t count, Activation act) {
+namespace {
+
+TNMT_VECTORIZE void ActivationBackwardRange(float* dx, const float* dy, const float* pre, int64_t begin,
+                                            int64_t end, Activation act) {
   if (act == Activation::kRelu) {
-    for (int64_t i = 0; i < count; ++i) dx[i] = pre[i] > 0.0f ? dy[i] : 0.0f;
+    for (int64_t i = begin; i < end; ++i) dx[i] = pre[i] > 0.0f ? dy[i] : 0.0f;
     return;
   }
   constexpr float kC = 0.7978845608028654f;
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     const float x = pre[i];
     const float u = kC * (x + 0.044715f * x * x * x);
     const float t = std::tanh(u);
     const float du = kC * (1.0f + 3.0f * 0.044715f * x * x);
     dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
   }
+}
+
+}  // namespace
+
+void ActivationBackward(float* dx, const float* dy, const float* pre, int64_t count, Activation act) {
+  ParallelFor(count, [&](int64_t begin, int64_t end) { ActivationBackwardRange(dx, dy, pre, begin, end, act); });
 }
 
 TNMT_VECTORIZE void AccumulateColumnSum(float* db, const float* dy, int64_t rows, int n) {
@@ -130,42 +140,59 @@ void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_
   }
 }
 
-TNMT_VECTORIZE double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
+namespace {
+
+// One row of LabelSmoothedCrossEntropy; returns its smoothed loss and NLL (0 for pad targets).
+TNMT_VECTORIZE void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab, double on, double off,
+                                            int32_t pad, double* loss, double* nll) {
+  if (t == pad) {
+    std::memset(row, 0, sizeof(float) * vocab);
+    *loss = *nll = 0.0;
+    return;
+  }
+  float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < vocab; ++j) mx = row[j] > mx ? row[j] : mx;
+  float sum = 0.0f, sum_x = 0.0f;
+#pragma omp simd reduction(+ : sum, sum_x)
+  for (int j = 0; j < vocab; ++j) {
+    sum += ExpApprox(row[j] - mx);
+    sum_x += row[j];
+  }
+  const float lse = mx + std::log(sum);
+  // sum over non-pad tokens of log p = sum_x - row[pad] - (V - 1) * lse
+  const double sum_logp = static_cast<double>(sum_x) - row[pad] - static_cast<double>(vocab - 1) * lse;
+  const double logp_t = static_cast<double>(row[t]) - lse;
+  // loss = -(on - off) * logp_t - off * sum_logp  (target counted in sum_logp with weight off)
+  *loss = -(on - off) * logp_t - off * sum_logp;
+  *nll = -logp_t;
+  const float offf = static_cast<float>(off);
+#pragma omp simd
+  for (int j = 0; j < vocab; ++j) row[j] = ExpApprox(row[j] - lse) - offf;
+  row[pad] += offf;
+  row[t] -= static_cast<float>(on - off);
+}
+
+}  // namespace
+
+double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
                                  float eps, int32_t pad, double* nll_sum, int64_t* count) {
-  double loss = 0.0, nll = 0.0;
-  int64_t n = 0;
   const double off = vocab > 1 ? static_cast<double>(eps) / (vocab - 1) : 0.0;
   const double on = 1.0 - eps + off;
+  std::vector<double> row_loss(rows), row_nll(rows);
+  // Rows are independent: split over the compute threads; sums are taken in row order below,
+  // so the result does not depend on the split.
+  ParallelFor(rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      SmoothedCrossEntropyRow(logits + r * vocab, targets[r], vocab, on, off, pad, &row_loss[r], &row_nll[r]);
+    }
+  });
+  double loss = 0.0, nll = 0.0;
+  int64_t n = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    float* row = logits + r * vocab;
-    const int32_t t = targets[r];
-    if (t == pad) {
-      std::memset(row, 0, sizeof(float) * vocab);
-      continue;
-    }
-    // Per row: float math, vectorized (ExpApprox); the loss itself is accumulated in double.
-    float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-    for (int j = 0; j < vocab; ++j) mx = row[j] > mx ? row[j] : mx;
-    float sum = 0.0f, sum_x = 0.0f;
-#pragma omp simd reduction(+ : sum, sum_x)
-    for (int j = 0; j < vocab; ++j) {
-      sum += ExpApprox(row[j] - mx);
-      sum_x += row[j];
-    }
-    const float lse = mx + std::log(sum);
-    // sum over non-pad tokens of log p = sum_x - row[pad] - (V - 1) * lse
-    const double sum_logp = static_cast<double>(sum_x) - row[pad] - static_cast<double>(vocab - 1) * lse;
-    const double logp_t = static_cast<double>(row[t]) - lse;
-    // loss = -(on - off) * logp_t - off * sum_logp  (target counted in sum_logp with weight off)
-    loss += -(on - off) * logp_t - off * sum_logp;
-    nll += -logp_t;
-    ++n;
-    const float offf = static_cast<float>(off);
-#pragma omp simd
-    for (int j = 0; j < vocab; ++j) row[j] = ExpApprox(row[j] - lse) - offf;
-    row[pad] += offf;
-    row[t] -= static_cast<float>(on - off);
+    loss += row_loss[r];
+    nll += row_nll[r];
+    n += targets[r] != pad;
   }
   if (nll_sum != nullptr) *nll_sum = nll;
   if (count != nullptr) *count = n;
@@ -181,12 +208,20 @@ float CounterUniform(uint64_t seed, uint64_t stream, uint64_t index) {
   return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
 }
 
-TNMT_VECTORIZE void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
-  if (p <= 0.0f) return;
+namespace {
+
+TNMT_VECTORIZE void DropoutRange(float* x, int64_t begin, int64_t end, float p, uint64_t seed, uint64_t stream) {
   const float keep_scale = 1.0f / (1.0f - p);
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     x[i] = CounterUniform(seed, stream, static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
   }
+}
+
+}  // namespace
+
+void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
+  if (p <= 0.0f) return;
+  ParallelFor(count, [&](int64_t begin, int64_t end) { DropoutRange(x, begin, end, p, seed, stream); });
 }
 
 TNMT_VECTORIZE void AdamUpdate(float* w, float* m, float* v, const float* g, int64_t count, float grad_scale,
