@@ -2,7 +2,6 @@
 #include "engine/model/weights.h"
 
 #include <cstring>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

@@ -20,7 +20,7 @@ class Args {
   void AddFloat(const std::string& name, float def, std::string help);
   void AddBool(const std::string& name, bool def, std::string help);
 
-  // Parses argv[first..argc). Returns false with *error set on bad input; sets help_requested().
+  // Parses argv[first..argc): an error names the bad flag or value; --help sets help_requested().
   absl::Status Parse(int argc, char** argv, int first);
   bool help_requested() const { return help_; }
   bool given(const std::string& name) const { return flags_.at(name).given; }
