@@ -2,6 +2,7 @@
 #include "engine/layers/sublayers.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "engine/core/status_macros.h"
 #include "kernels/cpu/elementwise.h"
@@ -14,8 +15,14 @@ namespace k = kernels::cpu;
 void ApplyLinear(float* y, const float* x, int64_t rows, const Linear& l) {
   const int out = static_cast<int>(l.weight.dim(0));
   const int in = static_cast<int>(l.weight.dim(1));
-  k::GemmNT(static_cast<int>(rows), out, in, 1.0f, x, in, l.weight.f32(), in, 0.0f, y, out);
-  if (!l.bias.empty()) k::AddBias(y, l.bias.f32(), rows, out);
+  if (l.bias.empty()) {
+    k::GemmNT(static_cast<int>(rows), out, in, 1.0f, x, in, l.weight.f32(), in, 0.0f, y, out);
+    return;
+  }
+  // Start from the bias and accumulate (beta = 1): one pass over y instead of a zeroing pass
+  // inside the GEMM plus a bias pass after it.
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(y + r * out, l.bias.f32(), sizeof(float) * out);
+  k::GemmNT(static_cast<int>(rows), out, in, 1.0f, x, in, l.weight.f32(), in, 1.0f, y, out);
 }
 
 void FinishSublayer(float* x, const float* f, int64_t rows, const ModelConfig& c,
