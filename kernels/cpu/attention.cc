@@ -1,5 +1,5 @@
 // Attention kernel; see attention.h. One query row at a time: scores for that row only
-// (k_len floats of scratch), so memory stays linear in the key length even for very long
+// (num_heads x k_len floats of scratch), so memory stays linear in the key length even for long
 // inputs. A fully masked row (cannot happen with valid inputs) yields zeros.
 #include "kernels/cpu/attention.h"
 
@@ -31,36 +31,46 @@ TNMT_VECTORIZE void AttentionGroups(float* out, int64_t ld_out, const float* q, 
       int limit = valid;
       if (a.causal_offset >= 0 && i + a.causal_offset + 1 < limit) limit = i + a.causal_offset + 1;
       const int64_t row = static_cast<int64_t>(b) * a.q_len + i;
-      for (int h = 0; h < a.num_heads; ++h) {
-        const float* qh = q + row * ld_q + h * dh;
-        float* oh = out + row * ld_out + h * dh;
-        if (limit <= 0) {
-          std::memset(oh, 0, sizeof(float) * dh);
-          continue;
-        }
-        float mx = -INFINITY;
-        for (int j = 0; j < limit; ++j) {
-          const float* kj = k + key_row(j) + h * dh;
+      const float* qr = q + row * ld_q;
+      float* orow = out + row * ld_out;
+      std::memset(orow, 0, sizeof(float) * a.num_heads * dh);
+      if (limit <= 0) continue;
+      // Keys outer, heads inner: each key's row (all heads) is read once, contiguously.
+      // scratch: [num_heads, k_len] scores, then probabilities.
+      for (int j = 0; j < limit; ++j) {
+        const float* kj = k + key_row(j);
+        for (int h = 0; h < a.num_heads; ++h) {
+          const float* qh = qr + h * dh;
+          const float* kh = kj + h * dh;
           float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-          for (int c = 0; c < dh; ++c) s += qh[c] * kj[c];
-          s *= a.scale;
-          scratch[j] = s;
-          mx = s > mx ? s : mx;
+          for (int c = 0; c < dh; ++c) s += qh[c] * kh[c];
+          scratch[static_cast<int64_t>(h) * a.k_len + j] = s * a.scale;
         }
+      }
+      for (int h = 0; h < a.num_heads; ++h) {
+        float* sh = scratch + static_cast<int64_t>(h) * a.k_len;
+        float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+        for (int j = 0; j < limit; ++j) mx = sh[j] > mx ? sh[j] : mx;
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < limit; ++j) {
-          scratch[j] = ExpApprox(scratch[j] - mx);
-          sum += scratch[j];
+          sh[j] = ExpApprox(sh[j] - mx);
+          sum += sh[j];
         }
         const float inv = 1.0f / sum;
-        std::memset(oh, 0, sizeof(float) * dh);
-        for (int j = 0; j < limit; ++j) {
-          const float p = scratch[j] * inv;
-          const float* vj = v + key_row(j) + h * dh;
 #pragma omp simd
-          for (int c = 0; c < dh; ++c) oh[c] += p * vj[c];
+        for (int j = 0; j < limit; ++j) sh[j] *= inv;
+      }
+      for (int j = 0; j < limit; ++j) {
+        const float* vj = v + key_row(j);
+        for (int h = 0; h < a.num_heads; ++h) {
+          const float p = scratch[static_cast<int64_t>(h) * a.k_len + j];
+          const float* vh = vj + h * dh;
+          float* oh = orow + h * dh;
+#pragma omp simd
+          for (int c = 0; c < dh; ++c) oh[c] += p * vh[c];
         }
       }
     }
@@ -73,7 +83,7 @@ void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q
                         const float* v, int64_t ld_kv, int64_t kv_group_stride,
                         const AttentionArgs& a, float* /*scratch*/) {
   ParallelFor(a.batch, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(a.k_len > 0 ? a.k_len : 1);
+    std::vector<float> scores(static_cast<size_t>(a.num_heads) * (a.k_len > 0 ? a.k_len : 1));
     AttentionGroups(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a, static_cast<int>(begin),
                     static_cast<int>(end), scores.data());
   });
