@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/gemm.h"
+#include "tools/tnmt/args.h"
 #include "trainer/model/parameters.h"
 #include "trainer/model/transformer_train.h"
 #include "trainer/optim/adam.h"
@@ -76,45 +77,37 @@ struct Flags {
 }
 
 Flags ParseFlags(int argc, char** argv) {
+  cli::Args args("train_bench", "Training throughput of tnmt on a fixed synthetic batch (see bench/run_train_bench.sh).");
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string value;
-    bool has_inline = false;
-    const size_t eq = a.find('=');
-    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_inline = true;
-    }
-    auto next = [&]() -> std::string {
-      if (has_inline) return value;
-      if (i + 1 >= argc) Usage(a + " needs a value");
-      return argv[++i];
-    };
-    auto next_int = [&](int lo) {
-      const std::string s = next();
-      char* end = nullptr;
-      const long v = std::strtol(s.c_str(), &end, 10);
-      if (s.empty() || *end != '\0' || v < lo || v > 100000000) Usage(a + ": bad value " + s);
-      return static_cast<int>(v);
-    };
-    if (a == "--preset") f.preset = next();
-    else if (a == "--vocab") f.vocab = next_int(5);
-    else if (a == "--threads") f.threads = next_int(1);
-    else if (a == "--batch-sentences") f.batch_sentences = next_int(1);
-    else if (a == "--src-len") f.src_len = next_int(2);
-    else if (a == "--tgt-len") f.tgt_len = next_int(2);
-    else if (a == "--steps") f.steps = next_int(1);
-    else if (a == "--warmup") f.warmup = next_int(0);
-    else if (a == "--seed") f.seed = static_cast<uint64_t>(next_int(0));
-    else if (a == "--dropout") {
-      const std::string s = next();
-      char* end = nullptr;
-      f.dropout = std::strtod(s.c_str(), &end);
-      if (s.empty() || *end != '\0' || f.dropout < 0.0 || f.dropout >= 1.0) Usage("--dropout: bad value " + s);
-    } else if (a == "--help" || a == "-h") Usage("help");
-    else Usage("unknown flag " + a);
+  args.AddString("preset", f.preset, "model size: small or base");
+  args.AddInt("vocab", f.vocab, "vocabulary size");
+  args.AddInt("threads", f.threads, "compute threads");
+  args.AddInt("batch-sentences", f.batch_sentences, "sentences per batch");
+  args.AddInt("src-len", f.src_len, "source tokens per sentence, </s> included");
+  args.AddInt("tgt-len", f.tgt_len, "target tokens per sentence");
+  args.AddInt("steps", f.steps, "timed steps");
+  args.AddInt("warmup", f.warmup, "untimed steps first");
+  args.AddInt("seed", static_cast<int>(f.seed), "random seed");
+  args.AddFloat("dropout", static_cast<float>(f.dropout), "dropout");
+  const absl::Status parsed = args.Parse(argc, argv, 1);
+  if (!parsed.ok()) Usage(std::string(parsed.message()));
+  if (args.help_requested()) {
+    std::printf("%s", args.Help().c_str());
+    std::exit(0);
+  }
+  f.preset = args.GetString("preset");
+  f.vocab = args.GetInt("vocab");
+  f.threads = args.GetInt("threads");
+  f.batch_sentences = args.GetInt("batch-sentences");
+  f.src_len = args.GetInt("src-len");
+  f.tgt_len = args.GetInt("tgt-len");
+  f.steps = args.GetInt("steps");
+  f.warmup = args.GetInt("warmup");
+  f.seed = static_cast<uint64_t>(args.GetInt("seed"));
+  f.dropout = args.GetFloat("dropout");
+  if (f.vocab < 5 || f.threads < 1 || f.batch_sentences < 1 || f.src_len < 2 || f.tgt_len < 2 ||
+      f.steps < 1 || f.warmup < 0 || args.GetInt("seed") < 0 || f.dropout < 0.0 || f.dropout >= 1.0) {
+    Usage("a flag is out of range (vocab >= 5, lengths >= 2, steps and threads >= 1, dropout in [0, 1))");
   }
   return f;
 }

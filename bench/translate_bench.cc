@@ -56,6 +56,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
 #include "kernels/cpu/gemm.h"
+#include "tools/tnmt/args.h"
 
 namespace tnmt::bench {
 namespace {
@@ -96,46 +97,47 @@ struct Flags {
 }
 
 Flags ParseFlags(int argc, char** argv) {
+  cli::Args args("translate_bench", "Translation throughput and peak memory of a random Transformer-base, and GEMM GFLOP/s\n(see bench/run_translate_bench.sh).");
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string value;
-    const size_t eq = a.find('=');
-    bool has_inline = false;
-    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_inline = true;
-    }
-    auto next = [&]() -> std::string {
-      if (has_inline) return value;
-      if (i + 1 >= argc) Usage(a + " needs a value");
-      return argv[++i];
-    };
-    auto next_int = [&](int lo) {
-      const std::string s = next();
-      char* end = nullptr;
-      const long v = std::strtol(s.c_str(), &end, 10);
-      if (s.empty() || *end != '\0' || v < lo || v > 1000000) Usage(a + ": bad value " + s);
-      return static_cast<int>(v);
-    };
-    if (a == "--threads") f.threads = next_int(1);
-    else if (a == "--sentences") f.sentences = next_int(1);
-    else if (a == "--batch") f.batch = next_int(1);
-    else if (a == "--beam") f.beam = next_int(1);
-    else if (a == "--src-len") f.src_len = next_int(1);
-    else if (a == "--out-len") f.out_len = next_int(1);
-    else if (a == "--seed") f.seed = static_cast<uint64_t>(next_int(0));
-    else if (a == "--check") f.check = next_int(0);
-    else if (a == "--gemm-seconds") f.gemm_seconds = std::atof(next().c_str());
-    else if (a == "--export") f.export_dir = next();
-    else if (a == "--result") f.result_file = next();
-    else if (a == "--outputs") f.outputs_dir = next();
-    else if (a == "--export-only") f.export_only = true;
-    else if (a == "--no-gemm") f.gemm = false;
-    else if (a == "--no-translate") f.translate = false;
-    else if (a == "--help" || a == "-h") Usage("help");
-    else Usage("unknown flag " + a);
+  args.AddInt("threads", f.threads, "compute threads");
+  args.AddInt("sentences", f.sentences, "source sentences");
+  args.AddInt("batch", f.batch, "sentences per batch");
+  args.AddInt("beam", f.beam, "beam size");
+  args.AddInt("src-len", f.src_len, "source tokens, </s> included");
+  args.AddInt("out-len", f.out_len, "output tokens, </s> included");
+  args.AddInt("seed", static_cast<int>(f.seed), "random seed");
+  args.AddInt("check", f.check, "sentences also decoded greedily for the peer comparison");
+  args.AddFloat("gemm-seconds", static_cast<float>(f.gemm_seconds), "minimum time per GEMM shape");
+  args.AddBool("gemm", f.gemm, "run the GEMM section");
+  args.AddBool("translate", f.translate, "run the translation section");
+  args.AddBool("export-only", f.export_only, "only export the model (with --export)");
+  args.AddString("export", f.export_dir, "write config.json, model.safetensors and the sources here");
+  args.AddString("outputs", f.outputs_dir, "write the decoded ids here");
+  args.AddString("result", f.result_file, "write key=value results here");
+  const absl::Status parsed = args.Parse(argc, argv, 1);
+  if (!parsed.ok()) Usage(std::string(parsed.message()));
+  if (args.help_requested()) {
+    std::printf("%s", args.Help().c_str());
+    std::exit(0);
+  }
+  f.threads = args.GetInt("threads");
+  f.sentences = args.GetInt("sentences");
+  f.batch = args.GetInt("batch");
+  f.beam = args.GetInt("beam");
+  f.src_len = args.GetInt("src-len");
+  f.out_len = args.GetInt("out-len");
+  f.seed = static_cast<uint64_t>(args.GetInt("seed"));
+  f.check = args.GetInt("check");
+  f.gemm_seconds = args.GetFloat("gemm-seconds");
+  f.gemm = args.GetBool("gemm");
+  f.translate = args.GetBool("translate");
+  f.export_only = args.GetBool("export-only");
+  f.export_dir = args.GetString("export");
+  f.outputs_dir = args.GetString("outputs");
+  f.result_file = args.GetString("result");
+  if (f.threads < 1 || f.sentences < 1 || f.batch < 1 || f.beam < 1 || f.src_len < 1 ||
+      f.out_len < 1 || args.GetInt("seed") < 0 || f.check < 0) {
+    Usage("a flag is out of range (counts and lengths >= 1, seed and check >= 0)");
   }
   return f;
 }

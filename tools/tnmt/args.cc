@@ -1,6 +1,8 @@
 // Command-line parsing; see args.h.
 #include "tools/tnmt/args.h"
 
+#include <algorithm>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -59,8 +61,8 @@ absl::Status Args::Parse(int argc, char** argv, int first) {
       continue;
     }
     if (a.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", a, "\" (see tnmt ",
-                                                     command_, " --help)"));
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", a, "\" (see ",
+                                                     program_, " --help)"));
     }
     std::string name = a.substr(2), value;
     bool has_value = false;
@@ -70,14 +72,17 @@ absl::Status Args::Parse(int argc, char** argv, int first) {
       has_value = true;
     }
     bool negated = false;
-    if (!flags_.count(name) && name.rfind("no", 0) == 0 && flags_.count(name.substr(2)) &&
-        flags_[name.substr(2)].kind == Kind::kBool) {
-      name = name.substr(2);
-      negated = true;
+    for (const std::string prefix : {"no-", "no"}) {
+      const std::string base = name.substr(std::min(name.size(), prefix.size()));
+      if (!negated && !flags_.count(name) && name.rfind(prefix, 0) == 0 && flags_.count(base) &&
+          flags_[base].kind == Kind::kBool) {
+        name = base;
+        negated = true;
+      }
     }
     auto it = flags_.find(name);
     if (it == flags_.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see tnmt ", command_, " --help)"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see ", program_, " --help)"));
     }
     if (!has_value) {
       if (it->second.kind == Kind::kBool) {
@@ -107,7 +112,7 @@ float Args::GetFloat(const std::string& name) const {
 }
 
 std::string Args::Help() const {
-  std::string out = absl::StrCat("usage: tnmt ", command_, " [flags]\n\n", summary_, "\n\nflags:\n");
+  std::string out = absl::StrCat("usage: ", program_, " [flags]\n\n", summary_, "\n\nflags:\n");
   for (const std::string& name : order_) {
     const Flag& f = flags_.at(name);
     absl::StrAppend(&out, "  --", name, "  ", f.help, " (default: ",

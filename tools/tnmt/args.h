@@ -1,6 +1,7 @@
-// A small command-line parser for tnmt's subcommands: each subcommand declares its flags
+// A small command-line parser for tnmt's subcommands and tools: each declares its flags
 // (name, help, default) and gets `--help` text and precise errors for unknown flags and bad
-// values. Accepts `--flag value` and `--flag=value`; booleans also as bare `--flag`.
+// values. Accepts `--flag value` and `--flag=value`; booleans also as bare `--flag` and
+// `--no-flag`.
 #pragma once
 
 #include <map>
@@ -13,7 +14,8 @@ namespace tnmt::cli {
 
 class Args {
  public:
-  Args(std::string command, std::string summary) : command_(std::move(command)), summary_(std::move(summary)) {}
+  // program: what the user typed, e.g. "tnmt translate" (used in help and errors).
+  Args(std::string program, std::string summary) : program_(std::move(program)), summary_(std::move(summary)) {}
 
   void AddString(const std::string& name, std::string def, std::string help);
   void AddInt(const std::string& name, int def, std::string help);
@@ -41,7 +43,7 @@ class Args {
   };
   absl::Status Set(const std::string& name, const std::string& value);
 
-  std::string command_, summary_;
+  std::string program_, summary_;
   std::map<std::string, Flag> flags_;
   std::vector<std::string> order_;
   bool help_ = false;

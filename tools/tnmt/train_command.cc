@@ -88,7 +88,7 @@ int Fail(const char* cmd, const std::string& message) {
 }  // namespace
 
 int TrainCommand(int argc, char** argv) {
-  Args args("train",
+  Args args("tnmt train",
             "Trains a Transformer on parallel text. Settings come from --config FILE (JSON, keys\n"
             "as the flags with '_' for '-'); flags override it. Resumes from the newest checkpoint\n"
             "in --save-dir. SIGTERM or Ctrl-C writes a final checkpoint and exits 0. Under mpirun\n"
@@ -153,7 +153,7 @@ int TrainCommand(int argc, char** argv) {
 }
 
 int AverageCommand(int argc, char** argv) {
-  Args args("average", "Averages the parameters of the last K checkpoints into a model directory.");
+  Args args("tnmt average", "Averages the parameters of the last K checkpoints into a model directory.");
   args.AddString("checkpoints", "", "checkpoint root (a training --save-dir)");
   args.AddInt("last", 5, "how many of the newest checkpoints to average");
   args.AddString("output", "", "model directory to write");

@@ -39,7 +39,7 @@ void DrawProgress(int done, int total) {
 }  // namespace
 
 int TranslateCommand(int argc, char** argv) {
-  Args args("translate",
+  Args args("tnmt translate",
             "Translates text, one sentence per line, from --input (default stdin) to --output\n"
             "(default stdout). Output: one line per input line; with --n-best N > 1, N lines per\n"
             "input as 'LINE ||| TEXT ||| SCORE' (LINE counts from 0); with --scores and N = 1,\n"
