@@ -67,12 +67,7 @@ struct Flags {
 };
 
 [[noreturn]] void Usage(const std::string& error) {
-  std::fprintf(stderr,
-               "train_bench: %s\n"
-               "usage: train_bench [--preset small|base] [--vocab N] [--threads N]\n"
-               "       [--batch-sentences N] [--src-len N] [--tgt-len N] [--steps N]\n"
-               "       [--warmup N] [--dropout P] [--seed N]\n",
-               error.c_str());
+  std::fprintf(stderr, "train_bench: %s\n", error.c_str());
   std::exit(2);
 }
 

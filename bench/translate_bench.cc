@@ -86,13 +86,7 @@ struct Flags {
 };
 
 [[noreturn]] void Usage(const std::string& error) {
-  std::fprintf(stderr,
-               "translate_bench: %s\n"
-               "usage: translate_bench [--threads N] [--sentences N] [--batch N] [--beam N]\n"
-               "       [--src-len N] [--out-len N] [--seed N] [--check N] [--export DIR]\n"
-               "       [--export-only] [--outputs DIR] [--gemm-seconds S] [--no-gemm]\n"
-               "       [--no-translate] [--result FILE]\n",
-               error.c_str());
+  std::fprintf(stderr, "translate_bench: %s\n", error.c_str());
   std::exit(2);
 }
 

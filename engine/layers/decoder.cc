@@ -89,8 +89,6 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
   TNMT_ASSIGN_OR_RETURN(float* qkv, ws->Get(Workspace::kQkv, rows * 3 * d));
   TNMT_ASSIGN_OR_RETURN(float* attn, ws->Get(Workspace::kAttn, rows * d));
   TNMT_ASSIGN_OR_RETURN(float* cq, ws->Get(Workspace::kCrossQ, rows * d));
-  TNMT_ASSIGN_OR_RETURN(float* scores,
-                        ws->Get(Workspace::kScores, std::max(s->max_steps_, s->src_max_)));
   std::vector<int32_t> positions(rows);
   for (int64_t r = 0; r < rows; ++r) positions[r] = start + static_cast<int32_t>(r % t_new);
   Embed(x, ids, positions.data(), rows, c, w.decoder_embed, w.decoder_positions);
@@ -127,8 +125,7 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
       std::memcpy(cache + row * cache_stride + pos * 2 * d, qkv + r * 3 * d + d,
                   sizeof(float) * 2 * d);
     }
-    k::MultiHeadAttention(attn, d, qkv, 3 * d, cache, cache + d, 2 * d, cache_stride, self_args,
-                          scores);
+    k::MultiHeadAttention(attn, d, qkv, 3 * d, cache, cache + d, 2 * d, cache_stride, self_args);
     ApplyLinear(y, attn, rows, l.self_out);
     FinishSublayer(x, y, rows, c, l.self_ln);
     // Cross-attention over the source.
@@ -136,7 +133,7 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
     ApplyLinear(cq, in, rows, l.cross_q);
     const float* kv = s->cross_kv_[li].f32();
     k::MultiHeadAttention(attn, d, cq, d, kv, kv + d, 2 * d,
-                          static_cast<int64_t>(s->src_max_) * 2 * d, cross_args, scores);
+                          static_cast<int64_t>(s->src_max_) * 2 * d, cross_args);
     ApplyLinear(y, attn, rows, l.cross_out);
     FinishSublayer(x, y, rows, c, l.cross_ln);
     TNMT_RETURN_IF_ERROR(FeedForward(x, rows, c, l.fc1, l.fc2, l.final_ln, ws));

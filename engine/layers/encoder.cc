@@ -26,7 +26,6 @@ absl::StatusOr<Tensor> Encode(const ModelConfig& c, const ModelWeights& w, const
   TNMT_ASSIGN_OR_RETURN(float* y, ws->Get(Workspace::kY, rows * d));
   TNMT_ASSIGN_OR_RETURN(float* qkv, ws->Get(Workspace::kQkv, rows * 3 * d));
   TNMT_ASSIGN_OR_RETURN(float* attn, ws->Get(Workspace::kAttn, rows * d));
-  TNMT_ASSIGN_OR_RETURN(float* scores, ws->Get(Workspace::kScores, max_len));
   k::AttentionArgs args;
   args.batch = batch;
   args.q_len = max_len;
@@ -39,7 +38,7 @@ absl::StatusOr<Tensor> Encode(const ModelConfig& c, const ModelWeights& w, const
     const float* in = SublayerInput(x, y, rows, c, l.self_ln);
     ApplyLinear(qkv, in, rows, l.self_qkv);
     k::MultiHeadAttention(attn, d, qkv, 3 * d, qkv + d, qkv + 2 * d, 3 * d,
-                          static_cast<int64_t>(max_len) * 3 * d, args, scores);
+                          static_cast<int64_t>(max_len) * 3 * d, args);
     ApplyLinear(y, attn, rows, l.self_out);
     FinishSublayer(x, y, rows, c, l.self_ln);
     TNMT_RETURN_IF_ERROR(FeedForward(x, rows, c, l.fc1, l.fc2, l.final_ln, ws));

@@ -13,7 +13,7 @@ namespace tnmt {
 
 class Workspace {
  public:
-  enum Slot { kX, kY, kQkv, kAttn, kHidden, kCrossQ, kScores, kEmbedIds, kEmbedPos, kNumSlots };
+  enum Slot { kX, kY, kQkv, kAttn, kHidden, kCrossQ, kNumSlots };
 
   // Returns at least `count` floats for `slot`; contents are unspecified.
   absl::StatusOr<float*> Get(Slot slot, int64_t count);

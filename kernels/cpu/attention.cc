@@ -81,9 +81,11 @@ TNMT_VECTORIZE void AttentionGroups(float* out, int64_t ld_out, const float* q, 
 
 void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
                         const float* v, int64_t ld_kv, int64_t kv_group_stride,
-                        const AttentionArgs& a, float* /*scratch*/) {
+                        const AttentionArgs& a) {
   ParallelFor(a.batch, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(static_cast<size_t>(a.num_heads) * (a.k_len > 0 ? a.k_len : 1));
+    // Per thread, reused across calls: no allocation on the decode path.
+    thread_local std::vector<float> scores;
+    scores.resize(static_cast<size_t>(a.num_heads) * (a.k_len > 0 ? a.k_len : 1));
     AttentionGroups(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a, static_cast<int>(begin),
                     static_cast<int>(end), scores.data());
   });

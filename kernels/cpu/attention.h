@@ -29,10 +29,10 @@ struct AttentionArgs {
 // q:   [batch * q_len, ld_q]
 // k, v: group g, key j starts at element g * kv_group_stride + j * ld_kv (both strides in
 //       elements, so kv_group_stride >= k_len * ld_kv for non-overlapping groups).
-// scratch: unused (kept for callers; each thread uses its own buffer). Query groups are split
-// over the compute threads (kernels/cpu/parallel.h); results do not depend on the split.
+// Query groups are split over the compute threads (kernels/cpu/parallel.h); results do not
+// depend on the split. Each thread keeps its own score buffer.
 void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
                         const float* v, int64_t ld_kv, int64_t kv_group_stride,
-                        const AttentionArgs& args, float* scratch);
+                        const AttentionArgs& args);
 
 }  // namespace tnmt::kernels::cpu
