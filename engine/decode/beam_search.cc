@@ -27,13 +27,6 @@ struct Finished {
   std::vector<int32_t> ids;  // without </s>
 };
 
-struct SentenceState {
-  int max_len = 0;
-  bool done = false;
-  std::vector<Live> live;
-  std::vector<Finished> finished;
-};
-
 struct Candidate {
   double score;
   int hyp;      // index in the sentence's live list
@@ -87,23 +80,50 @@ void TopK(const float* logits, int vocab, int k, const TokenRules& rules, int hy
 
 double LengthPenalty(int length, double alpha) { return std::pow((5.0 + length) / 6.0, alpha); }
 
-absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const ModelWeights& w,
-                                                 const std::vector<std::vector<int32_t>>& sources,
-                                                 const DecodeOptions& opt, Workspace* ws) {
+struct BeamDecoder::Sentence {
+  int64_t handle = 0;
+  int32_t source = 0;
+  DecodeOptions opt;
+  int max_len = 0;
+  int t = 0;  // output positions decided so far
+  std::vector<Live> live;
+  std::vector<Finished> finished;
+};
+
+BeamDecoder::BeamDecoder(const ModelConfig& c, const ModelWeights& w, Workspace* ws,
+                         DecoderState state)
+    : c_(&c), w_(&w), ws_(ws), state_(std::move(state)) {}
+
+BeamDecoder::BeamDecoder(BeamDecoder&&) noexcept = default;
+BeamDecoder& BeamDecoder::operator=(BeamDecoder&&) noexcept = default;
+BeamDecoder::~BeamDecoder() = default;
+
+absl::StatusOr<BeamDecoder> BeamDecoder::Create(const ModelConfig& c, const ModelWeights& w,
+                                                Workspace* ws) {
+  TNMT_ASSIGN_OR_RETURN(DecoderState state, DecoderState::Create(c, w, MaxPositions(c)));
+  return BeamDecoder(c, w, ws, std::move(state));
+}
+
+int BeamDecoder::live_rows() const {
+  int n = 0;
+  for (const auto& s : live_) n += static_cast<int>(s->live.size());
+  for (const auto& s : joining_) n += static_cast<int>(s->live.size());
+  return n;
+}
+
+absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(
+    const std::vector<std::vector<int32_t>>& sources, const DecodeOptions& opt) {
   TNMT_RETURN_IF_ERROR(opt.Validate());
   const int batch = static_cast<int>(sources.size());
-  std::vector<DecodeResult> results(batch);
-  if (batch == 0) return results;
-  const bool greedy = opt.beam_size == 1;
-  const int K = opt.beam_size;
-  const int V = c.vocab_size;
-
+  if (batch == 0) return std::vector<int64_t>{};
+  const ModelConfig& c = *c_;
   int src_max = 0;
   for (const auto& s : sources) {
     if (s.empty()) return absl::InvalidArgumentError("empty source (must end with </s>)");
     for (int32_t id : s) {
-      if (id < 0 || id >= V) {
-        return absl::InvalidArgumentError(absl::StrCat("source token id ", id, " outside [0, ", V, ")"));
+      if (id < 0 || id >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("source token id ", id, " outside [0, ", c.vocab_size, ")"));
       }
     }
     src_max = std::max<int>(src_max, s.size());
@@ -115,97 +135,166 @@ absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const Mod
   }
   std::vector<int32_t> ids(static_cast<size_t>(batch) * src_max, c.pad_id);
   std::vector<int32_t> lengths(batch);
-  std::vector<SentenceState> st(batch);
-  int steps_max = 1;
   for (int b = 0; b < batch; ++b) {
     std::copy(sources[b].begin(), sources[b].end(), ids.begin() + static_cast<size_t>(b) * src_max);
     lengths[b] = static_cast<int32_t>(sources[b].size());
-    int max_len = opt.max_length > 0 ? opt.max_length : lengths[b] + opt.max_length_offset;
-    max_len = std::max(1, std::min(max_len, MaxPositions(c)));
-    st[b].max_len = max_len;
-    steps_max = std::max(steps_max, max_len);
   }
-  TNMT_ASSIGN_OR_RETURN(Tensor enc, Encode(c, w, ids.data(), lengths.data(), batch, src_max, ws));
-  TNMT_ASSIGN_OR_RETURN(DecoderState state,
-                        DecoderState::Create(c, w, enc, lengths.data(), batch * K, steps_max));
-  std::vector<int32_t> start_rows(batch);
+  TNMT_ASSIGN_OR_RETURN(Tensor enc, Encode(c, *w_, ids.data(), lengths.data(), batch, src_max, ws_));
+  TNMT_ASSIGN_OR_RETURN(std::vector<int32_t> src_ids, state_.AddSources(enc, lengths.data()));
+  std::vector<int64_t> handles(batch);
   for (int b = 0; b < batch; ++b) {
-    start_rows[b] = b;
-    st[b].live.push_back({b, 0.0, {}});
+    auto s = std::make_unique<Sentence>();
+    s->handle = handles[b] = next_handle_++;
+    s->source = src_ids[b];
+    s->opt = opt;
+    const int max_len = opt.max_length > 0 ? opt.max_length : lengths[b] + opt.max_length_offset;
+    s->max_len = std::max(1, std::min(max_len, MaxPositions(c)));
+    s->live.push_back({-1, 0.0, {}});
+    joining_.push_back(std::move(s));
   }
-  TNMT_RETURN_IF_ERROR(state.Start(start_rows));
+  return handles;
+}
 
-  TNMT_ASSIGN_OR_RETURN(Tensor logits, Tensor::Empty({static_cast<int64_t>(batch) * K, V}));
-  std::vector<float> lse(static_cast<size_t>(batch) * K);
-  std::vector<int32_t> step_ids(static_cast<size_t>(batch) * K, c.bos_id);
-  std::vector<Candidate> cands;
-  std::vector<int32_t> parents;
+absl::Status BeamDecoder::Release(Sentence& s) { return state_.ReleaseSource(s.source); }
 
-  for (int t = 1; t <= steps_max && state.rows() > 0; ++t) {
-    const int rows = state.rows();
-    TNMT_RETURN_IF_ERROR(DecoderForward(c, w, &state, step_ids.data(), 1, logits.f32(), ws));
-    kernels::cpu::LogSumExp(lse.data(), logits.f32(), rows, V);
-    parents.clear();
-    step_ids.clear();
-    for (int b = 0; b < batch; ++b) {
-      SentenceState& s = st[b];
-      if (s.done) continue;
-      const TokenRules rules{c.pad_id, c.eos_id, t >= s.max_len, t < opt.min_length};
-      cands.clear();
-      for (int h = 0; h < static_cast<int>(s.live.size()); ++h) {
-        const Live& l = s.live[h];
-        TopK(logits.f32() + static_cast<int64_t>(l.row) * V, V, greedy ? 1 : 2 * K, rules, h,
-             l.score, lse[l.row], &cands);
-      }
-      std::sort(cands.begin(), cands.end(), Better);
-      if (!greedy && static_cast<int>(cands.size()) > 2 * K) cands.resize(2 * K);
-      std::vector<Live> next;
-      for (const Candidate& cd : cands) {
-        const Live& parent = s.live[cd.hyp];
-        if (cd.token == c.eos_id) {
-          const double norm = greedy ? cd.score : cd.score / LengthPenalty(t, opt.length_penalty);
-          s.finished.push_back({norm, cd.score, parent.ids});
-        } else {
-          Live l{parent.row, cd.score, parent.ids};
-          l.ids.push_back(cd.token);
-          next.push_back(std::move(l));
-        }
-        // The walk ends once K hypotheses are live (greedy: after the first candidate).
-        if (greedy || static_cast<int>(next.size()) == K) break;
-      }
-      // Stop when nothing is live, or no live hypothesis can enter the top K finished.
-      bool stop = next.empty();
-      if (!stop && !greedy && static_cast<int>(s.finished.size()) >= K) {
-        std::vector<double> norms;
-        for (const Finished& f : s.finished) norms.push_back(f.normalized);
-        std::nth_element(norms.begin(), norms.begin() + (K - 1), norms.end(), std::greater<>());
-        const double kth = norms[K - 1];
-        const double best_live = next.front().score;
-        const int bound_len = opt.length_penalty >= 0 ? s.max_len : t;
-        stop = kth >= best_live / LengthPenalty(bound_len, opt.length_penalty);
-      }
-      if (stop) {
-        s.done = true;
-        s.live.clear();
-        continue;
-      }
-      for (Live& l : next) {
-        parents.push_back(l.row);
-        l.row = static_cast<int>(parents.size()) - 1;
-        step_ids.push_back(l.ids.back());
-      }
-      s.live = std::move(next);
+bool BeamDecoder::Cancel(int64_t handle) {
+  for (auto it = joining_.begin(); it != joining_.end(); ++it) {
+    if ((*it)->handle == handle) {
+      (void)Release(**it);
+      joining_.erase(it);
+      return true;
     }
-    TNMT_RETURN_IF_ERROR(state.Reorder(parents));
   }
+  auto it = std::find_if(live_.begin(), live_.end(), [&](const auto& s) { return s->handle == handle; });
+  if (it == live_.end()) return false;
+  std::unique_ptr<Sentence> gone = std::move(*it);
+  live_.erase(it);
+  // Keep every other sentence's rows, renumbered in order.
+  std::vector<int32_t> parents;
+  std::vector<int32_t> ids;
+  for (auto& s : live_) {
+    for (Live& l : s->live) {
+      parents.push_back(l.row);
+      ids.push_back(step_ids_[l.row]);
+      l.row = static_cast<int>(parents.size()) - 1;
+    }
+  }
+  step_ids_ = std::move(ids);
+  // Rows and parents are valid by construction; a failure here would be a bug.
+  (void)state_.Reorder(parents);
+  (void)Release(*gone);
+  return true;
+}
 
-  for (int b = 0; b < batch; ++b) {
-    std::vector<Finished>& f = st[b].finished;
+absl::Status BeamDecoder::Step(std::vector<Done>* done) {
+  const ModelConfig& c = *c_;
+  const int V = c.vocab_size;
+  if (!joining_.empty()) {  // new sentences get one row each at position 0
+    const int old_rows = state_.rows();
+    std::vector<int32_t> keep(old_rows), sources;
+    for (int r = 0; r < old_rows; ++r) keep[r] = r;
+    for (auto& s : joining_) sources.push_back(s->source);
+    TNMT_RETURN_IF_ERROR(state_.Reorder(keep, sources));
+    for (size_t i = 0; i < joining_.size(); ++i) {
+      joining_[i]->live[0].row = old_rows + static_cast<int>(i);
+      step_ids_.push_back(c.bos_id);
+      live_.push_back(std::move(joining_[i]));
+    }
+    joining_.clear();
+  }
+  const int rows = state_.rows();
+  if (rows == 0) return absl::OkStatus();
+  logits_.resize(static_cast<size_t>(rows) * V);
+  lse_.resize(rows);
+  TNMT_RETURN_IF_ERROR(DecoderForward(c, *w_, &state_, step_ids_.data(), 1, logits_.data(), ws_));
+  kernels::cpu::LogSumExp(lse_.data(), logits_.data(), rows, V);
+
+  std::vector<int32_t> parents, next_ids;
+  std::vector<Candidate> cands;
+  std::vector<std::unique_ptr<Sentence>> still_live, finished;
+  for (auto& sp : live_) {
+    Sentence& s = *sp;
+    const int t = ++s.t;
+    const bool greedy = s.opt.beam_size == 1;
+    const int K = s.opt.beam_size;
+    const TokenRules rules{c.pad_id, c.eos_id, t >= s.max_len, t < s.opt.min_length};
+    cands.clear();
+    for (int h = 0; h < static_cast<int>(s.live.size()); ++h) {
+      const Live& l = s.live[h];
+      TopK(logits_.data() + static_cast<int64_t>(l.row) * V, V, greedy ? 1 : 2 * K, rules, h,
+           l.score, lse_[l.row], &cands);
+    }
+    std::sort(cands.begin(), cands.end(), Better);
+    if (!greedy && static_cast<int>(cands.size()) > 2 * K) cands.resize(2 * K);
+    std::vector<Live> next;
+    for (const Candidate& cd : cands) {
+      const Live& parent = s.live[cd.hyp];
+      if (cd.token == c.eos_id) {
+        const double norm = greedy ? cd.score : cd.score / LengthPenalty(t, s.opt.length_penalty);
+        s.finished.push_back({norm, cd.score, parent.ids});
+      } else {
+        Live l{parent.row, cd.score, parent.ids};
+        l.ids.push_back(cd.token);
+        next.push_back(std::move(l));
+      }
+      // The walk ends once K hypotheses are live (greedy: after the first candidate).
+      if (greedy || static_cast<int>(next.size()) == K) break;
+    }
+    // Stop when nothing is live, or no live hypothesis can enter the top K finished.
+    bool stop = next.empty();
+    if (!stop && !greedy && static_cast<int>(s.finished.size()) >= K) {
+      std::vector<double> norms;
+      for (const Finished& f : s.finished) norms.push_back(f.normalized);
+      std::nth_element(norms.begin(), norms.begin() + (K - 1), norms.end(), std::greater<>());
+      const double kth = norms[K - 1];
+      const double best_live = next.front().score;
+      const int bound_len = s.opt.length_penalty >= 0 ? s.max_len : t;
+      stop = kth >= best_live / LengthPenalty(bound_len, s.opt.length_penalty);
+    }
+    if (stop) {
+      s.live.clear();
+      finished.push_back(std::move(sp));
+      continue;
+    }
+    for (Live& l : next) {
+      parents.push_back(l.row);
+      l.row = static_cast<int>(parents.size()) - 1;
+      next_ids.push_back(l.ids.back());
+    }
+    s.live = std::move(next);
+    still_live.push_back(std::move(sp));
+  }
+  live_ = std::move(still_live);
+  step_ids_ = std::move(next_ids);
+  TNMT_RETURN_IF_ERROR(state_.Reorder(parents));
+
+  for (auto& sp : finished) {
+    TNMT_RETURN_IF_ERROR(Release(*sp));
+    std::vector<Finished>& f = sp->finished;
     std::stable_sort(f.begin(), f.end(),
                      [](const Finished& x, const Finished& y) { return x.normalized > y.normalized; });
-    for (int i = 0; i < static_cast<int>(f.size()) && i < opt.n_best; ++i) {
-      results[b].hypotheses.push_back({std::move(f[i].ids), static_cast<float>(f[i].normalized)});
+    Done d{sp->handle, {}};
+    for (int i = 0; i < static_cast<int>(f.size()) && i < sp->opt.n_best; ++i) {
+      d.result.hypotheses.push_back({std::move(f[i].ids), static_cast<float>(f[i].normalized)});
     }
+    done->push_back(std::move(d));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const ModelWeights& w,
+                                                 const std::vector<std::vector<int32_t>>& sources,
+                                                 const DecodeOptions& opt, Workspace* ws) {
+  TNMT_RETURN_IF_ERROR(opt.Validate());
+  std::vector<DecodeResult> results(sources.size());
+  if (sources.empty()) return results;
+  TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, BeamDecoder::Create(c, w, ws));
+  TNMT_ASSIGN_OR_RETURN(std::vector<int64_t> handles, decoder.Add(sources, opt));
+  std::vector<BeamDecoder::Done> done;
+  while (!decoder.empty()) {
+    done.clear();
+    TNMT_RETURN_IF_ERROR(decoder.Step(&done));
+    for (BeamDecoder::Done& d : done) results[d.handle - handles[0]] = std::move(d.result);
   }
   return results;
 }

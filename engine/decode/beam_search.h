@@ -1,22 +1,74 @@
 // Greedy and beam-search decoding of a batch of source sentences, exactly as specified in
 // docs/model-format.md ("Beam search"). The encoder runs once per batch, cross-attention K/V
 // once per source, self-attention K/V are cached and reordered by beam; sentences that finish
-// leave the batch. A sentence's result does not depend on the other sentences in its batch.
+// leave the batch and new ones may join between steps. A sentence's result does not depend on
+// the other sentences decoded with it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/decode/options.h"
+#include "engine/layers/decoder.h"
 #include "engine/layers/workspace.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
 
 namespace tnmt {
 
-// sources: token ids, each ending with eos_id, each non-empty and within the model's
-// position limit; all ids in [0, vocab). Returns one result per source, in order.
+// A decode that sentences can join and leave between steps (continuous batching). Each
+// sentence carries its own options (beam size, length penalty, limits, n-best); one Step()
+// advances every live hypothesis of every sentence by one token in a single decoder pass.
+// Not thread-safe; the model and workspace must outlive it.
+class BeamDecoder {
+ public:
+  static absl::StatusOr<BeamDecoder> Create(const ModelConfig& c, const ModelWeights& w,
+                                            Workspace* ws);
+  BeamDecoder(BeamDecoder&&) noexcept;
+  BeamDecoder& operator=(BeamDecoder&&) noexcept;
+  ~BeamDecoder();
+
+  // Validates, encodes the sources (one encoder pass) and makes them live. Returns one handle
+  // per source (unique for this decoder). Nothing is added when an error is returned.
+  absl::StatusOr<std::vector<int64_t>> Add(const std::vector<std::vector<int32_t>>& sources,
+                                           const DecodeOptions& options);
+
+  struct Done {
+    int64_t handle;
+    DecodeResult result;
+  };
+  // One decoder step for every live sentence; sentences that finish are appended to `done`
+  // (in the order they were added) and leave the decode.
+  absl::Status Step(std::vector<Done>* done);
+
+  // Drops a live sentence without a result (cancelled or past its deadline). False if the
+  // handle is not live.
+  bool Cancel(int64_t handle);
+
+  int live_sentences() const { return static_cast<int>(live_.size() + joining_.size()); }
+  int live_rows() const;  // hypotheses decoded by the next Step()
+  bool empty() const { return live_.empty() && joining_.empty(); }
+
+ private:
+  struct Sentence;
+  BeamDecoder(const ModelConfig& c, const ModelWeights& w, Workspace* ws, DecoderState state);
+  absl::Status Release(Sentence& s);
+
+  const ModelConfig* c_;
+  const ModelWeights* w_;
+  Workspace* ws_;
+  DecoderState state_;
+  int64_t next_handle_ = 0;
+  std::vector<std::unique_ptr<Sentence>> live_;  // in order of Add
+  std::vector<std::unique_ptr<Sentence>> joining_;
+  std::vector<float> logits_, lse_;
+  std::vector<int32_t> step_ids_;
+};
+
+// Decodes a batch of sources (each ending with eos_id, non-empty, within the model's position
+// limit, all ids in [0, vocab)) with one BeamDecoder. Returns one result per source, in order.
 absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const ModelWeights& w,
                                                  const std::vector<std::vector<int32_t>>& sources,
                                                  const DecodeOptions& options, Workspace* ws);

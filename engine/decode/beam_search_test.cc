@@ -4,6 +4,7 @@
 #include "engine/decode/beam_search.h"
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -57,6 +58,53 @@ TEST_F(DecodeTest, BatchInvariance) {
         EXPECT_NEAR(a[h].score, b[h].score, 1e-5 + 2e-6 * std::fabs(a[h].score))
             << "beam " << beam << " sentence " << i;
       }
+    }
+  }
+}
+
+// Continuous batching: sentences added while others are mid-decode, each with its own options,
+// and a cancelled sentence, give exactly the results of decoding each sentence alone.
+TEST_F(DecodeTest, SentencesJoiningARunningDecodeMatchDecodingAlone) {
+  DecodeOptions beam4, greedy, beam2;
+  beam4.n_best = 3;
+  greedy.beam_size = 1;
+  beam2.beam_size = 2;
+  beam2.length_penalty = 1.0f;
+  beam2.max_length = 6;
+  const std::vector<DecodeOptions> opts = {beam4, greedy, beam2};
+  auto decoder = BeamDecoder::Create(model_->config, model_->weights, &ws_);
+  ASSERT_TRUE(decoder.ok());
+  std::map<int64_t, std::pair<size_t, int>> sentence_of;  // handle -> (source, options)
+  std::map<int64_t, DecodeResult> got;
+  int64_t cancelled = -1;
+  std::vector<BeamDecoder::Done> done;
+  for (int step = 0; step < 200 && (step < 8 || !decoder->empty()); ++step) {
+    if (step < 7) {  // one new sentence per step, options cycling
+      auto h = decoder->Add({sources_[step]}, opts[step % 3]);
+      ASSERT_TRUE(h.ok()) << h.status();
+      sentence_of[(*h)[0]] = {static_cast<size_t>(step), step % 3};
+    }
+    if (step == 3) {
+      cancelled = sentence_of.begin()->first + 1;
+      EXPECT_TRUE(decoder->Cancel(cancelled));
+      EXPECT_FALSE(decoder->Cancel(cancelled));
+    }
+    done.clear();
+    ASSERT_TRUE(decoder->Step(&done).ok());
+    for (auto& d : done) got[d.handle] = d.result;
+  }
+  ASSERT_TRUE(decoder->empty());
+  EXPECT_EQ(got.size(), 6u);
+  EXPECT_EQ(got.count(cancelled), 0u);
+  for (const auto& [handle, result] : got) {
+    const auto [src, o] = sentence_of[handle];
+    auto alone = Run({sources_[src]}, opts[o]);
+    ASSERT_TRUE(alone.ok());
+    const auto& a = (*alone)[0].hypotheses;
+    ASSERT_EQ(a.size(), result.hypotheses.size()) << "sentence " << src;
+    for (size_t h = 0; h < a.size(); ++h) {
+      EXPECT_EQ(a[h].ids, result.hypotheses[h].ids) << "sentence " << src << " hyp " << h;
+      EXPECT_NEAR(a[h].score, result.hypotheses[h].score, 1e-5 + 2e-6 * std::fabs(a[h].score));
     }
   }
 }

@@ -1,8 +1,10 @@
 // Decoder forward and KV cache; see decoder.h.
 #include "engine/layers/decoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
@@ -15,125 +17,263 @@ namespace tnmt {
 
 namespace k = kernels::cpu;
 
-absl::StatusOr<DecoderState> DecoderState::Create(const ModelConfig& c, const ModelWeights& w,
-                                                  const Tensor& encoder_out,
-                                                  const int32_t* src_lengths, int max_rows,
-                                                  int max_steps) {
-  if (max_steps > MaxPositions(c)) {
-    return absl::InvalidArgumentError(absl::StrCat("decoding ", max_steps,
-                                                   " positions exceeds the model's limit of ",
-                                                   MaxPositions(c)));
+absl::Status DecoderState::SlotPool::Reserve(int more) {
+  if (static_cast<int>(free.size()) >= more) return absl::OkStatus();
+  const int64_t need = static_cast<int64_t>(capacity) + more - static_cast<int64_t>(free.size());
+  const int64_t grown = std::max<int64_t>(need, std::max<int64_t>(64, 2 * static_cast<int64_t>(capacity)));
+  if (grown > std::numeric_limits<int32_t>::max()) return absl::ResourceExhaustedError("KV cache too large");
+  for (Tensor& t : layers) {
+    TNMT_ASSIGN_OR_RETURN(Tensor bigger, Tensor::Empty({grown, d2}));
+    if (capacity > 0) std::memcpy(bigger.f32(), t.f32(), sizeof(float) * capacity * d2);
+    t = std::move(bigger);
   }
-  DecoderState s;
-  const int d = c.d_model;
-  const int batch = static_cast<int>(encoder_out.dim(0));
-  s.d_model_ = d;
-  s.max_rows_ = max_rows;
-  s.max_steps_ = max_steps;
-  s.src_max_ = static_cast<int>(encoder_out.dim(1));
-  s.src_lengths_.assign(src_lengths, src_lengths + batch);
-  const int64_t src_rows = static_cast<int64_t>(batch) * s.src_max_;
-  for (const DecoderLayerWeights& l : w.decoder) {
-    TNMT_ASSIGN_OR_RETURN(Tensor kv, Tensor::Empty({batch, s.src_max_, 2 * d}));
-    ApplyLinear(kv.f32(), encoder_out.f32(), src_rows, l.cross_kv);
-    s.cross_kv_.push_back(std::move(kv));
-    TNMT_ASSIGN_OR_RETURN(Tensor cache, Tensor::Empty({max_rows, max_steps, 2 * d}));
-    s.self_kv_.push_back(std::move(cache));
-  }
-  s.slots_.assign(static_cast<size_t>(max_rows) * max_steps, 0);
-  s.spare_slots_ = s.slots_;
-  return s;
-}
-
-absl::Status DecoderState::Start(std::vector<int32_t> kv_index) {
-  if (static_cast<int>(kv_index.size()) > max_rows_) {
-    return absl::InvalidArgumentError("DecoderState::Start: more rows than capacity");
-  }
-  kv_index_ = std::move(kv_index);
-  rows_ = static_cast<int>(kv_index_.size());
-  steps_ = 0;
+  // Lowest new ids are handed out first (free is a stack).
+  for (int64_t id = grown - 1; id >= capacity; --id) free.push_back(static_cast<int32_t>(id));
+  capacity = static_cast<int>(grown);
   return absl::OkStatus();
 }
 
-absl::Status DecoderState::Reorder(const std::vector<int32_t>& parents) {
-  const int n = static_cast<int>(parents.size());
-  if (n > max_rows_) return absl::InvalidArgumentError("DecoderState::Reorder: too many rows");
+absl::StatusOr<int32_t> DecoderState::SlotPool::Alloc() {
+  TNMT_RETURN_IF_ERROR(Reserve(1));
+  const int32_t id = free.back();
+  free.pop_back();
+  return id;
+}
+
+absl::StatusOr<DecoderState> DecoderState::Create(const ModelConfig& c, const ModelWeights& w,
+                                                  int max_steps, int row_hint) {
+  if (max_steps < 1 || max_steps > MaxPositions(c)) {
+    return absl::InvalidArgumentError(absl::StrCat("decoding ", max_steps,
+                                                   " positions: outside the model's limit of ",
+                                                   MaxPositions(c)));
+  }
+  DecoderState s;
+  s.c_ = &c;
+  s.w_ = &w;
+  s.max_steps_ = max_steps;
+  s.self_.d2 = s.cross_.d2 = 2 * c.d_model;
+  s.self_.layers.resize(w.decoder.size());
+  s.cross_.layers.resize(w.decoder.size());
+  if (row_hint > 0) {
+    TNMT_RETURN_IF_ERROR(s.self_.Reserve(row_hint * std::min(max_steps, 64)));
+    s.tables_.reserve(static_cast<size_t>(row_hint) * max_steps);
+    s.spare_tables_.reserve(static_cast<size_t>(row_hint) * max_steps);
+  }
+  return s;
+}
+
+absl::StatusOr<DecoderState> DecoderState::Create(const ModelConfig& c, const ModelWeights& w,
+                                                  const Tensor& encoder_out,
+                                                  const int32_t* src_lengths, int row_hint,
+                                                  int max_steps) {
+  TNMT_ASSIGN_OR_RETURN(DecoderState s, Create(c, w, max_steps, row_hint));
+  TNMT_RETURN_IF_ERROR(s.AddSources(encoder_out, src_lengths).status());
+  return s;
+}
+
+absl::StatusOr<std::vector<int32_t>> DecoderState::AddSources(const Tensor& encoder_out,
+                                                              const int32_t* src_lengths) {
+  const int d = c_->d_model;
+  const int batch = static_cast<int>(encoder_out.dim(0));
+  const int src_max = static_cast<int>(encoder_out.dim(1));
+  if (encoder_out.dim(2) != d) return absl::InvalidArgumentError("encoder output width is not d_model");
+  int total = 0;
+  for (int b = 0; b < batch; ++b) {
+    if (src_lengths[b] < 1 || src_lengths[b] > src_max) {
+      return absl::InvalidArgumentError(absl::StrCat("source length ", src_lengths[b], " outside [1, ", src_max, "]"));
+    }
+    total += src_lengths[b];
+  }
+  if (src_max > src_stride_) {  // widen the per-source slot tables
+    std::vector<int32_t> wider(sources_.size() * src_max, 0);
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      std::copy_n(src_slots_.begin() + i * src_stride_, src_stride_, wider.begin() + i * src_max);
+    }
+    src_slots_ = std::move(wider);
+    src_stride_ = src_max;
+  }
+  TNMT_RETURN_IF_ERROR(cross_.Reserve(total));
+  std::vector<int32_t> ids(batch);
+  for (int b = 0; b < batch; ++b) {
+    int32_t id;
+    if (!free_sources_.empty()) {
+      id = free_sources_.back();
+      free_sources_.pop_back();
+    } else {
+      id = static_cast<int32_t>(sources_.size());
+      sources_.emplace_back();
+      src_lengths_.push_back(0);
+      src_slots_.resize(sources_.size() * src_stride_, 0);
+    }
+    sources_[id].live = true;
+    sources_[id].length = src_lengths[b];
+    src_lengths_[id] = src_lengths[b];
+    for (int j = 0; j < src_lengths[b]; ++j) {
+      TNMT_ASSIGN_OR_RETURN(src_slots_[static_cast<int64_t>(id) * src_stride_ + j], cross_.Alloc());
+    }
+    ids[b] = id;
+    ++live_sources_;
+  }
+  const int64_t src_rows = static_cast<int64_t>(batch) * src_max;
+  TNMT_ASSIGN_OR_RETURN(Tensor kv, Tensor::Empty({src_rows, 2 * d}));
+  for (size_t li = 0; li < w_->decoder.size(); ++li) {
+    ApplyLinear(kv.f32(), encoder_out.f32(), src_rows, w_->decoder[li].cross_kv);
+    for (int b = 0; b < batch; ++b) {
+      for (int j = 0; j < src_lengths[b]; ++j) {
+        const int32_t slot = src_slots_[static_cast<int64_t>(ids[b]) * src_stride_ + j];
+        std::memcpy(cross_.at(li, slot), kv.f32() + (static_cast<int64_t>(b) * src_max + j) * 2 * d,
+                    sizeof(float) * 2 * d);
+      }
+    }
+  }
+  return ids;
+}
+
+absl::Status DecoderState::ReleaseSource(int32_t source) {
+  if (source < 0 || source >= static_cast<int32_t>(sources_.size()) || !sources_[source].live) {
+    return absl::InvalidArgumentError(absl::StrCat("DecoderState: no live source ", source));
+  }
+  for (int32_t s : row_source_) {
+    if (s == source) return absl::FailedPreconditionError("DecoderState: source still has live rows");
+  }
+  Source& src = sources_[source];
+  self_.free.insert(self_.free.end(), src.self_slots.begin(), src.self_slots.end());
+  for (int j = 0; j < src.length; ++j) cross_.free.push_back(src_slots_[static_cast<int64_t>(source) * src_stride_ + j]);
+  src = Source{};
+  src_lengths_[source] = 0;
+  free_sources_.push_back(source);
+  --live_sources_;
+  return absl::OkStatus();
+}
+
+int DecoderState::steps() const {
+  int m = 0;
+  for (int p : row_pos_) m = std::max(m, p);
+  return m;
+}
+
+int64_t DecoderState::slots_in_use() const {
+  return static_cast<int64_t>(self_.capacity) - self_.free.size() + cross_.capacity - cross_.free.size();
+}
+
+absl::Status DecoderState::Start(std::vector<int32_t> kv_index) {
+  row_source_.clear();
+  row_pos_.clear();
+  return Reorder({}, kv_index);
+}
+
+absl::Status DecoderState::Reorder(const std::vector<int32_t>& parents,
+                                   const std::vector<int32_t>& new_sources) {
+  const int old_rows = rows();
   for (int32_t p : parents) {
-    if (p < 0 || p >= rows_) return absl::InvalidArgumentError("DecoderState::Reorder: bad parent");
+    if (p < 0 || p >= old_rows) return absl::InvalidArgumentError("DecoderState::Reorder: bad parent");
   }
-  for (int i = 0; i < n; ++i) {
-    std::copy(slots_.begin() + static_cast<int64_t>(parents[i]) * max_steps_,
-              slots_.begin() + static_cast<int64_t>(parents[i]) * max_steps_ + steps_,
-              spare_slots_.begin() + static_cast<int64_t>(i) * max_steps_);
+  for (int32_t s : new_sources) {
+    if (s < 0 || s >= static_cast<int32_t>(sources_.size()) || !sources_[s].live) {
+      return absl::InvalidArgumentError(absl::StrCat("DecoderState::Reorder: no live source ", s));
+    }
   }
-  std::swap(slots_, spare_slots_);
-  std::vector<int32_t> kv(n);
-  for (int i = 0; i < n; ++i) kv[i] = kv_index_[parents[i]];
-  kv_index_ = std::move(kv);
-  rows_ = n;
+  const size_t n = parents.size() + new_sources.size();
+  spare_tables_.resize(n * max_steps_);
+  spare_source_.resize(n);
+  spare_pos_.resize(n);
+  for (size_t i = 0; i < parents.size(); ++i) {
+    const int32_t p = parents[i];
+    std::copy_n(tables_.begin() + static_cast<int64_t>(p) * max_steps_, row_pos_[p],
+                spare_tables_.begin() + static_cast<int64_t>(i) * max_steps_);
+    spare_source_[i] = row_source_[p];
+    spare_pos_[i] = row_pos_[p];
+  }
+  for (size_t i = 0; i < new_sources.size(); ++i) {
+    spare_source_[parents.size() + i] = new_sources[i];
+    spare_pos_[parents.size() + i] = 0;
+  }
+  std::swap(tables_, spare_tables_);
+  std::swap(row_source_, spare_source_);
+  std::swap(row_pos_, spare_pos_);
   return absl::OkStatus();
 }
 
 absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, DecoderState* s,
                             const int32_t* ids, int t_new, float* logits, Workspace* ws) {
   const int d = c.d_model;
-  const int start = s->steps_;
-  if (start + t_new > s->max_steps_) {
-    return absl::OutOfRangeError(absl::StrCat("decoder cache holds ", s->max_steps_,
-                                              " positions; step ", start + t_new, " requested"));
+  const int n = s->rows();
+  if (n == 0) return absl::OkStatus();
+  const int start = s->row_pos_[0];
+  int furthest = 0, src_longest = 0;
+  for (int r = 0; r < n; ++r) {
+    const int p = s->row_pos_[r];
+    if (t_new > 1 && p != start) {
+      return absl::InvalidArgumentError("DecoderForward: several positions at once need rows at the same position");
+    }
+    if (p + t_new > s->max_steps_) {
+      return absl::OutOfRangeError(absl::StrCat("decoder cache holds ", s->max_steps_,
+                                                " positions; position ", p + t_new, " requested"));
+    }
+    furthest = std::max(furthest, p + t_new);
+    src_longest = std::max(src_longest, s->src_lengths_[s->row_source_[r]]);
   }
-  const int n = s->rows_;
   const int64_t rows = static_cast<int64_t>(n) * t_new;
   TNMT_ASSIGN_OR_RETURN(float* x, ws->Get(Workspace::kX, rows * d));
   TNMT_ASSIGN_OR_RETURN(float* y, ws->Get(Workspace::kY, rows * d));
   TNMT_ASSIGN_OR_RETURN(float* qkv, ws->Get(Workspace::kQkv, rows * 3 * d));
   TNMT_ASSIGN_OR_RETURN(float* attn, ws->Get(Workspace::kAttn, rows * d));
   TNMT_ASSIGN_OR_RETURN(float* cq, ws->Get(Workspace::kCrossQ, rows * d));
-  std::vector<int32_t> positions(rows);
-  for (int64_t r = 0; r < rows; ++r) positions[r] = start + static_cast<int32_t>(r % t_new);
+  // New slots for the positions this call writes, charged to each row's source.
+  TNMT_RETURN_IF_ERROR(s->self_.Reserve(static_cast<int>(rows)));
+  std::vector<int32_t> positions(rows), slots(rows);
+  s->valid_.resize(n);
+  for (int r = 0; r < n; ++r) {
+    std::vector<int32_t>& owned = s->sources_[s->row_source_[r]].self_slots;
+    for (int i = 0; i < t_new; ++i) {
+      const int p = s->row_pos_[r] + i;
+      TNMT_ASSIGN_OR_RETURN(const int32_t slot, s->self_.Alloc());
+      owned.push_back(slot);
+      s->tables_[static_cast<int64_t>(r) * s->max_steps_ + p] = slot;
+      positions[static_cast<int64_t>(r) * t_new + i] = p;
+      slots[static_cast<int64_t>(r) * t_new + i] = slot;
+    }
+    s->valid_[r] = s->row_pos_[r] + t_new;
+  }
   Embed(x, ids, positions.data(), rows, c, w.decoder_embed, w.decoder_positions);
 
-  const int64_t cache_stride = static_cast<int64_t>(s->max_steps_) * 2 * d;
+  // Every K/V is addressed through a slot table (ld_kv = 0: one slot per stored group).
   k::AttentionArgs self_args;
   self_args.batch = n;
   self_args.q_len = t_new;
-  self_args.k_len = start + t_new;
+  self_args.k_len = furthest;
   self_args.num_heads = c.num_heads;
   self_args.d_head = c.d_head();
   self_args.scale = 1.0f / std::sqrt(static_cast<float>(c.d_head()));
-  self_args.causal_offset = start;
-  self_args.k_groups = s->slots_.data();
+  self_args.k_valid = s->valid_.data();
+  self_args.causal_offset = t_new > 1 ? start : -1;  // one new position: k_valid suffices
+  self_args.k_groups = s->tables_.data();
   self_args.k_groups_stride = s->max_steps_;
   k::AttentionArgs cross_args = self_args;
-  cross_args.k_len = s->src_max_;
+  cross_args.k_len = src_longest;
   cross_args.causal_offset = -1;
-  cross_args.k_groups = nullptr;
-  for (int r = 0; r < n; ++r) {
-    for (int p = start; p < start + t_new; ++p) s->slots_[static_cast<int64_t>(r) * s->max_steps_ + p] = r;
-  }
-  cross_args.kv_index = s->kv_index_.data();
+  cross_args.kv_index = s->row_source_.data();
   cross_args.k_valid = s->src_lengths_.data();
+  cross_args.k_groups = s->src_slots_.data();
+  cross_args.k_groups_stride = s->src_stride_;
 
   for (size_t li = 0; li < w.decoder.size(); ++li) {
     const DecoderLayerWeights& l = w.decoder[li];
-    float* cache = s->self_kv_[li].f32();
     // Self-attention over the cache (this call's positions written first).
     const float* in = SublayerInput(x, y, rows, c, l.self_ln);
     ApplyLinear(qkv, in, rows, l.self_qkv);
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t row = r / t_new, pos = start + r % t_new;
-      std::memcpy(cache + row * cache_stride + pos * 2 * d, qkv + r * 3 * d + d,
-                  sizeof(float) * 2 * d);
+      std::memcpy(s->self_.at(li, slots[r]), qkv + r * 3 * d + d, sizeof(float) * 2 * d);
     }
-    k::MultiHeadAttention(attn, d, qkv, 3 * d, cache, cache + d, 2 * d, cache_stride, self_args);
+    const float* cache = s->self_.layers[li].f32();
+    k::MultiHeadAttention(attn, d, qkv, 3 * d, cache, cache + d, 0, 2 * d, self_args);
     ApplyLinear(y, attn, rows, l.self_out);
     FinishSublayer(x, y, rows, c, l.self_ln);
     // Cross-attention over the source.
     in = SublayerInput(x, y, rows, c, l.cross_ln);
     ApplyLinear(cq, in, rows, l.cross_q);
-    const float* kv = s->cross_kv_[li].f32();
-    k::MultiHeadAttention(attn, d, cq, d, kv, kv + d, 2 * d,
-                          static_cast<int64_t>(s->src_max_) * 2 * d, cross_args);
+    const float* kv = s->cross_.layers[li].f32();
+    k::MultiHeadAttention(attn, d, cq, d, kv, kv + d, 0, 2 * d, cross_args);
     ApplyLinear(y, attn, rows, l.cross_out);
     FinishSublayer(x, y, rows, c, l.cross_ln);
     TNMT_RETURN_IF_ERROR(FeedForward(x, rows, c, l.fc1, l.fc2, l.final_ln, ws));
@@ -142,7 +282,7 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
     k::LayerNorm(x, x, nullptr, w.decoder_final_ln.gamma.f32(), w.decoder_final_ln.beta.f32(),
                  rows, d, c.layer_norm_epsilon);
   }
-  s->steps_ += t_new;
+  for (int r = 0; r < n; ++r) s->row_pos_[r] += t_new;
   if (logits != nullptr) {
     k::GemmNT(static_cast<int>(rows), c.vocab_size, d, 1.0f, x, d, w.output_projection.f32(), d,
               0.0f, logits, c.vocab_size);

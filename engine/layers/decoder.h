@@ -1,13 +1,15 @@
 // Transformer decoder with a key/value cache.
 //
-// DecoderState holds, for one batch of source sentences, the cross-attention K/V of every
-// layer (computed once from the encoder output) and the self-attention K/V of every layer for
-// every live hypothesis row and every position decoded so far. DecoderForward appends `t_new`
-// positions for all rows (t_new = 1 for incremental decoding; t_new = the whole target for
-// teacher forcing / full recomputation — the same code path). Reorder follows beam search's
-// parent choices and can grow or shrink the row count without copying any K/V: each
-// (physical row, position) entry is written exactly once, and every live row keeps a table of
-// which physical row holds each of its positions (its ancestors' entries are shared).
+// DecoderState holds the cross-attention K/V of every source sentence it was given (computed
+// once from the encoder output) and the self-attention K/V of every position each hypothesis
+// row has decoded. Both live in pools of slots (one slot = one position's K and V in every
+// layer) that grow on demand, so sentences can join and leave a running decode between steps
+// (continuous batching) and rows may be at different positions. Each row keeps a table of the
+// slots holding its positions; Reorder follows beam search's parent choices by copying these
+// tables, never K/V (a row shares its ancestors' slots). Slots belong to the source sentence
+// whose rows wrote them and are freed together when that sentence is released.
+// DecoderForward appends `t_new` positions for all rows (t_new = 1 for incremental decoding;
+// t_new = the whole target for teacher forcing / full recomputation — the same code path).
 #pragma once
 
 #include <cstdint>
@@ -22,41 +24,77 @@ namespace tnmt {
 
 class DecoderState {
  public:
-  // encoder_out: [batch, src_len_max, d]; src_lengths: [batch].
-  // max_rows: most hypothesis rows ever live; max_steps: most positions ever decoded.
+  // A state with no sources and no rows. max_steps: most positions any row may decode (at
+  // most the model's limit). row_hint: expected rows, to size buffers up front.
+  static absl::StatusOr<DecoderState> Create(const ModelConfig& c, const ModelWeights& w,
+                                             int max_steps, int row_hint = 0);
+  // Convenience: Create, then AddSources(encoder_out, src_lengths) (sources 0..batch-1).
   static absl::StatusOr<DecoderState> Create(const ModelConfig& c, const ModelWeights& w,
                                              const Tensor& encoder_out,
-                                             const int32_t* src_lengths, int max_rows,
+                                             const int32_t* src_lengths, int row_hint,
                                              int max_steps);
 
-  int rows() const { return rows_; }
-  int steps() const { return steps_; }
-  int max_steps() const { return max_steps_; }
-  // Source sentence (index into the encoder batch) that each row attends to.
-  const std::vector<int32_t>& kv_index() const { return kv_index_; }
+  // Computes the cross-attention K/V of each sentence of encoder_out: [batch, src_len_max, d]
+  // (its first src_lengths[b] positions) and returns the sentences' source ids.
+  absl::StatusOr<std::vector<int32_t>> AddSources(const Tensor& encoder_out,
+                                                  const int32_t* src_lengths);
+  // Frees a source's K/V slots and its id (which a later AddSources may reuse). No live row
+  // may attend to it.
+  absl::Status ReleaseSource(int32_t source);
 
-  // Sets the initial rows (before any step): row i attends to source kv_index[i].
+  int rows() const { return static_cast<int>(row_source_.size()); }
+  // Positions decoded by the furthest row.
+  int steps() const;
+  int max_steps() const { return max_steps_; }
+  int position(int row) const { return row_pos_[row]; }
+  // Source each row attends to.
+  const std::vector<int32_t>& kv_index() const { return row_source_; }
+  int live_sources() const { return live_sources_; }
+  // K/V slots allocated (self + cross), for memory accounting.
+  int64_t slots_in_use() const;
+
+  // Replaces all rows by new rows at position 0: row i attends to source kv_index[i].
   absl::Status Start(std::vector<int32_t> kv_index);
 
-  // Row i of the new state is row parents[i] of the current one (its position table is the
-  // parent's; no K/V is copied). The source of each row follows its parent.
-  absl::Status Reorder(const std::vector<int32_t>& parents);
+  // Row i of the new state is row parents[i] of the current one (its position and slot table
+  // are the parent's; no K/V is copied); then one new row at position 0 per entry of
+  // new_sources, attending to that source.
+  absl::Status Reorder(const std::vector<int32_t>& parents,
+                       const std::vector<int32_t>& new_sources = {});
 
  private:
+  // Slots of d2 floats per layer; grows by doubling, keeping slot ids.
+  struct SlotPool {
+    int d2 = 0;
+    int capacity = 0;
+    std::vector<Tensor> layers;
+    std::vector<int32_t> free;
+    absl::Status Reserve(int more);
+    absl::StatusOr<int32_t> Alloc();
+    float* at(size_t layer, int32_t slot) { return layers[layer].f32() + static_cast<int64_t>(slot) * d2; }
+  };
+  struct Source {
+    bool live = false;
+    int32_t length = 0;
+    std::vector<int32_t> self_slots;  // written by its rows
+  };
+
   friend absl::Status DecoderForward(const ModelConfig&, const ModelWeights&, DecoderState*,
                                      const int32_t*, int, float*, Workspace*);
-  int d_model_ = 0;
-  int max_rows_ = 0;
+  const ModelConfig* c_ = nullptr;
+  const ModelWeights* w_ = nullptr;
   int max_steps_ = 0;
-  int src_max_ = 0;
-  int rows_ = 0;
-  int steps_ = 0;
-  std::vector<int32_t> kv_index_;
-  std::vector<int32_t> src_lengths_;
-  std::vector<Tensor> self_kv_;   // per layer [max_rows, max_steps, 2*d]: K then V per position
-  // [max_rows, max_steps]: physical row of the cache holding position p of live row r.
-  std::vector<int32_t> slots_, spare_slots_;
-  std::vector<Tensor> cross_kv_;  // per layer [batch, src_max, 2*d]
+  int src_stride_ = 0;                // longest source the tables hold
+  int live_sources_ = 0;
+  SlotPool self_, cross_;
+  std::vector<Source> sources_;
+  std::vector<int32_t> free_sources_;
+  std::vector<int32_t> src_lengths_;  // per source id (0 when released)
+  std::vector<int32_t> src_slots_;    // [source id, src_stride_]: cross K/V slot per position
+  std::vector<int32_t> row_source_, row_pos_;
+  // [row, max_steps_]: slot holding position p of row r (first row_pos_[r] valid).
+  std::vector<int32_t> tables_, spare_tables_;
+  std::vector<int32_t> spare_source_, spare_pos_, valid_;
 };
 
 // ids: [rows, t_new] target tokens at positions steps()..steps()+t_new-1, rows == state->rows().

@@ -116,7 +116,59 @@ TEST_P(DecoderCacheTest, StepsBeyondCapacityAreAnError) {
   std::vector<int32_t> ids = {c.bos_id, 5, 6};
   EXPECT_FALSE(DecoderForward(c, model_->weights, &*state, ids.data(), 3, nullptr, &ws_).ok());
   EXPECT_FALSE(state->Reorder({1}).ok());
-  EXPECT_FALSE(state->Reorder({0, 0}).ok());
+  EXPECT_FALSE(state->Reorder({0}, {7}).ok());   // no such source
+  EXPECT_FALSE(state->ReleaseSource(0).ok());    // a row still attends to it
+  ASSERT_TRUE(state->Reorder({}).ok());
+  EXPECT_TRUE(state->ReleaseSource(0).ok());
+  EXPECT_FALSE(state->ReleaseSource(0).ok());    // already released
+}
+
+// Continuous batching: rows join at position 0 while others are mid-sentence, a finished
+// source is released and its id and slots reused by a new sentence; every row's logits still
+// equal a full recomputation of its own prefix.
+TEST_P(DecoderCacheTest, RowsJoiningMidDecodeEqualFullRecomputation) {
+  const ModelConfig& c = model_->config;
+  auto state = DecoderState::Create(c, model_->weights, enc_, lengths_.data(), 0, kSteps);
+  ASSERT_TRUE(state.ok());
+  struct Row { std::vector<int32_t> prefix; int32_t source; int target; };
+  std::vector<Row> rows = {{{}, 0, 0}};
+  ASSERT_TRUE(state->Start({0}).ok());
+  for (int t = 0; t < 8; ++t) {
+    if (t == 2) {  // source 1 joins; the first row forks
+      ASSERT_TRUE(state->Reorder({0, 0}, {1}).ok());
+      rows = {rows[0], rows[0], {{}, 1, 1}};
+      rows[1].target = 2;
+    }
+    if (t == 5) {  // source 0's rows finish; source 2 joins twice under a reused id
+      ASSERT_TRUE(state->Reorder({2}).ok());
+      rows = {rows[2]};
+      ASSERT_TRUE(state->ReleaseSource(0).ok());
+      const int32_t len = lengths_[2];
+      auto enc = Encode(c, model_->weights, src_.data() + 2 * src_max_, &len, 1, src_max_, &ws_);
+      ASSERT_TRUE(enc.ok());
+      auto ids = state->AddSources(*enc, &len);
+      ASSERT_TRUE(ids.ok());
+      EXPECT_EQ((*ids)[0], 0);  // the released id
+      ASSERT_TRUE(state->Reorder({0}, {0, 0}).ok());
+      rows.push_back({{}, 2, 3});
+      rows.push_back({{}, 2, 0});
+    }
+    std::vector<int32_t> step_ids;
+    for (Row& r : rows) {
+      r.prefix.push_back(targets_[r.target][r.prefix.size()]);
+      step_ids.push_back(r.prefix.back());
+    }
+    std::vector<float> logits(rows.size() * c.vocab_size);
+    ASSERT_TRUE(DecoderForward(c, model_->weights, &*state, step_ids.data(), 1, logits.data(), &ws_).ok());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      ASSERT_EQ(state->position(r), static_cast<int>(rows[r].prefix.size()));
+      const std::vector<float> want = Full({rows[r].prefix}, {rows[r].source});
+      for (int i = 0; i < c.vocab_size; ++i) {
+        ASSERT_NEAR(logits[r * c.vocab_size + i], want[i], 1e-4 + 1e-4 * std::fabs(want[i]))
+            << "step " << t << " row " << r << " index " << i;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DecoderCacheTest, ::testing::Values("tiny", "tiny_prenorm"));

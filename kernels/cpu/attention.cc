@@ -23,7 +23,7 @@ TNMT_VECTORIZE void AttentionGroups(float* out, int64_t ld_out, const float* q, 
   for (int b = b_begin; b < b_end; ++b) {
     const int g = a.kv_index != nullptr ? a.kv_index[b] : b;
     const int valid = a.k_valid != nullptr ? a.k_valid[g] : a.k_len;
-    const int32_t* groups = a.k_groups != nullptr ? a.k_groups + b * a.k_groups_stride : nullptr;
+    const int32_t* groups = a.k_groups != nullptr ? a.k_groups + g * a.k_groups_stride : nullptr;
     auto key_row = [&](int j) -> int64_t {
       return (groups != nullptr ? groups[j] : g) * kv_group_stride + j * ld_kv;
     };

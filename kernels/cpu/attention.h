@@ -19,8 +19,9 @@ struct AttentionArgs {
   const int32_t* k_valid = nullptr;
   // >= 0: query i may see keys j <= i + causal_offset (causal mask); < 0: no causal mask.
   int causal_offset = -1;
-  // If set: key/value j of query group b lives in K/V group k_groups[b * k_groups_stride + j]
-  // (a KV cache whose beams share ancestors' entries instead of copying them).
+  // If set: key/value j of K/V group g (g = kv_index[b], or b) is stored at the group
+  // k_groups[g * k_groups_stride + j] instead of g (a KV cache whose beams share their
+  // ancestors' entries; with ld_kv = 0 each stored group is one key/value slot).
   const int32_t* k_groups = nullptr;
   int64_t k_groups_stride = 0;
 };
