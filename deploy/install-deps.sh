@@ -6,17 +6,20 @@
 #   deploy/install-deps.sh --runtime  only the shared libraries the tnmt binary needs
 #   deploy/install-deps.sh --dev      also the Python tools that regenerate golden files
 #                                     (python3-torch, python3-sentencepiece); tests never need them
+# prometheus is in the build set only for promtool, which the server tests run on /metrics.
 set -euo pipefail
 
 runtime_pkgs=(
   libgrpc++1.51 libprotobuf32 libsentencepiece0 libopenblas0-pthread
   libabsl20220623 libsqlite3-0 libopenmpi3 ca-certificates
+  libprometheus-cpp-core1.0 libcpp-httplib0.11
 )
 build_pkgs=(
   bazel-bootstrap g++ libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc
   libprotobuf-dev libsentencepiece-dev sentencepiece libopenblas-dev libabsl-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libsqlite3-dev zlib1g-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin prometheus-cpp-dev libcpp-httplib-dev
+  prometheus
 )
 dev_pkgs=(python3-torch python3-sentencepiece python3-numpy)
 
