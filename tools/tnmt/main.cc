@@ -2,6 +2,7 @@
 #include <iostream>
 #include <string>
 
+#include "tools/tnmt/serve_command.h"
 #include "tools/tnmt/train_command.h"
 #include "tools/tnmt/translate_command.h"
 
@@ -14,6 +15,7 @@ constexpr const char* kUsage =
     "  translate   translate text with a model directory (stdin -> stdout)\n"
     "  train       train a model on parallel text (resumable, data-parallel over MPI)\n"
     "  average     average the last checkpoints into a model directory\n"
+    "  serve       serve translation over gRPC with health, metrics and hot reload\n"
     "\n"
     "Run `tnmt <command> --help` for the flags of a command.\n";
 
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "translate") return tnmt::cli::TranslateCommand(argc, argv);
   if (command == "train") return tnmt::cli::TrainCommand(argc, argv);
+  if (command == "serve") return tnmt::cli::ServeCommand(argc, argv);
   if (command == "average") return tnmt::cli::AverageCommand(argc, argv);
   std::cerr << "tnmt: unknown command \"" << command << "\"\n" << kUsage;
   return 2;

@@ -1,0 +1,164 @@
+// ModelRegistry; see model_registry.h.
+#include "server/model_registry.h"
+
+#include <future>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tnmt::server {
+
+namespace {
+
+// Translates one real sentence through a fresh scheduler: proves the model decodes and
+// touches every buffer before traffic arrives.
+absl::Status WarmUp(Scheduler& scheduler) {
+  const LoadedModel& m = *scheduler.model();
+  absl::StatusOr<std::vector<int32_t>> ids = m.tokenizer->Encode("Hello, world.");
+  if (!ids.ok()) return ids.status();
+  ids->push_back(m.config.eos_id);
+  std::promise<SentenceResult> promise;
+  SentenceTask task;
+  task.ids = *std::move(ids);
+  task.options = DecodeOptions::FromConfig(m.config);
+  task.done = [&promise](SentenceResult r) { promise.set_value(std::move(r)); };
+  std::vector<SentenceTask> tasks;
+  tasks.push_back(std::move(task));
+  if (absl::Status s = scheduler.Enqueue(std::move(tasks)); !s.ok()) return s;
+  SentenceResult r = promise.get_future().get();
+  if (!r.status.ok()) return r.status;
+  if (r.hypotheses.empty()) return absl::InternalError("warm-up translation produced no hypothesis");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ModelRegistry::ModelRegistry(SchedulerOptions options, ServerMetrics* metrics)
+    : options_(options), metrics_(metrics) {}
+
+ModelRegistry::~ModelRegistry() { DrainAll(); }
+
+bool ModelRegistry::Add(const std::string& name, const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& e : entries_) {
+    if (e->status.name == name) return false;
+  }
+  auto e = std::make_unique<Entry>();
+  e->status.name = name;
+  e->status.path = path;
+  e->status.state = "loading";
+  entries_.push_back(std::move(e));
+  return true;
+}
+
+absl::Status ModelRegistry::Load(const std::string& name) {
+  std::lock_guard<std::mutex> loading(load_mu_);
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (drained_) return absl::UnavailableError("server is shutting down");
+    Entry* found = nullptr;
+    for (auto& e : entries_) {
+      if (e->status.name == name) found = e.get();
+    }
+    if (found == nullptr) return absl::NotFoundError(absl::StrCat("no model named \"", name, "\""));
+    path = found->status.path;
+  }
+  auto fail = [&](const absl::Status& s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : entries_) {
+      if (e->status.name != name) continue;
+      e->status.error = std::string(s.message());
+      if (e->scheduler == nullptr) e->status.state = "failed";
+    }
+    if (metrics_ != nullptr) metrics_->ModelLoadFailed(name);
+    return absl::Status(s.code(), absl::StrCat("model \"", name, "\": ", s.message()));
+  };
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> model = LoadModelDirectory(path);
+  if (!model.ok()) return fail(model.status());
+  auto scheduler = std::make_shared<Scheduler>(name, *model, options_, metrics_, &compute_lock_);
+  if (absl::Status s = WarmUp(*scheduler); !s.ok()) return fail(s);
+  std::shared_ptr<Scheduler> old;
+  uint64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : entries_) {
+      if (e->status.name != name) continue;
+      old = std::move(e->scheduler);
+      e->scheduler = scheduler;
+      e->status.state = "ready";
+      e->status.error.clear();
+      e->status.model = *model;
+      e->status.parameters = 0;
+      for (const auto& [tensor_name, t] : (*model)->weights.ToTensors((*model)->config)) {
+        e->status.parameters += t.numel();
+      }
+      e->status.generation = generation = e->status.generation + 1;
+      e->status.loaded_at = absl::Now();
+    }
+  }
+  if (metrics_ != nullptr) metrics_->ModelLoaded(name, generation);
+  // Requests that took the old scheduler before the swap finish on it.
+  if (old != nullptr) old->Drain();
+  return absl::OkStatus();
+}
+
+absl::Status ModelRegistry::LoadAll() {
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : entries_) names.push_back(e->status.name);
+  }
+  absl::Status first;
+  for (const std::string& n : names) first.Update(Load(n));
+  return first;
+}
+
+absl::StatusOr<std::shared_ptr<Scheduler>> ModelRegistry::Get(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& e : entries_) {
+    if (e->status.name != name) continue;
+    if (e->scheduler != nullptr) return e->scheduler;
+    if (drained_) return absl::UnavailableError("server is shutting down");
+    return absl::UnavailableError(absl::StrCat("model \"", name, "\" is ", e->status.state,
+                                               e->status.error.empty() ? "" : ": ",
+                                               e->status.error));
+  }
+  return absl::NotFoundError(absl::StrCat("no model named \"", name, "\""));
+}
+
+std::vector<ModelStatus> ModelRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ModelStatus> out;
+  for (const auto& e : entries_) out.push_back(e->status);
+  return out;
+}
+
+bool ModelRegistry::AllReady() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (entries_.empty() || drained_) return false;
+  for (const auto& e : entries_) {
+    if (e->scheduler == nullptr) return false;
+  }
+  return true;
+}
+
+std::string ModelRegistry::default_model() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size() == 1 ? entries_[0]->status.name : "";
+}
+
+void ModelRegistry::DrainAll() {
+  std::vector<std::shared_ptr<Scheduler>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drained_ = true;
+    for (auto& e : entries_) {
+      if (e->scheduler != nullptr) all.push_back(std::move(e->scheduler));
+      if (metrics_ != nullptr) metrics_->ModelUnloaded(e->status.name);
+    }
+  }
+  for (auto& s : all) s->Drain();
+}
+
+}  // namespace tnmt::server

@@ -1,0 +1,68 @@
+// ModelRegistry: the server's named models. Each ready model is served by a Scheduler bound
+// to one loaded generation of its directory. A (re)load builds the new generation beside the
+// serving one, warms it up with a real translation, then swaps it in; the old generation
+// finishes everything it accepted before it is dropped, so a reload fails no request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/metrics.h"
+#include "server/scheduler.h"
+
+namespace tnmt::server {
+
+struct ModelStatus {
+  std::string name;
+  std::string path;
+  std::string state;  // "loading", "ready", "failed"
+  std::string error;  // why the last load failed
+  uint64_t generation = 0;
+  int64_t parameters = 0;  // scalar weights of the serving generation
+  absl::Time loaded_at;
+  std::shared_ptr<const LoadedModel> model;  // serving generation (null if none)
+};
+
+class ModelRegistry {
+ public:
+  ModelRegistry(SchedulerOptions options, ServerMetrics* metrics);
+  ~ModelRegistry();  // DrainAll()
+
+  // Declares a model (state "loading"); false if the name is taken.
+  bool Add(const std::string& name, const std::string& path);
+  // Loads (or reloads) the model's directory and swaps it in after a warm-up translation.
+  // On failure the serving generation, if any, keeps serving.
+  absl::Status Load(const std::string& name);
+  // Loads every model; returns the first error (all are attempted).
+  absl::Status LoadAll();
+
+  // The scheduler serving `name`: NOT_FOUND if unknown, UNAVAILABLE if not loaded.
+  absl::StatusOr<std::shared_ptr<Scheduler>> Get(const std::string& name) const;
+  std::vector<ModelStatus> List() const;
+  // True when every model has a serving generation.
+  bool AllReady() const;
+  std::string default_model() const;
+
+  // Finishes all accepted work and stops every scheduler; later Gets are UNAVAILABLE.
+  void DrainAll();
+
+ private:
+  struct Entry {
+    ModelStatus status;
+    std::shared_ptr<Scheduler> scheduler;
+  };
+  const SchedulerOptions options_;
+  ServerMetrics* const metrics_;
+  std::mutex compute_lock_;  // one decode step at a time across models
+  std::mutex load_mu_;       // one load at a time
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+  bool drained_ = false;
+};
+
+}  // namespace tnmt::server

@@ -1,0 +1,127 @@
+// Request preparation; see request.h.
+#include "server/request.h"
+
+#include <cmath>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace tnmt::server {
+
+absl::StatusOr<PreparedRequest> PrepareRequest(
+    const ModelRegistry& registry, const ServiceLimits& limits, const std::string& model,
+    const tnmt::v1::DecodingOptions& o, const google::protobuf::RepeatedPtrField<std::string>& texts) {
+  PreparedRequest p;
+  p.model = model;
+  if (p.model.empty()) {
+    p.model = registry.default_model();
+    if (p.model.empty()) {
+      return absl::InvalidArgumentError("model: required (this server serves several models; see ListModels)");
+    }
+  }
+  absl::StatusOr<std::shared_ptr<Scheduler>> scheduler = registry.Get(p.model);
+  if (!scheduler.ok()) return scheduler.status();
+  p.scheduler = *scheduler;
+  const LoadedModel& m = *p.scheduler->model();
+
+  DecodeOptions& d = p.options;
+  d = DecodeOptions::FromConfig(m.config);
+  if (o.has_beam_size()) {
+    if (o.beam_size() < 1 || o.beam_size() > kMaxBeamSize) {
+      return absl::InvalidArgumentError(absl::StrCat("options.beam_size: ", o.beam_size(),
+                                                     " is outside [1, ", kMaxBeamSize, "]"));
+    }
+    d.beam_size = o.beam_size();
+  }
+  d.n_best = o.n_best() == 0 ? 1 : o.n_best();
+  if (d.n_best < 1 || d.n_best > d.beam_size) {
+    return absl::InvalidArgumentError(absl::StrCat("options.n_best: ", o.n_best(),
+                                                   " is outside [1, beam_size=", d.beam_size, "]"));
+  }
+  if (o.has_length_penalty()) {
+    if (!std::isfinite(o.length_penalty()) || std::fabs(o.length_penalty()) > 10.0f) {
+      return absl::InvalidArgumentError(absl::StrCat("options.length_penalty: ", o.length_penalty(),
+                                                     " is not a number in [-10, 10]"));
+    }
+    d.length_penalty = o.length_penalty();
+  }
+  if (o.max_length() < 0 || o.max_length() >= MaxPositions(m.config)) {
+    return absl::InvalidArgumentError(absl::StrCat("options.max_length: ", o.max_length(),
+                                                   " is outside [0, ", MaxPositions(m.config) - 1, "]"));
+  }
+  if (o.max_length() > 0) d.max_length = o.max_length() + 1;  // the engine counts </s>
+  if (absl::Status s = d.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("options.", s.message()));
+  }
+  p.return_scores = o.return_scores();
+
+  p.texts = texts.size();
+  if (texts.empty()) return absl::InvalidArgumentError("texts: empty batch (send at least one text)");
+  if (texts.size() > limits.max_sentences_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat("texts: ", texts.size(),
+                                                     " texts exceed the limit of ",
+                                                     limits.max_sentences_per_request, " per request"));
+  }
+  p.source_tokens.assign(texts.size(), 0);
+  const int token_limit = std::min(limits.max_tokens_per_sentence, MaxPositions(m.config));
+  for (int i = 0; i < texts.size(); ++i) {
+    const std::string& t = texts[i];
+    if (static_cast<int64_t>(t.size()) > limits.max_text_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("texts[", i, "]: ", t.size(),
+                                                       " bytes exceed the limit of ",
+                                                       limits.max_text_bytes));
+    }
+    absl::StatusOr<std::vector<int32_t>> ids = m.tokenizer->Encode(t);
+    if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", ids.status().message()));
+    ids->push_back(m.config.eos_id);
+    p.source_tokens[i] = static_cast<int>(ids->size());
+    if (static_cast<int>(ids->size()) > token_limit) {
+      return absl::ResourceExhaustedError(absl::StrCat("texts[", i, "]: ", ids->size(),
+                                                       " tokens exceed the limit of ", token_limit,
+                                                       " per text"));
+    }
+    if (absl::StripAsciiWhitespace(t).empty()) {
+      p.blank.push_back(i);
+      continue;
+    }
+    p.indices.push_back(i);
+    p.ids.push_back(*std::move(ids));
+  }
+  return p;
+}
+
+absl::Status SubmitRequest(const ModelRegistry& registry, PreparedRequest& p,
+                           const std::function<SentenceTask(int)>& make_task) {
+  for (int attempt = 0;; ++attempt) {
+    std::vector<SentenceTask> tasks;
+    for (size_t i = 0; i < p.indices.size(); ++i) {
+      SentenceTask t = make_task(static_cast<int>(i));
+      t.ids = p.ids[i];
+      t.options = p.options;
+      tasks.push_back(std::move(t));
+    }
+    absl::Status s = p.scheduler->Enqueue(std::move(tasks));
+    if (!absl::IsUnavailable(s) || attempt > 0) return s;
+    // A reload may have replaced the scheduler after PrepareRequest took it.
+    absl::StatusOr<std::shared_ptr<Scheduler>> now = registry.Get(p.model);
+    if (!now.ok() || *now == p.scheduler) return s;
+    p.scheduler = *now;
+  }
+}
+
+void FillTranslation(const SentenceResult& r, bool return_scores, tnmt::v1::Translation* out) {
+  out->set_source_tokens(r.source_tokens);
+  for (const TextHypothesis& h : r.hypotheses) {
+    tnmt::v1::Hypothesis* o = out->add_hypotheses();
+    o->set_text(h.text);
+    o->set_tokens(static_cast<int32_t>(h.ids.size()));
+    if (return_scores) o->set_score(h.score);
+  }
+}
+
+void FillBlank(int n_best, int source_tokens, tnmt::v1::Translation* out) {
+  out->set_source_tokens(source_tokens);
+  for (int i = 0; i < n_best; ++i) out->add_hypotheses();
+}
+
+}  // namespace tnmt::server

@@ -1,0 +1,55 @@
+// Turning a request's model name, options and texts into scheduler work: every check a
+// request can fail, each with the status code and a message naming the field, and the
+// submission to the model's scheduler (retried once when a reload swapped it meanwhile).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/tnmt/v1/translation.pb.h"
+#include "server/model_registry.h"
+#include "server/scheduler.h"
+
+namespace tnmt::server {
+
+struct ServiceLimits {
+  int max_sentences_per_request = 256;  // texts per Translate call or stream message
+  int max_tokens_per_sentence = 512;    // source pieces, </s> included
+  int64_t max_text_bytes = 64 * 1024;   // one text, before tokenizing
+};
+
+struct PreparedRequest {
+  std::string model;                    // resolved name
+  std::shared_ptr<Scheduler> scheduler;
+  DecodeOptions options;
+  bool return_scores = false;
+  int texts = 0;
+  std::vector<int> blank;               // texts answered without decoding (only whitespace)
+  std::vector<int> indices;             // texts to decode, with their pieces
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<int> source_tokens;       // per text
+};
+
+// INVALID_ARGUMENT (bad option, invalid UTF-8, no texts, several models and none named),
+// RESOURCE_EXHAUSTED (too many texts, a text too long), NOT_FOUND (unknown model),
+// UNAVAILABLE (model not loaded, shutting down).
+absl::StatusOr<PreparedRequest> PrepareRequest(const ModelRegistry& registry,
+                                               const ServiceLimits& limits,
+                                               const std::string& model,
+                                               const tnmt::v1::DecodingOptions& options,
+                                               const google::protobuf::RepeatedPtrField<std::string>& texts);
+
+// Queues one task per entry of p.indices; make_task(i) builds the task of p.indices[i]
+// (options and ids are filled in here). All or nothing.
+absl::Status SubmitRequest(const ModelRegistry& registry, PreparedRequest& p,
+                           const std::function<SentenceTask(int)>& make_task);
+
+// Fills a Translation from a finished sentence.
+void FillTranslation(const SentenceResult& r, bool return_scores, tnmt::v1::Translation* out);
+// The answer for a blank text: n_best empty hypotheses.
+void FillBlank(int n_best, int source_tokens, tnmt::v1::Translation* out);
+
+}  // namespace tnmt::server

@@ -1,0 +1,223 @@
+// Scheduler; see scheduler.h.
+#include "server/scheduler.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/decode/beam_search.h"
+#include "engine/layers/workspace.h"
+
+namespace tnmt::server {
+
+namespace {
+
+// Sentences with equal options can share one BeamDecoder::Add (one encoder pass).
+auto OptionsKey(const DecodeOptions& o) {
+  return std::make_tuple(o.beam_size, o.length_penalty, o.max_length_offset, o.max_length,
+                         o.min_length, o.n_best);
+}
+
+double Seconds(absl::Time from, absl::Time to) { return absl::ToDoubleSeconds(to - from); }
+
+}  // namespace
+
+Scheduler::Scheduler(std::string model_name, std::shared_ptr<const LoadedModel> model,
+                     SchedulerOptions options, ServerMetrics* metrics, std::mutex* compute_lock)
+    : name_(std::move(model_name)),
+      model_(std::move(model)),
+      options_(options),
+      metrics_(metrics),
+      compute_lock_(compute_lock) {
+  worker_ = std::thread([this] { Run(); });
+}
+
+Scheduler::~Scheduler() { Drain(); }
+
+absl::Status Scheduler::Enqueue(std::vector<SentenceTask> tasks) {
+  const absl::Time now = absl::Now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) return absl::UnavailableError(absl::StrCat("model ", name_, " is shutting down"));
+    if (queue_.size() + tasks.size() > static_cast<size_t>(options_.max_queue)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "queue of model ", name_, " is full (", queue_.size(), " sentences waiting, limit ",
+          options_.max_queue, "); retry later"));
+    }
+    for (SentenceTask& t : tasks) {
+      auto q = std::make_unique<Queued>();
+      q->task = std::move(t);
+      q->enqueued = now;
+      queue_.push_back(std::move(q));
+    }
+    if (metrics_ != nullptr) metrics_->SetQueueLength(name_, queue_.size());
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void Scheduler::Drain() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+int Scheduler::queue_length() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(queue_.size());
+}
+
+std::vector<std::unique_ptr<Scheduler::Queued>> Scheduler::AdmitLocked(int live_rows,
+                                                                       bool decoder_idle) {
+  std::vector<std::unique_ptr<Queued>> out;
+  int rows = live_rows;
+  size_t longest = 0;
+  while (!queue_.empty()) {
+    const Queued& q = *queue_.front();
+    const int beam = q.task.options.beam_size;
+    const size_t len = std::max(longest, q.task.ids.size());
+    const bool first = out.empty() && decoder_idle;  // a lone oversized sentence still runs
+    if (!first && (rows + beam > options_.max_batch_rows ||
+                   static_cast<int64_t>(len) * (out.size() + 1) > options_.max_batch_tokens)) {
+      break;
+    }
+    rows += beam;
+    longest = len;
+    out.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  return out;
+}
+
+void Scheduler::Finish(Queued& q, SentenceResult r) {
+  r.queue_seconds = q.admitted == absl::Time() ? Seconds(q.enqueued, absl::Now())
+                                               : Seconds(q.enqueued, q.admitted);
+  if (q.admitted != absl::Time()) r.compute_seconds = Seconds(q.admitted, absl::Now());
+  r.source_tokens = static_cast<int>(q.task.ids.size());
+  if (metrics_ != nullptr && r.status.ok()) {
+    int generated = 0;
+    if (!r.hypotheses.empty()) generated = static_cast<int>(r.hypotheses[0].ids.size()) + 1;
+    metrics_->SentenceDone(name_, r.source_tokens, generated);
+  }
+  if (q.task.done) q.task.done(std::move(r));
+}
+
+void Scheduler::Run() {
+  Workspace ws;
+  const ModelConfig& c = model_->config;
+  absl::StatusOr<BeamDecoder> created = BeamDecoder::Create(c, model_->weights, &ws);
+  std::unordered_map<int64_t, std::unique_ptr<Queued>> live;
+  std::vector<BeamDecoder::Done> done;
+  auto dropped = [](const Queued& q, absl::Time now) -> absl::Status {
+    if (q.task.cancelled && q.task.cancelled()) return absl::CancelledError("cancelled by the client");
+    if (now > q.task.deadline) return absl::DeadlineExceededError("deadline passed before the translation finished");
+    return absl::OkStatus();
+  };
+  while (true) {
+    std::vector<std::unique_ptr<Queued>> admitted;
+    const bool idle = !created.ok() || created->empty();
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (idle) {
+        cv_.wait(lock, [&] { return draining_ || !queue_.empty(); });
+        if (queue_.empty()) break;  // draining and nothing left anywhere
+        // Batching window: the oldest sentence waits up to max_queue_delay for company.
+        const absl::Time until = queue_.front()->enqueued + options_.max_queue_delay;
+        auto rows_waiting = [&] {
+          int rows = 0;
+          for (const auto& q : queue_) rows += q->task.options.beam_size;
+          return rows;
+        };
+        while (!draining_ && rows_waiting() < options_.max_batch_rows && absl::Now() < until) {
+          cv_.wait_for(lock, absl::ToChronoNanoseconds(until - absl::Now()));
+        }
+      }
+      if (options_.continuous || idle) admitted = AdmitLocked(idle ? 0 : created->live_rows(), idle);
+      if (metrics_ != nullptr) metrics_->SetQueueLength(name_, queue_.size());
+    }
+    std::lock_guard<std::mutex> compute(*compute_lock_);
+    const absl::Time now = absl::Now();
+    if (!created.ok()) {  // cannot decode at all: every sentence gets the reason
+      for (auto& q : admitted) Finish(*q, {created.status()});
+      continue;
+    }
+    BeamDecoder& decoder = *created;
+    for (auto it = live.begin(); it != live.end();) {
+      absl::Status why = dropped(*it->second, now);
+      if (why.ok()) {
+        ++it;
+        continue;
+      }
+      decoder.Cancel(it->first);
+      Finish(*it->second, {why});
+      it = live.erase(it);
+    }
+    // Equal options share one encoder pass; groups keep arrival order.
+    std::map<decltype(OptionsKey(DecodeOptions())), std::vector<std::unique_ptr<Queued>>> groups;
+    for (auto& q : admitted) {
+      q->admitted = now;
+      if (absl::Status why = dropped(*q, now); !why.ok()) {
+        Finish(*q, {why});
+        continue;
+      }
+      if (metrics_ != nullptr) metrics_->ObserveQueueWait(name_, Seconds(q->enqueued, now));
+      groups[OptionsKey(q->task.options)].push_back(std::move(q));
+    }
+    for (auto& [key, group] : groups) {
+      std::vector<std::vector<int32_t>> sources;
+      for (auto& q : group) sources.push_back(q->task.ids);
+      absl::StatusOr<std::vector<int64_t>> handles = decoder.Add(sources, group[0]->task.options);
+      for (size_t i = 0; i < group.size(); ++i) {
+        if (!handles.ok()) {
+          Finish(*group[i], {handles.status()});
+          continue;
+        }
+        group[i]->handle = (*handles)[i];
+        live[(*handles)[i]] = std::move(group[i]);
+      }
+    }
+    if (decoder.empty()) continue;
+    int batch_tokens = 0;
+    for (const auto& [h, q] : live) batch_tokens += static_cast<int>(q->task.ids.size());
+    const int batch_sentences = static_cast<int>(live.size());
+    done.clear();
+    const absl::Time step_start = absl::Now();
+    absl::Status step = decoder.Step(&done);
+    if (metrics_ != nullptr) {
+      metrics_->ObserveCompute(name_, Seconds(step_start, absl::Now()));
+      metrics_->BatchDone(name_, batch_sentences, batch_tokens);
+    }
+    if (!step.ok()) {  // an engine failure fails the sentences in flight, not the server
+      for (auto& [h, q] : live) {
+        decoder.Cancel(h);
+        Finish(*q, {step});
+      }
+      live.clear();
+      continue;
+    }
+    for (BeamDecoder::Done& d : done) {
+      auto it = live.find(d.handle);
+      if (it == live.end()) continue;
+      SentenceResult r;
+      for (Hypothesis& h : d.result.hypotheses) {
+        absl::StatusOr<std::string> text = model_->tokenizer->Decode(h.ids);
+        if (!text.ok()) {
+          r.status = text.status();
+          break;
+        }
+        r.hypotheses.push_back({*std::move(text), std::move(h.ids), h.score});
+      }
+      if (!r.status.ok()) r.hypotheses.clear();
+      Finish(*it->second, std::move(r));
+      live.erase(it);
+    }
+  }
+}
+
+}  // namespace tnmt::server

@@ -1,0 +1,105 @@
+// Scheduler: one model's decode loop. Sentences from every client are queued; a worker thread
+// admits them into a running BeamDecoder between decode steps (continuous batching: a new
+// sentence does not wait for the current batch to finish), bounded by a row budget and a
+// source-token budget, and hands each finished sentence to its callback. Sentences whose
+// client cancelled or whose deadline passed are dropped from the batch between steps.
+//
+// All schedulers of a process share one compute lock, so only one decode step runs at a time
+// and the kernels' thread pool (sized once by --threads) is never oversubscribed.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "engine/decode/options.h"
+#include "engine/runtime/loaded_model.h"
+#include "engine/runtime/translator.h"
+#include "server/metrics.h"
+
+namespace tnmt::server {
+
+struct SchedulerOptions {
+  // Hypothesis rows decoded per step (sentences x beam); a sentence larger than this alone
+  // still runs, alone.
+  int max_batch_rows = 256;
+  // Source tokens encoded per admission, counting padding (sentences x longest).
+  int max_batch_tokens = 8192;
+  // Sentences waiting; beyond it Enqueue fails with RESOURCE_EXHAUSTED at once.
+  int max_queue = 4096;
+  // When the decoder is idle, how long the first queued sentence waits for company.
+  absl::Duration max_queue_delay = absl::Milliseconds(5);
+  // Off: a batch runs to completion before the next is admitted (for comparison).
+  bool continuous = true;
+};
+
+struct SentenceResult {
+  absl::Status status;                  // OK, CANCELLED, DEADLINE_EXCEEDED or an engine error
+  std::vector<TextHypothesis> hypotheses;
+  int source_tokens = 0;
+  double queue_seconds = 0;             // enqueue -> admitted into the decoder
+  double compute_seconds = 0;           // admitted -> finished
+};
+
+struct SentenceTask {
+  std::vector<int32_t> ids;  // source pieces ending with </s>
+  DecodeOptions options;
+  absl::Time deadline = absl::InfiniteFuture();
+  // Polled between steps; true drops the sentence (its callback gets CANCELLED).
+  std::function<bool()> cancelled;
+  // Called exactly once, on the worker thread, for every accepted task.
+  std::function<void(SentenceResult)> done;
+};
+
+class Scheduler {
+ public:
+  Scheduler(std::string model_name, std::shared_ptr<const LoadedModel> model,
+            SchedulerOptions options, ServerMetrics* metrics, std::mutex* compute_lock);
+  ~Scheduler();  // Drain()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues all tasks or none: RESOURCE_EXHAUSTED if the queue would exceed max_queue,
+  // UNAVAILABLE once draining. Accepted tasks always get their callback.
+  absl::Status Enqueue(std::vector<SentenceTask> tasks);
+
+  // Stops accepting, finishes every queued and running sentence, joins the worker.
+  void Drain();
+
+  const std::shared_ptr<const LoadedModel>& model() const { return model_; }
+  int queue_length() const;
+
+ private:
+  struct Queued {
+    SentenceTask task;
+    absl::Time enqueued;
+    absl::Time admitted;
+    int64_t handle = -1;
+  };
+  void Run();
+  // Admits queued sentences within the budgets; called with mu_ held.
+  std::vector<std::unique_ptr<Queued>> AdmitLocked(int live_rows, bool decoder_idle);
+  void Finish(Queued& q, SentenceResult r);
+
+  const std::string name_;
+  const std::shared_ptr<const LoadedModel> model_;
+  const SchedulerOptions options_;
+  ServerMetrics* const metrics_;
+  std::mutex* const compute_lock_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Queued>> queue_;
+  bool draining_ = false;
+  std::thread worker_;
+};
+
+}  // namespace tnmt::server

@@ -1,0 +1,76 @@
+// TranslationServer: the whole `tnmt serve` process minus flag parsing and signals. gRPC
+// (tnmt.v1.TranslationService, grpc.health.v1.Health, reflection) on one port, HTTP
+// (/metrics, /healthz, /readyz) on another, models loaded in the background: the server
+// reports NOT_SERVING / 503 until every model is loaded and has translated a warm-up sentence.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/model_registry.h"
+#include "server/translation_service.h"
+
+namespace tnmt::server {
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 50051;       // gRPC; 0 picks a free port
+  int http_port = 8080;   // HTTP; 0 picks a free port; -1 disables HTTP
+  std::vector<std::pair<std::string, std::string>> models;  // (name, directory)
+  SchedulerOptions scheduler;
+  ServiceLimits limits;
+  int max_message_bytes = 4 << 20;  // largest request message; bigger: RESOURCE_EXHAUSTED
+  absl::Duration grace_period = absl::Seconds(30);  // drain time on Shutdown
+  std::string version = "dev";
+};
+
+class TranslationServer {
+ public:
+  // Binds both ports and starts serving; models load on a background thread.
+  static absl::StatusOr<std::unique_ptr<TranslationServer>> Start(ServerOptions options);
+  ~TranslationServer();  // Shutdown()
+
+  int port() const { return port_; }
+  int http_port() const { return http_ != nullptr ? http_->port() : -1; }
+  // Blocks until the initial loads finished; their first error, if any.
+  absl::Status WaitForInitialLoad();
+  bool ready() const;
+
+  // Reloads one model (or all, if name is empty) from its directory, with no failed request.
+  absl::Status Reload(const std::string& name);
+
+  // Health NOT_SERVING and /readyz 503; stops accepting calls; lets in-flight calls finish
+  // within the grace period (then cancels them); finishes queued work; stops HTTP. Idempotent.
+  void Shutdown();
+
+  ServerMetrics& metrics() { return *metrics_; }
+  ModelRegistry& registry() { return *registry_; }
+
+ private:
+  explicit TranslationServer(ServerOptions options) : options_(std::move(options)) {}
+  void SetServing(bool serving);
+
+  const ServerOptions options_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<ModelRegistry> registry_;
+  std::unique_ptr<TranslationServiceImpl> service_;
+  std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<HttpServer> http_;
+  std::thread loader_;
+  absl::Status load_status_;
+  std::atomic<bool> loaded_{false};
+  std::atomic<bool> stopping_{false};
+  std::mutex shutdown_mu_;
+  int port_ = 0;
+};
+
+}  // namespace tnmt::server

@@ -1,0 +1,310 @@
+// TranslationService; see translation_service.h.
+#include "server/translation_service.h"
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace tnmt::server {
+
+namespace {
+
+using tnmt::v1::TranslateStreamRequest;
+using tnmt::v1::TranslateStreamResponse;
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::Time Deadline(const grpc::CallbackServerContext* ctx) {
+  const auto d = ctx->deadline();
+  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(d);
+}
+
+// One Translate call: answered when its last sentence is done.
+class TranslateCall final : public grpc::ServerUnaryReactor {
+ public:
+  TranslateCall(ModelRegistry* registry, ServerMetrics* metrics, const ServiceLimits& limits,
+                grpc::CallbackServerContext* ctx, const tnmt::v1::TranslateRequest* req,
+                tnmt::v1::TranslateResponse* resp)
+      : state_(std::make_shared<State>()) {
+    state_->reactor = this;
+    state_->metrics = metrics;
+    state_->response = resp;
+    if (metrics != nullptr) metrics->RequestStarted();
+    absl::StatusOr<PreparedRequest> p =
+        PrepareRequest(*registry, limits, req->model(), req->options(), req->texts());
+    if (!p.ok()) {
+      state_->model = registry->Get(req->model()).ok() ? req->model() : "";
+      state_->Finish(p.status());
+      return;
+    }
+    state_->model = p->model;
+    state_->return_scores = p->return_scores;
+    resp->set_model(p->model);
+    for (int i = 0; i < p->texts; ++i) resp->add_translations();
+    for (int i : p->blank) FillBlank(p->options.n_best, p->source_tokens[i], resp->mutable_translations(i));
+    if (p->indices.empty()) {
+      state_->Finish(absl::OkStatus());
+      return;
+    }
+    state_->remaining = static_cast<int>(p->indices.size());
+    const absl::Time deadline = Deadline(ctx);
+    std::shared_ptr<State> st = state_;
+    const std::vector<int> indices = p->indices;
+    absl::Status s = SubmitRequest(*registry, *p, [&](int i) {
+      SentenceTask t;
+      t.deadline = deadline;
+      t.cancelled = [st] { return st->cancelled.load(); };
+      t.done = [st, index = indices[i]](SentenceResult r) { st->Done(index, std::move(r)); };
+      return t;
+    });
+    if (!s.ok()) state_->Finish(s);  // nothing was queued
+  }
+
+  void OnCancel() override { state_->cancelled = true; }
+  void OnDone() override { delete this; }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::atomic<bool> cancelled{false};
+    int remaining = 0;
+    absl::Status error;
+    double queue_s = 0, compute_s = 0;
+    bool return_scores = false;
+    std::string model;
+    absl::Time start = absl::Now();
+    grpc::ServerUnaryReactor* reactor = nullptr;
+    tnmt::v1::TranslateResponse* response = nullptr;
+    ServerMetrics* metrics = nullptr;
+
+    void Done(int index, SentenceResult r) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (r.status.ok()) {
+        FillTranslation(r, return_scores, response->mutable_translations(index));
+      } else if (error.ok()) {
+        error = r.status;
+      }
+      queue_s = std::max(queue_s, r.queue_seconds);
+      compute_s = std::max(compute_s, r.compute_seconds);
+      if (--remaining == 0) FinishLocked(error);
+    }
+    void Finish(const absl::Status& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      FinishLocked(s);
+    }
+    void FinishLocked(const absl::Status& s) {
+      const double total = absl::ToDoubleSeconds(absl::Now() - start);
+      if (s.ok()) {
+        response->mutable_timing()->set_queue_seconds(queue_s);
+        response->mutable_timing()->set_compute_seconds(compute_s);
+        response->mutable_timing()->set_total_seconds(total);
+      } else {
+        response->Clear();
+      }
+      if (metrics != nullptr) metrics->RequestDone(model, "Translate", static_cast<int>(s.code()), total);
+      reactor->Finish(ToGrpc(s));
+    }
+  };
+  std::shared_ptr<State> state_;
+};
+
+// One TranslateStream: reads request messages, queues their texts, writes one response per
+// text as it finishes (one write in flight at a time), and finishes after the client
+// half-closed and every accepted text was answered.
+class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, TranslateStreamResponse> {
+ public:
+  StreamCall(ModelRegistry* registry, ServerMetrics* metrics, const ServiceLimits& limits,
+             grpc::CallbackServerContext* ctx)
+      : registry_(registry), limits_(limits), ctx_(ctx), state_(std::make_shared<State>()) {
+    state_->reactor = this;
+    state_->metrics = metrics;
+    if (metrics != nullptr) metrics->RequestStarted();
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // client half-closed (or the call ended)
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->reads_done = true;
+      state_->MaybeFinishLocked();
+      return;
+    }
+    absl::StatusOr<PreparedRequest> p =
+        PrepareRequest(*registry_, limits_, request_.model(), request_.options(), request_.texts());
+    absl::Status s = p.status();
+    if (p.ok()) {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->model.empty()) state_->model = p->model;
+      for (int i : p->blank) {
+        TranslateStreamResponse r;
+        r.set_id(request_.id());
+        r.set_index(i);
+        FillBlank(p->options.n_best, p->source_tokens[i], r.mutable_translation());
+        state_->writes.push_back(std::move(r));
+      }
+      state_->pending += static_cast<int>(p->indices.size());
+      state_->MaybeWriteLocked();
+    }
+    if (p.ok() && !p->indices.empty()) {
+      const absl::Time deadline = Deadline(ctx_);
+      std::shared_ptr<State> st = state_;
+      const uint64_t id = request_.id();
+      const bool scores = p->return_scores;
+      const std::vector<int> indices = p->indices;
+      s = SubmitRequest(*registry_, *p, [&](int i) {
+        SentenceTask t;
+        t.deadline = deadline;
+        t.cancelled = [st] { return st->cancelled.load(); };
+        t.done = [st, id, scores, index = indices[i]](SentenceResult r) {
+          st->Done(id, index, scores, std::move(r));
+        };
+        return t;
+      });
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(state_->mu);
+        state_->pending -= static_cast<int>(p->indices.size());
+      }
+    }
+    if (!s.ok()) {
+      state_->cancelled = true;  // drop this stream's queued texts
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->FinishLocked(absl::Status(s.code(), absl::StrCat("request message id ", request_.id(), ": ", s.message())));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->writing = false;
+    if (!state_->writes.empty()) state_->writes.pop_front();
+    if (!ok) {  // the client is gone: stop decoding its texts
+      state_->cancelled = true;
+      state_->FinishLocked(absl::CancelledError("stream write failed"));
+      return;
+    }
+    state_->MaybeWriteLocked();
+    state_->MaybeFinishLocked();
+  }
+
+  void OnCancel() override { state_->cancelled = true; }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->reactor = nullptr;  // late scheduler callbacks must not touch this object
+    }
+    delete this;
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::atomic<bool> cancelled{false};
+    StreamCall* reactor = nullptr;
+    ServerMetrics* metrics = nullptr;
+    std::string model;
+    absl::Time start = absl::Now();
+    std::deque<TranslateStreamResponse> writes;  // front is in flight when writing
+    bool writing = false;
+    bool reads_done = false;
+    bool finished = false;
+    int pending = 0;  // accepted texts not yet answered
+
+    void Done(uint64_t id, int index, bool scores, SentenceResult r) {
+      std::lock_guard<std::mutex> lock(mu);
+      --pending;
+      if (finished || reactor == nullptr) return;
+      if (!r.status.ok()) {
+        if (absl::IsCancelled(r.status)) return MaybeFinishLocked();
+        FinishLocked(absl::Status(r.status.code(), absl::StrCat("request message id ", id, ", text ", index, ": ", r.status.message())));
+        return;
+      }
+      TranslateStreamResponse resp;
+      resp.set_id(id);
+      resp.set_index(index);
+      FillTranslation(r, scores, resp.mutable_translation());
+      writes.push_back(std::move(resp));
+      MaybeWriteLocked();
+    }
+    void MaybeWriteLocked() {
+      if (finished || writing || writes.empty() || reactor == nullptr) return;
+      writing = true;
+      reactor->StartWrite(&writes.front());
+    }
+    void MaybeFinishLocked() {
+      if (reads_done && pending == 0 && writes.empty() && !writing) FinishLocked(absl::OkStatus());
+    }
+    void FinishLocked(const absl::Status& s) {
+      if (finished || reactor == nullptr) return;
+      finished = true;
+      if (metrics != nullptr) {
+        metrics->RequestDone(model, "TranslateStream", static_cast<int>(s.code()),
+                             absl::ToDoubleSeconds(absl::Now() - start));
+      }
+      reactor->Finish(ToGrpc(s));
+    }
+  };
+
+  ModelRegistry* const registry_;
+  const ServiceLimits limits_;
+  grpc::CallbackServerContext* const ctx_;
+  std::shared_ptr<State> state_;
+  TranslateStreamRequest request_;
+};
+
+std::string Rfc3339(absl::Time t) {
+  return t == absl::Time() ? "" : absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* TranslationServiceImpl::Translate(grpc::CallbackServerContext* context,
+                                                            const tnmt::v1::TranslateRequest* request,
+                                                            tnmt::v1::TranslateResponse* response) {
+  return new TranslateCall(registry_, metrics_, limits_, context, request, response);
+}
+
+grpc::ServerBidiReactor<TranslateStreamRequest, TranslateStreamResponse>*
+TranslationServiceImpl::TranslateStream(grpc::CallbackServerContext* context) {
+  return new StreamCall(registry_, metrics_, limits_, context);
+}
+
+grpc::ServerUnaryReactor* TranslationServiceImpl::ListModels(grpc::CallbackServerContext* context,
+                                                             const tnmt::v1::ListModelsRequest*,
+                                                             tnmt::v1::ListModelsResponse* response) {
+  const absl::Time start = absl::Now();
+  for (const ModelStatus& m : registry_->List()) {
+    tnmt::v1::ModelInfo* info = response->add_models();
+    info->set_name(m.name);
+    info->set_path(m.path);
+    info->set_state(m.state);
+    info->set_generation(m.generation);
+    info->set_loaded_at(Rfc3339(m.loaded_at));
+    if (m.model != nullptr) {
+      const ModelConfig& c = m.model->config;
+      info->set_parameters(m.parameters);
+      info->set_vocab_size(c.vocab_size);
+      info->set_d_model(c.d_model);
+      info->set_encoder_layers(c.encoder_layers);
+      info->set_decoder_layers(c.decoder_layers);
+      info->set_default_beam_size(c.decoding.beam_size);
+    }
+  }
+  if (metrics_ != nullptr) {
+    metrics_->RequestStarted();
+    metrics_->RequestDone("", "ListModels", "OK", absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace tnmt::server

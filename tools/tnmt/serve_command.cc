@@ -1,0 +1,213 @@
+// `tnmt serve`; see serve_command.h. Flags (or a JSON --config with the same keys) configure
+// the server; signals drive its lifecycle: SIGTERM/SIGINT drain and exit 0, SIGHUP reloads
+// every model from its directory without failing requests.
+#include "tools/tnmt/serve_command.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "kernels/cpu/gemm.h"
+#include "server/server.h"
+#include "tools/tnmt/args.h"
+
+namespace tnmt::cli {
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::cerr << "tnmt serve: " << message << "\n";
+  return 2;
+}
+
+void Log(const std::string& message) { std::cerr << "tnmt serve: " << message << std::endl; }
+
+// The bundled demo model: next to the binary's install prefix, or under the working
+// directory (a source checkout).
+std::string FindDemoModel(const char* argv0) {
+  std::vector<std::filesystem::path> candidates;
+  if (const char* home = std::getenv("TNMT_HOME")) candidates.emplace_back(std::filesystem::path(home) / "models/demo");
+  std::error_code ec;
+  const auto exe = std::filesystem::canonical("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share/tnmt/models/demo");
+  candidates.emplace_back("models/demo");
+  (void)argv0;
+  for (const auto& c : candidates) {
+    if (std::filesystem::exists(c / "config.json")) return c.string();
+  }
+  return "";
+}
+
+// --config FILE: a JSON object whose keys are flag names; turned into --key=value arguments
+// placed before the command line's own, so flags override the file.
+absl::StatusOr<std::vector<std::string>> ConfigArgs(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read --config ", path));
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  }
+  std::vector<std::string> out;
+  for (auto& [key, value] : j.items()) {
+    if (key == "models" && value.is_object()) {  // {"name": "dir", ...}
+      std::string list;
+      for (auto& [name, dir] : value.items()) {
+        if (!dir.is_string()) return absl::InvalidArgumentError(absl::StrCat(path, ": models.", name, " must be a directory string"));
+        absl::StrAppend(&list, list.empty() ? "" : ",", name, "=", dir.get<std::string>());
+      }
+      out.push_back("--model=" + list);
+    } else if (value.is_string()) {
+      out.push_back(absl::StrCat("--", key, "=", value.get<std::string>()));
+    } else if (value.is_boolean()) {
+      out.push_back(absl::StrCat(value.get<bool>() ? "--" : "--no-", key));
+    } else if (value.is_number()) {
+      out.push_back(absl::StrCat("--", key, "=", value.dump()));
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": \"", key, "\" must be a string, number or boolean"));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int ServeCommand(int argc, char** argv) {
+  Args args("tnmt serve",
+            "Serves translation over gRPC (tnmt.v1.TranslationService, grpc.health.v1.Health,\n"
+            "reflection) and HTTP (/metrics, /healthz, /readyz). SIGTERM drains and exits 0;\n"
+            "SIGHUP reloads every model from its directory.");
+  args.AddString("config", "", "JSON file with any of these flags as keys (\"models\": {name: dir})");
+  args.AddString("model", "", "models: DIR, or NAME=DIR[,NAME=DIR...] (default: the bundled demo model)");
+  args.AddString("host", "0.0.0.0", "address to listen on");
+  args.AddInt("port", 50051, "gRPC port (0: any free port)");
+  args.AddInt("http-port", 8080, "HTTP port for /metrics, /healthz, /readyz (0: any; -1: off)");
+  args.AddInt("threads", 0, "compute threads shared by all models (default: all cores)");
+  args.AddInt("max-batch-rows", 256, "hypotheses (sentences x beam) decoded per step");
+  args.AddInt("max-batch-tokens", 8192, "source tokens encoded per admission, padding included");
+  args.AddInt("max-queue", 4096, "sentences waiting per model; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt("max-queue-delay-ms", 5, "how long an idle model waits to fill a batch");
+  args.AddBool("continuous-batching", true, "admit sentences into a running decode between steps");
+  args.AddInt("max-sentences", 256, "texts per request; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt("max-tokens", 512, "source pieces per text; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt("max-text-bytes", 65536, "bytes per text; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt("max-message-bytes", 4 << 20, "largest gRPC request message; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt("grace-seconds", 30, "on SIGTERM, time for in-flight requests to finish");
+  args.AddString("ready-file", "", "written with the gRPC and HTTP ports once ready (for scripts)");
+
+  // A --config file's values come first, so the command line overrides them.
+  std::vector<std::string> argv_copy(argv, argv + argc);
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string path;
+    if (a.rfind("--config=", 0) == 0) path = a.substr(9);
+    if (a == "--config" && i + 1 < argc) path = argv[i + 1];
+    if (path.empty()) continue;
+    absl::StatusOr<std::vector<std::string>> extra = ConfigArgs(path);
+    if (!extra.ok()) return Fail(std::string(extra.status().message()));
+    argv_copy.insert(argv_copy.begin() + 2, extra->begin(), extra->end());
+    break;
+  }
+  std::vector<char*> cargv;
+  for (std::string& s : argv_copy) cargv.push_back(s.data());
+  if (absl::Status s = args.Parse(static_cast<int>(cargv.size()), cargv.data(), 2); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  if (args.help_requested()) {
+    std::cout << args.Help();
+    return 0;
+  }
+
+  server::ServerOptions o;
+  o.host = args.GetString("host");
+  o.port = args.GetInt("port");
+  o.http_port = args.GetInt("http-port");
+  std::string models = args.GetString("model");
+  if (models.empty()) {
+    models = FindDemoModel(argv[0]);
+    if (models.empty()) return Fail("no --model given and no bundled demo model found (models/demo)");
+    models = "demo=" + models;
+  }
+  for (absl::string_view item : absl::StrSplit(models, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> nd = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (nd.second.empty()) {  // a bare directory: named after its last component
+      nd.second = nd.first;
+      nd.first = std::filesystem::path(nd.second).lexically_normal().filename().string();
+      if (nd.first.empty()) nd.first = std::filesystem::path(nd.second).lexically_normal().parent_path().filename().string();
+    }
+    o.models.push_back(nd);
+  }
+  o.scheduler.max_batch_rows = args.GetInt("max-batch-rows");
+  o.scheduler.max_batch_tokens = args.GetInt("max-batch-tokens");
+  o.scheduler.max_queue = args.GetInt("max-queue");
+  o.scheduler.max_queue_delay = absl::Milliseconds(args.GetInt("max-queue-delay-ms"));
+  o.scheduler.continuous = args.GetBool("continuous-batching");
+  o.limits.max_sentences_per_request = args.GetInt("max-sentences");
+  o.limits.max_tokens_per_sentence = args.GetInt("max-tokens");
+  o.limits.max_text_bytes = args.GetInt("max-text-bytes");
+  o.max_message_bytes = args.GetInt("max-message-bytes");
+  o.grace_period = absl::Seconds(args.GetInt("grace-seconds"));
+  for (int v : {o.scheduler.max_batch_rows, o.scheduler.max_batch_tokens, o.scheduler.max_queue,
+                o.limits.max_sentences_per_request, o.limits.max_tokens_per_sentence,
+                o.max_message_bytes}) {
+    if (v < 1) return Fail("limits (--max-*) must be positive");
+  }
+  if (args.GetInt("max-queue-delay-ms") < 0 || args.GetInt("grace-seconds") < 0) {
+    return Fail("--max-queue-delay-ms and --grace-seconds must be >= 0");
+  }
+  int threads = args.GetInt("threads");
+  if (threads < 0) return Fail("--threads must be >= 0");
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  kernels::cpu::SetBlasThreads(threads);
+
+  // Signals are taken synchronously by this thread; every thread started later inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<server::TranslationServer>> server = server::TranslationServer::Start(o);
+  if (!server.ok()) return Fail(std::string(server.status().message()));
+  server::TranslationServer& srv = **server;
+  Log(absl::StrCat("gRPC on ", o.host, ":", srv.port(), ", HTTP on ", o.host, ":", srv.http_port(),
+                   "; loading ", o.models.size(), " model(s)"));
+  std::thread loaded([&srv, ready_file = args.GetString("ready-file")] {
+    absl::Status s = srv.WaitForInitialLoad();
+    if (!s.ok()) {
+      Log(absl::StrCat("not ready: ", s.message()));
+      return;
+    }
+    Log("ready");
+    if (!ready_file.empty()) {
+      std::ofstream(ready_file + ".tmp") << srv.port() << " " << srv.http_port() << "\n";
+      std::filesystem::rename(ready_file + ".tmp", ready_file);
+    }
+  });
+  while (true) {
+    int sig = 0;
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      Log("SIGHUP: reloading models");
+      absl::Status s = srv.Reload("");
+      Log(s.ok() ? "reload done" : absl::StrCat("reload failed (previous generation keeps serving): ", s.message()));
+      continue;
+    }
+    Log(absl::StrCat(sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining (grace ", args.GetInt("grace-seconds"), " s)"));
+    break;
+  }
+  srv.Shutdown();
+  loaded.join();
+  Log("stopped");
+  return 0;
+}
+
+}  // namespace tnmt::cli
