@@ -136,6 +136,10 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
       state_->MaybeFinishLocked();
       return;
     }
+    if (request_.texts().empty()) {  // nothing to answer
+      StartRead(&request_);
+      return;
+    }
     absl::StatusOr<PreparedRequest> p =
         PrepareRequest(*registry_, limits_, request_.model(), request_.options(), request_.texts());
     absl::Status s = p.status();

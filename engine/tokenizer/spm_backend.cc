@@ -1,48 +1,46 @@
-// SentencePiece calls; see spm_backend.h (no Abseil headers in this file on purpose).
+// SentencePiece calls through the run-time loaded shim; see spm_backend.h and spm_library.h.
 #include "engine/tokenizer/spm_backend.h"
 
-#include <sentencepiece_processor.h>
+#include "engine/tokenizer/spm_library.h"
 
 namespace tnmt {
 
 struct SpmBackend::Impl {
-  sentencepiece::SentencePieceProcessor processor;
+  const SpmLibrary* lib = nullptr;
+  void* processor = nullptr;
+  ~Impl() {
+    if (processor != nullptr) lib->free(processor);
+  }
 };
 
 SpmBackend::SpmBackend() : impl_(std::make_unique<Impl>()) {}
 SpmBackend::~SpmBackend() = default;
 
 bool SpmBackend::Load(const std::string& path, std::string* error) {
-  const auto status = impl_->processor.Load(path);
-  if (!status.ok()) {
-    *error = status.ToString();
-    return false;
-  }
+  const SpmLibrary* lib = GetSpmLibrary(error);
+  if (lib == nullptr) return false;
+  void* p = lib->load(&path, error);
+  if (p == nullptr) return false;
+  impl_ = std::make_unique<Impl>();
+  impl_->lib = lib;
+  impl_->processor = p;
   return true;
 }
 
 bool SpmBackend::Encode(const std::string& text, std::vector<int>* ids, std::string* error) const {
-  const auto status = impl_->processor.Encode(text, ids);
-  if (!status.ok()) {
-    *error = status.ToString();
-    return false;
-  }
-  return true;
+  if (impl_->processor == nullptr) return *error = "no SentencePiece model loaded", false;
+  return impl_->lib->encode(impl_->processor, &text, ids, error);
 }
 
 bool SpmBackend::Decode(const std::vector<int>& ids, std::string* text, std::string* error) const {
-  const auto status = impl_->processor.Decode(ids, text);
-  if (!status.ok()) {
-    *error = status.ToString();
-    return false;
-  }
-  return true;
+  if (impl_->processor == nullptr) return *error = "no SentencePiece model loaded", false;
+  return impl_->lib->decode(impl_->processor, &ids, text, error);
 }
 
-int SpmBackend::vocab_size() const { return impl_->processor.GetPieceSize(); }
-int SpmBackend::pad_id() const { return impl_->processor.pad_id(); }
-int SpmBackend::unk_id() const { return impl_->processor.unk_id(); }
-int SpmBackend::bos_id() const { return impl_->processor.bos_id(); }
-int SpmBackend::eos_id() const { return impl_->processor.eos_id(); }
+int SpmBackend::vocab_size() const { return impl_->processor ? impl_->lib->info(impl_->processor, 0) : 0; }
+int SpmBackend::pad_id() const { return impl_->processor ? impl_->lib->info(impl_->processor, 1) : -1; }
+int SpmBackend::unk_id() const { return impl_->processor ? impl_->lib->info(impl_->processor, 2) : -1; }
+int SpmBackend::bos_id() const { return impl_->processor ? impl_->lib->info(impl_->processor, 3) : -1; }
+int SpmBackend::eos_id() const { return impl_->processor ? impl_->lib->info(impl_->processor, 4) : -1; }
 
 }  // namespace tnmt

@@ -1,6 +1,6 @@
-// Thin SentencePiece wrapper with a std-only interface. SentencePiece's header declares
-// `absl::string_view` itself, which clashes with Debian's Abseil, so sentencepiece is only
-// ever included from spm_backend.cc, which includes no Abseil header.
+// Thin SentencePiece wrapper with a std-only interface, over the run-time loaded shim
+// (spm_library.h): SentencePiece's headers clash with Debian's Abseil and its bundled protobuf
+// with the system one, so no tnmt object but libtnmt_spm.so includes or links SentencePiece.
 #pragma once
 
 #include <memory>

@@ -1,7 +1,5 @@
-// SentencePiece trainer calls behind a std-only interface. SentencePiece's headers declare
-// `absl::string_view` themselves, which clashes with Debian's Abseil, so sentencepiece_trainer.h
-// is only included from spm_train_backend.cc, which includes no Abseil header (the same rule as
-// engine/tokenizer/spm_backend.h).
+// SentencePiece training behind a std-only interface, through the run-time loaded shim
+// (engine/tokenizer/spm_library.h; the same rule as engine/tokenizer/spm_backend.h).
 #pragma once
 
 #include <map>

@@ -1,0 +1,441 @@
+// End to end over real gRPC on 127.0.0.1 with the tiny test model: Translate (batched reply
+// equals the engine one sentence at a time), n-best, streaming, ListModels, health check and
+// watch, reflection, readiness gating, the error matrix with status codes, a fuzz loop, queue
+// overload, hot reload under load, and shutdown under load losing no accepted request.
+#include "server/server.h"
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/dynamic_message.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <gtest/gtest.h>
+
+#include "engine/runtime/translator.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "proto/tnmt/v1/translation.grpc.pb.h"
+
+namespace tnmt::server {
+namespace {
+
+using tnmt::v1::TranslateRequest;
+using tnmt::v1::TranslateResponse;
+using tnmt::v1::TranslationService;
+
+constexpr char kModelDir[] = "tests/golden/data/tiny";
+
+const std::vector<std::string>& Sentences() {
+  static const auto* s = new std::vector<std::string>{
+      "Hello, world.", "A man is riding a bicycle down the street.", "Two dogs play in the snow.",
+      "x", "The quick brown fox jumps over the lazy dog again and again and again.",
+      "Ünïcödé wörks: 日本語のテキスト", "   ", "Short one.", ""};
+  return *s;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<TranslationServer> StartServer(ServerOptions o = {}) {
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.http_port = -1;
+    if (o.models.empty()) o.models = {{"tiny", kModelDir}};
+    auto s = TranslationServer::Start(o);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? *std::move(s) : nullptr;
+  }
+  static std::shared_ptr<grpc::Channel> Channel(const TranslationServer& s) {
+    return grpc::CreateChannel("127.0.0.1:" + std::to_string(s.port()), grpc::InsecureChannelCredentials());
+  }
+  static grpc::Status Call(TranslationService::Stub& stub, const TranslateRequest& req,
+                           TranslateResponse* resp, int deadline_ms = 30000) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+    return stub.Translate(&ctx, req, resp);
+  }
+};
+
+TEST_F(ServerTest, BatchedReplyEqualsTheEngineOneSentenceAtATime) {
+  auto server = StartServer();
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto stub = TranslationService::NewStub(Channel(*server));
+  TranslateRequest req;
+  req.set_model("tiny");
+  for (const auto& s : Sentences()) req.add_texts(s);
+  req.mutable_options()->set_beam_size(4);
+  req.mutable_options()->set_n_best(3);
+  req.mutable_options()->set_return_scores(true);
+  TranslateResponse resp;
+  grpc::Status st = Call(*stub, req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(resp.translations_size(), static_cast<int>(Sentences().size()));
+  EXPECT_EQ(resp.model(), "tiny");
+  EXPECT_GT(resp.timing().total_seconds(), 0);
+
+  auto model = LoadModelDirectory(kModelDir);
+  ASSERT_TRUE(model.ok());
+  Translator translator(*model);
+  TranslationOptions to;
+  to.decode = DecodeOptions::FromConfig((*model)->config);
+  to.decode.beam_size = 4;
+  to.decode.n_best = 3;
+  for (size_t i = 0; i < Sentences().size(); ++i) {
+    auto one = translator.Translate({Sentences()[i]}, to);
+    ASSERT_TRUE(one.ok() && (*one)[0].ok());
+    const LineTranslation& want = *(*one)[0];
+    const tnmt::v1::Translation& got = resp.translations(i);
+    EXPECT_EQ(got.source_tokens(), want.source_tokens) << i;
+    ASSERT_EQ(got.hypotheses_size(), static_cast<int>(want.hypotheses.size())) << i;
+    for (int h = 0; h < got.hypotheses_size(); ++h) {
+      EXPECT_EQ(got.hypotheses(h).text(), want.hypotheses[h].text) << i << "/" << h;
+      EXPECT_EQ(got.hypotheses(h).tokens(), static_cast<int>(want.hypotheses[h].ids.size()));
+      EXPECT_NEAR(got.hypotheses(h).score(), want.hypotheses[h].score, 1e-4 + 1e-5 * std::fabs(want.hypotheses[h].score));
+    }
+  }
+  // Without return_scores the scores are 0.
+  req.mutable_options()->set_return_scores(false);
+  ASSERT_TRUE(Call(*stub, req, &resp).ok());
+  EXPECT_EQ(resp.translations(0).hypotheses(0).score(), 0.0f);
+}
+
+TEST_F(ServerTest, StreamAnswersEveryTextOfEveryMessage) {
+  auto server = StartServer();
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto stub = TranslationService::NewStub(Channel(*server));
+  grpc::ClientContext ctx;
+  auto stream = stub->TranslateStream(&ctx);
+  std::set<std::pair<uint64_t, int>> want;
+  for (uint64_t id = 1; id <= 5; ++id) {
+    tnmt::v1::TranslateStreamRequest m;
+    m.set_id(id);
+    for (int i = 0; i < static_cast<int>(id); ++i) {
+      m.add_texts(Sentences()[(id + i) % Sentences().size()]);
+      want.insert({id, i});
+    }
+    ASSERT_TRUE(stream->Write(m));
+  }
+  stream->WritesDone();
+  tnmt::v1::TranslateStreamResponse r;
+  std::set<std::pair<uint64_t, int>> got;
+  while (stream->Read(&r)) {
+    EXPECT_TRUE(got.insert({r.id(), r.index()}).second) << "duplicate answer";
+    EXPECT_EQ(r.translation().hypotheses_size(), 1);
+  }
+  grpc::Status st = stream->Finish();
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(got, want);
+
+  // A bad message ends the stream with its error, naming the message.
+  grpc::ClientContext ctx2;
+  auto bad = stub->TranslateStream(&ctx2);
+  tnmt::v1::TranslateStreamRequest m;
+  m.set_id(77);
+  m.set_model("nope");
+  m.add_texts("hi");
+  bad->Write(m);
+  bad->WritesDone();
+  while (bad->Read(&r)) {
+  }
+  st = bad->Finish();
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(st.error_message().find("77"), std::string::npos) << st.error_message();
+}
+
+TEST_F(ServerTest, ListModelsHealthAndReflection) {
+  auto server = StartServer();
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto channel = Channel(*server);
+  auto stub = TranslationService::NewStub(channel);
+  grpc::ClientContext ctx;
+  tnmt::v1::ListModelsResponse models;
+  ASSERT_TRUE(stub->ListModels(&ctx, {}, &models).ok());
+  ASSERT_EQ(models.models_size(), 1);
+  EXPECT_EQ(models.models(0).name(), "tiny");
+  EXPECT_EQ(models.models(0).state(), "ready");
+  EXPECT_EQ(models.models(0).generation(), 1u);
+  EXPECT_GT(models.models(0).parameters(), 0);
+  EXPECT_FALSE(models.models(0).loaded_at().empty());
+
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  for (const char* service : {"", "tnmt.v1.TranslationService"}) {
+    grpc::ClientContext hc;
+    grpc::health::v1::HealthCheckRequest hr;
+    hr.set_service(service);
+    grpc::health::v1::HealthCheckResponse hs;
+    ASSERT_TRUE(health->Check(&hc, hr, &hs).ok());
+    EXPECT_EQ(hs.status(), grpc::health::v1::HealthCheckResponse::SERVING) << service;
+  }
+  // Watch: SERVING now, NOT_SERVING once shutdown begins.
+  grpc::ClientContext wc;
+  auto watch = health->Watch(&wc, {});
+  grpc::health::v1::HealthCheckResponse ws;
+  ASSERT_TRUE(watch->Read(&ws));
+  EXPECT_EQ(ws.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  // Reflection, through the generic stub and the reflection messages the library registers.
+  const auto* pool = google::protobuf::DescriptorPool::generated_pool();
+  const auto* req_desc = pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionRequest");
+  const auto* resp_desc = pool->FindMessageTypeByName("grpc.reflection.v1alpha.ServerReflectionResponse");
+  ASSERT_NE(req_desc, nullptr);
+  ASSERT_NE(resp_desc, nullptr);
+  google::protobuf::DynamicMessageFactory factory;
+  std::unique_ptr<google::protobuf::Message> rreq(factory.GetPrototype(req_desc)->New());
+  rreq->GetReflection()->SetString(rreq.get(), req_desc->FindFieldByName("list_services"), "*");
+  grpc::GenericStub generic(channel);
+  grpc::ClientContext rc;
+  grpc::CompletionQueue cq;
+  auto call = generic.PrepareCall(&rc, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::string bytes = rreq->SerializeAsString();
+  grpc::Slice slice(bytes);
+  call->Write(grpc::ByteBuffer(&slice, 1), reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  call->WritesDone(reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  grpc::ByteBuffer buf;
+  call->Read(&buf, reinterpret_cast<void*>(4));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(buf.Dump(&slices).ok());
+  std::string reply;
+  for (auto& s : slices) reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  std::unique_ptr<google::protobuf::Message> rresp(factory.GetPrototype(resp_desc)->New());
+  ASSERT_TRUE(rresp->ParseFromString(reply));
+  const std::string text = rresp->DebugString();
+  EXPECT_NE(text.find("tnmt.v1.TranslationService"), std::string::npos) << text;
+  EXPECT_NE(text.find("grpc.health.v1.Health"), std::string::npos) << text;
+  rc.TryCancel();
+  grpc::Status fin;
+  call->Finish(&fin, reinterpret_cast<void*>(5));
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(5)) {
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+
+  std::thread stopper([&] { server->Shutdown(); });
+  bool saw_not_serving = false;
+  while (watch->Read(&ws)) {
+    if (ws.status() == grpc::health::v1::HealthCheckResponse::NOT_SERVING) {
+      saw_not_serving = true;
+      break;
+    }
+  }
+  wc.TryCancel();
+  stopper.join();
+  EXPECT_TRUE(saw_not_serving);
+}
+
+TEST_F(ServerTest, NotReadyUntilLoadedAndUnavailableWhenTheModelFails) {
+  ServerOptions o;
+  o.models = {{"broken", "/nonexistent/model/dir"}};
+  auto server = StartServer(o);
+  EXPECT_FALSE(server->WaitForInitialLoad().ok());
+  EXPECT_FALSE(server->ready());
+  auto channel = Channel(*server);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext hc;
+  grpc::health::v1::HealthCheckResponse hs;
+  ASSERT_TRUE(health->Check(&hc, {}, &hs).ok());
+  EXPECT_EQ(hs.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  auto stub = TranslationService::NewStub(channel);
+  TranslateRequest req;
+  req.add_texts("hello");
+  TranslateResponse resp;
+  grpc::Status st = Call(*stub, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(st.error_message().find("/nonexistent/model/dir"), std::string::npos) << st.error_message();
+}
+
+TEST_F(ServerTest, ErrorMatrix) {
+  ServerOptions o;
+  o.limits.max_sentences_per_request = 8;
+  o.limits.max_tokens_per_sentence = 100;
+  o.limits.max_text_bytes = 1000;
+  o.max_message_bytes = 64 * 1024;
+  auto server = StartServer(o);
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto stub = TranslationService::NewStub(Channel(*server));
+  struct Case {
+    std::string what;
+    std::function<void(TranslateRequest*)> edit;
+    grpc::StatusCode code;
+    std::string mentions;
+  };
+  const std::vector<Case> cases = {
+      {"empty batch", [](TranslateRequest* r) { r->clear_texts(); }, grpc::INVALID_ARGUMENT, "texts"},
+      {"invalid UTF-8", [](TranslateRequest* r) { r->add_texts(std::string("ok \xff\xfe bad")); }, grpc::INVALID_ARGUMENT, "texts[1]"},
+      {"beam 0", [](TranslateRequest* r) { r->mutable_options()->set_beam_size(0); }, grpc::INVALID_ARGUMENT, "options.beam_size"},
+      {"beam 1000", [](TranslateRequest* r) { r->mutable_options()->set_beam_size(1000); }, grpc::INVALID_ARGUMENT, "options.beam_size"},
+      {"n_best > beam", [](TranslateRequest* r) { r->mutable_options()->set_beam_size(2); r->mutable_options()->set_n_best(3); }, grpc::INVALID_ARGUMENT, "options.n_best"},
+      {"negative n_best", [](TranslateRequest* r) { r->mutable_options()->set_n_best(-1); }, grpc::INVALID_ARGUMENT, "options.n_best"},
+      {"NaN length penalty", [](TranslateRequest* r) { r->mutable_options()->set_length_penalty(NAN); }, grpc::INVALID_ARGUMENT, "options.length_penalty"},
+      {"negative max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(-5); }, grpc::INVALID_ARGUMENT, "options.max_length"},
+      {"huge max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(1 << 30); }, grpc::INVALID_ARGUMENT, "options.max_length"},
+      {"unknown model", [](TranslateRequest* r) { r->set_model("klingon"); }, grpc::NOT_FOUND, "klingon"},
+      {"too many texts", [](TranslateRequest* r) { for (int i = 0; i < 8; ++i) r->add_texts("a"); }, grpc::RESOURCE_EXHAUSTED, "texts"},
+      {"too many tokens", [](TranslateRequest* r) { std::string t; for (int i = 0; i < 220; ++i) t += "ab "; r->add_texts(t); }, grpc::RESOURCE_EXHAUSTED, "texts[1]"},
+      {"text too many bytes", [](TranslateRequest* r) { r->add_texts(std::string(5000, 'a')); }, grpc::RESOURCE_EXHAUSTED, "texts[1]"},
+      {"message too large", [](TranslateRequest* r) { r->add_texts(std::string(200 * 1024, 'a')); }, grpc::RESOURCE_EXHAUSTED, ""},
+  };
+  for (const Case& c : cases) {
+    TranslateRequest req;
+    req.add_texts("fine");
+    c.edit(&req);
+    TranslateResponse resp;
+    grpc::Status st = Call(*stub, req, &resp);
+    EXPECT_EQ(st.error_code(), c.code) << c.what << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find(c.mentions), std::string::npos) << c.what << ": " << st.error_message();
+  }
+  // A deadline that passes before the work is done: DEADLINE_EXCEEDED, and the server serves on.
+  TranslateRequest slow;
+  for (int i = 0; i < 7; ++i) slow.add_texts(Sentences()[4]);
+  slow.mutable_options()->set_beam_size(16);
+  TranslateResponse resp;
+  EXPECT_EQ(Call(*stub, slow, &resp, 1).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  TranslateRequest ok;
+  ok.add_texts("still serving");
+  EXPECT_TRUE(Call(*stub, ok, &resp).ok());
+}
+
+TEST_F(ServerTest, FuzzedRequestsNeverBreakTheServer) {
+  auto server = StartServer();
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto stub = TranslationService::NewStub(Channel(*server));
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int> byte(0, 255), len(0, 60), small(-3, 70);
+  for (int iter = 0; iter < 150; ++iter) {
+    TranslateRequest req;
+    const int n = len(rng) % 5;
+    for (int i = 0; i < n; ++i) {
+      std::string t;
+      for (int k = len(rng); k > 0; --k) t.push_back(static_cast<char>(byte(rng)));
+      req.add_texts(t);
+    }
+    if (rng() % 2) req.mutable_options()->set_beam_size(small(rng));
+    if (rng() % 2) req.mutable_options()->set_n_best(small(rng));
+    if (rng() % 3 == 0) req.mutable_options()->set_length_penalty(static_cast<float>(small(rng)) / 3);
+    if (rng() % 3 == 0) req.mutable_options()->set_max_length(small(rng));
+    if (rng() % 7 == 0) req.set_model(std::string(1, static_cast<char>('a' + byte(rng) % 26)));
+    TranslateResponse resp;
+    grpc::Status st = Call(*stub, req, &resp);
+    EXPECT_TRUE(st.ok() || st.error_code() == grpc::INVALID_ARGUMENT || st.error_code() == grpc::NOT_FOUND)
+        << "iteration " << iter << ": " << st.error_code() << " " << st.error_message();
+    if (st.ok()) EXPECT_EQ(resp.translations_size(), n);
+  }
+  // Raw garbage bytes as a request message: a clean error, then business as usual.
+  grpc::GenericStub generic(Channel(*server));
+  for (int iter = 0; iter < 20; ++iter) {
+    std::string junk;
+    for (int k = len(rng) + 1; k > 0; --k) junk.push_back(static_cast<char>(byte(rng)));
+    grpc::Slice slice(junk);
+    grpc::ByteBuffer in(&slice, 1), out;
+    grpc::ClientContext ctx;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status st;
+    generic.UnaryCall(&ctx, "/tnmt.v1.TranslationService/Translate", grpc::StubOptions(), &in, &out,
+                      [&](grpc::Status s) {
+                        std::lock_guard<std::mutex> l(mu);
+                        st = s;
+                        done = true;
+                        cv.notify_all();
+                      });
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return done; });
+    EXPECT_NE(st.error_code(), grpc::StatusCode::UNAVAILABLE) << "server died on garbage";
+  }
+  TranslateRequest ok;
+  ok.add_texts("still serving");
+  TranslateResponse resp;
+  EXPECT_TRUE(Call(*stub, ok, &resp).ok());
+}
+
+// Runs `clients` threads sending requests until `stop`; counts status codes.
+struct Load {
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::map<grpc::StatusCode, int> codes;
+  std::vector<std::thread> threads;
+  void Start(const TranslationServer& s, int clients, int beam = 2) {
+    for (int c = 0; c < clients; ++c) {
+      threads.emplace_back([this, &s, c, beam] {
+        auto stub = TranslationService::NewStub(grpc::CreateChannel(
+            "127.0.0.1:" + std::to_string(s.port()), grpc::InsecureChannelCredentials()));
+        for (int i = 0; !stop; ++i) {
+          TranslateRequest req;
+          req.add_texts(Sentences()[(c + i) % 3]);
+          req.add_texts(Sentences()[(c + i + 1) % 5]);
+          req.mutable_options()->set_beam_size(beam);
+          TranslateResponse resp;
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+          grpc::Status st = stub->Translate(&ctx, req, &resp);
+          std::lock_guard<std::mutex> l(mu);
+          ++codes[st.error_code()];
+          if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return;  // server gone
+        }
+      });
+    }
+  }
+  void Join() {
+    stop = true;
+    for (auto& t : threads) t.join();
+  }
+};
+
+TEST_F(ServerTest, OverloadIsResourceExhaustedNotTimeouts) {
+  ServerOptions o;
+  o.scheduler.max_queue = 4;
+  auto server = StartServer(o);
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  Load load;
+  load.Start(*server, 16, 8);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  load.Join();
+  EXPECT_GT(load.codes[grpc::StatusCode::OK], 0);
+  EXPECT_GT(load.codes[grpc::StatusCode::RESOURCE_EXHAUSTED], 0);
+  EXPECT_EQ(load.codes[grpc::StatusCode::OK] + load.codes[grpc::StatusCode::RESOURCE_EXHAUSTED],
+            [&] { int n = 0; for (auto& [c, k] : load.codes) n += k; return n; }());
+}
+
+TEST_F(ServerTest, HotReloadUnderLoadFailsNothing) {
+  auto server = StartServer();
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  Load load;
+  load.Start(*server, 8);
+  for (int i = 0; i < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    ASSERT_TRUE(server->Reload("tiny").ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  load.Join();
+  EXPECT_GT(load.codes[grpc::StatusCode::OK], 0);
+  EXPECT_EQ(load.codes.size(), 1u) << "some request failed during reload";
+  EXPECT_EQ(server->registry().List()[0].generation, 4u);
+  EXPECT_NE(server->metrics().Serialize().find("tnmt_model_generation{model=\"tiny\"} 4"), std::string::npos);
+}
+
+TEST_F(ServerTest, ShutdownUnderLoadLosesNoAcceptedRequest) {
+  auto server = StartServer();
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  Load load;
+  load.Start(*server, 8);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  server->Shutdown();
+  load.Join();
+  EXPECT_GT(load.codes[grpc::StatusCode::OK], 0);
+  for (const auto& [code, n] : load.codes) {
+    // Refused after shutdown began (never accepted) is UNAVAILABLE; nothing else may fail.
+    EXPECT_TRUE(code == grpc::StatusCode::OK || code == grpc::StatusCode::UNAVAILABLE)
+        << n << " requests ended with code " << code;
+  }
+}
+
+}  // namespace
+}  // namespace tnmt::server
