@@ -106,8 +106,13 @@ void TranslationServer::Shutdown() {
   SetServing(false);
   if (http_ != nullptr) http_->SetStopping();
   if (loader_.joinable()) loader_.join();
-  // New calls are refused from here; calls in flight have the grace period to finish.
-  grpc_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoSeconds(options_.grace_period));
+  // Phase 1: new calls are refused with UNAVAILABLE while the accepted ones finish (within the
+  // grace period). Phase 2: the transport stops; whatever is still running is cancelled at
+  // the deadline.
+  const absl::Time deadline = absl::Now() + options_.grace_period;
+  service_->StopAccepting();
+  service_->WaitIdle(deadline);
+  grpc_->Shutdown(absl::ToChronoTime(deadline));
   registry_->DrainAll();
   grpc_->Wait();
   if (http_ != nullptr) http_->Stop();

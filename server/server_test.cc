@@ -5,6 +5,7 @@
 #include "server/server.h"
 
 #include <atomic>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -302,13 +303,24 @@ TEST_F(ServerTest, ErrorMatrix) {
   EXPECT_TRUE(Call(*stub, ok, &resp).ok());
 }
 
+int64_t RssKiB() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return 0;
+}
+
 TEST_F(ServerTest, FuzzedRequestsNeverBreakTheServer) {
   auto server = StartServer();
   ASSERT_TRUE(server->WaitForInitialLoad().ok());
   auto stub = TranslationService::NewStub(Channel(*server));
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int> byte(0, 255), len(0, 60), small(-3, 70);
-  for (int iter = 0; iter < 150; ++iter) {
+  int64_t rss_warm = 0;
+  for (int iter = 0; iter < 450; ++iter) {
+    if (iter == 150) rss_warm = RssKiB();
     TranslateRequest req;
     const int n = len(rng) % 5;
     for (int i = 0; i < n; ++i) {
@@ -327,6 +339,8 @@ TEST_F(ServerTest, FuzzedRequestsNeverBreakTheServer) {
         << "iteration " << iter << ": " << st.error_code() << " " << st.error_message();
     if (st.ok()) EXPECT_EQ(resp.translations_size(), n);
   }
+  // Memory stays flat: 300 more fuzzed requests after warm-up grow the process by < 16 MiB.
+  EXPECT_LT(RssKiB() - rss_warm, 16 * 1024) << "RSS grew from " << rss_warm << " KiB";
   // Raw garbage bytes as a request message: a clean error, then business as usual.
   grpc::GenericStub generic(Channel(*server));
   for (int iter = 0; iter < 20; ++iter) {
@@ -388,6 +402,17 @@ struct Load {
     for (auto& t : threads) t.join();
   }
 };
+
+TEST_F(ServerTest, SixtyFourClientsForThirtySecondsAllSucceed) {
+  auto server = StartServer();
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  Load load;
+  load.Start(*server, 64);
+  std::this_thread::sleep_for(std::chrono::seconds(30));
+  load.Join();
+  EXPECT_GT(load.codes[grpc::StatusCode::OK], 64);
+  EXPECT_EQ(load.codes.size(), 1u) << "some request failed";
+}
 
 TEST_F(ServerTest, OverloadIsResourceExhaustedNotTimeouts) {
   ServerOptions o;

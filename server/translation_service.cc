@@ -29,14 +29,19 @@ absl::Time Deadline(const grpc::CallbackServerContext* ctx) {
 // One Translate call: answered when its last sentence is done.
 class TranslateCall final : public grpc::ServerUnaryReactor {
  public:
-  TranslateCall(ModelRegistry* registry, ServerMetrics* metrics, const ServiceLimits& limits,
-                grpc::CallbackServerContext* ctx, const tnmt::v1::TranslateRequest* req,
-                tnmt::v1::TranslateResponse* resp)
-      : state_(std::make_shared<State>()) {
+  TranslateCall(TranslationServiceImpl* service, ModelRegistry* registry, ServerMetrics* metrics,
+                const ServiceLimits& limits, grpc::CallbackServerContext* ctx,
+                const tnmt::v1::TranslateRequest* req, tnmt::v1::TranslateResponse* resp)
+      : service_(service), state_(std::make_shared<State>()) {
     state_->reactor = this;
     state_->metrics = metrics;
     state_->response = resp;
     if (metrics != nullptr) metrics->RequestStarted();
+    entered_ = service_->Enter();
+    if (!entered_) {
+      state_->Finish(absl::UnavailableError("server is shutting down"));
+      return;
+    }
     absl::StatusOr<PreparedRequest> p =
         PrepareRequest(*registry, limits, req->model(), req->options(), req->texts());
     if (!p.ok()) {
@@ -68,7 +73,10 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
   }
 
   void OnCancel() override { state_->cancelled = true; }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (entered_) service_->Leave();
+    delete this;
+  }
 
  private:
   struct State {
@@ -112,6 +120,8 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
       reactor->Finish(ToGrpc(s));
     }
   };
+  TranslationServiceImpl* const service_;
+  bool entered_ = false;
   std::shared_ptr<State> state_;
 };
 
@@ -120,12 +130,18 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
 // half-closed and every accepted text was answered.
 class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, TranslateStreamResponse> {
  public:
-  StreamCall(ModelRegistry* registry, ServerMetrics* metrics, const ServiceLimits& limits,
-             grpc::CallbackServerContext* ctx)
-      : registry_(registry), limits_(limits), ctx_(ctx), state_(std::make_shared<State>()) {
+  StreamCall(TranslationServiceImpl* service, ModelRegistry* registry, ServerMetrics* metrics,
+             const ServiceLimits& limits, grpc::CallbackServerContext* ctx)
+      : service_(service), registry_(registry), limits_(limits), ctx_(ctx), state_(std::make_shared<State>()) {
     state_->reactor = this;
     state_->metrics = metrics;
     if (metrics != nullptr) metrics->RequestStarted();
+    entered_ = service_->Enter();
+    if (!entered_) {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->FinishLocked(absl::UnavailableError("server is shutting down"));
+      return;
+    }
     StartRead(&request_);
   }
 
@@ -205,6 +221,7 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->reactor = nullptr;  // late scheduler callbacks must not touch this object
     }
+    if (entered_) service_->Leave();
     delete this;
   }
 
@@ -257,6 +274,8 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
     }
   };
 
+  TranslationServiceImpl* const service_;
+  bool entered_ = false;
   ModelRegistry* const registry_;
   const ServiceLimits limits_;
   grpc::CallbackServerContext* const ctx_;
@@ -270,15 +289,47 @@ std::string Rfc3339(absl::Time t) {
 
 }  // namespace
 
+// Counts accepted calls only: refused ones neither Enter nor Leave.
+bool TranslationServiceImpl::Enter() {
+  std::lock_guard<std::mutex> lock(idle_mu_);
+  if (!accepting_) {
+    last_refusal_ = absl::Now();
+    return false;
+  }
+  ++inflight_;
+  return true;
+}
+
+void TranslationServiceImpl::Leave() {
+  std::lock_guard<std::mutex> lock(idle_mu_);
+  if (--inflight_ == 0) idle_cv_.notify_all();
+}
+
+bool TranslationServiceImpl::WaitIdle(absl::Time deadline) {
+  // Idle means no accepted call in flight and no call refused for a short quiet period, so that
+  // calls already on their way are refused by us rather than cut off by the transport.
+  const absl::Duration quiet = absl::Milliseconds(200);
+  std::unique_lock<std::mutex> lock(idle_mu_);
+  while (true) {
+    if (!idle_cv_.wait_until(lock, absl::ToChronoTime(deadline), [&] { return inflight_ == 0; })) {
+      return false;
+    }
+    const absl::Time calm_at = last_refusal_ + quiet;
+    if (absl::Now() >= calm_at) return true;
+    if (calm_at >= deadline) return false;
+    idle_cv_.wait_until(lock, absl::ToChronoTime(calm_at));
+  }
+}
+
 grpc::ServerUnaryReactor* TranslationServiceImpl::Translate(grpc::CallbackServerContext* context,
                                                             const tnmt::v1::TranslateRequest* request,
                                                             tnmt::v1::TranslateResponse* response) {
-  return new TranslateCall(registry_, metrics_, limits_, context, request, response);
+  return new TranslateCall(this, registry_, metrics_, limits_, context, request, response);
 }
 
 grpc::ServerBidiReactor<TranslateStreamRequest, TranslateStreamResponse>*
 TranslationServiceImpl::TranslateStream(grpc::CallbackServerContext* context) {
-  return new StreamCall(registry_, metrics_, limits_, context);
+  return new StreamCall(this, registry_, metrics_, limits_, context);
 }
 
 grpc::ServerUnaryReactor* TranslationServiceImpl::ListModels(grpc::CallbackServerContext* context,

@@ -4,7 +4,12 @@
 // blocks a gRPC thread on decoding.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <string>
+
+#include "absl/time/time.h"
 
 #include "proto/tnmt/v1/translation.grpc.pb.h"
 #include "server/metrics.h"
@@ -27,7 +32,23 @@ class TranslationServiceImpl final : public tnmt::v1::TranslationService::Callba
                                        const tnmt::v1::ListModelsRequest* request,
                                        tnmt::v1::ListModelsResponse* response) override;
 
+  // First phase of a drain: from now on new calls are refused with UNAVAILABLE (clients see
+  // a clean refusal instead of a call cut off by the transport shutting down).
+  void StopAccepting() { accepting_ = false; }
+  // Waits until no accepted call is in flight, or until `deadline`; true if idle.
+  bool WaitIdle(absl::Time deadline);
+
+  // Counts accepted calls: a call object calls Enter when created (false: refuse the call)
+  // and, if it entered, Leave when done.
+  bool Enter();
+  void Leave();
+
  private:
+  std::atomic<bool> accepting_{true};
+  std::mutex idle_mu_;
+  std::condition_variable idle_cv_;
+  int inflight_ = 0;
+  absl::Time last_refusal_ = absl::InfinitePast();
   ModelRegistry* const registry_;
   ServerMetrics* const metrics_;
   const ServiceLimits limits_;
