@@ -127,6 +127,7 @@ struct Flags {
   bool health = false;
   std::string health_service;
   std::string stop_file;
+  bool stop_on_unavailable = false;
   std::set<std::string> allowed_codes;
 };
 
@@ -156,6 +157,7 @@ Flags ParseFlags(int argc, char** argv) {
   args.AddBool("health", false, "only run one grpc.health.v1.Health/Check and print the status");
   args.AddString("health-service", "", "service name for --health (\"\": the whole server)");
   args.AddString("stop-file", "", "stop sending new requests once this file exists");
+  args.AddBool("stop-on-unavailable", false, "a client stops after its first UNAVAILABLE (as one that fails over to another replica)");
   args.AddString("allow-codes", "", "comma-separated status codes that do not fail the run (e.g. UNAVAILABLE)");
   const absl::Status parsed = args.Parse(argc, argv, 1);
   if (!parsed.ok()) Usage(std::string(parsed.message()));
@@ -179,6 +181,7 @@ Flags ParseFlags(int argc, char** argv) {
   f.health = args.GetBool("health");
   f.health_service = args.GetString("health-service");
   f.stop_file = args.GetString("stop-file");
+  f.stop_on_unavailable = args.GetBool("stop-on-unavailable");
   if (f.target.empty()) Usage("--target must be host:port");
   if (f.clients < 1) Usage("--clients must be >= 1");
   if (f.channels < 1) Usage("--channels must be >= 1");
@@ -326,6 +329,8 @@ void Client(const Flags& f, int id, tnmt::v1::TranslationService::Stub* stub,
       AddMessage(&t->messages[code], message);
       double& slowest = t->failure_max_ms[code];
       slowest = std::max(slowest, ms);
+      // A draining server refuses with UNAVAILABLE; a real client moves to another replica.
+      if (f.stop_on_unavailable && code == "UNAVAILABLE") break;
     }
   }
 }

@@ -21,6 +21,7 @@ absl::Status WarmUp(Scheduler& scheduler) {
   SentenceTask task;
   task.ids = *std::move(ids);
   task.options = DecodeOptions::FromConfig(m.config);
+  task.counted = false;
   task.done = [&promise](SentenceResult r) { promise.set_value(std::move(r)); };
   std::vector<SentenceTask> tasks;
   tasks.push_back(std::move(task));

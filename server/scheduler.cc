@@ -100,9 +100,10 @@ void Scheduler::Finish(Queued& q, SentenceResult r) {
                                                : Seconds(q.enqueued, q.admitted);
   if (q.admitted != absl::Time()) r.compute_seconds = Seconds(q.admitted, absl::Now());
   r.source_tokens = static_cast<int>(q.task.ids.size());
-  if (metrics_ != nullptr && r.status.ok()) {
+  if (metrics_ != nullptr && r.status.ok() && q.task.counted) {
+    // As Hypothesis.tokens in the API: the best hypothesis' tokens, </s> excluded.
     int generated = 0;
-    if (!r.hypotheses.empty()) generated = static_cast<int>(r.hypotheses[0].ids.size()) + 1;
+    if (!r.hypotheses.empty()) generated = static_cast<int>(r.hypotheses[0].ids.size());
     metrics_->SentenceDone(name_, r.source_tokens, generated);
   }
   if (q.task.done) q.task.done(std::move(r));

@@ -57,6 +57,8 @@ struct SentenceTask {
   std::function<bool()> cancelled;
   // Called exactly once, on the worker thread, for every accepted task.
   std::function<void(SentenceResult)> done;
+  // False for internal work (the warm-up sentence): not counted in the sentence metrics.
+  bool counted = true;
 };
 
 class Scheduler {

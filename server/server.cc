@@ -112,7 +112,9 @@ void TranslationServer::Shutdown() {
   const absl::Time deadline = absl::Now() + options_.grace_period;
   service_->StopAccepting();
   service_->WaitIdle(deadline);
-  grpc_->Shutdown(absl::ToChronoTime(deadline));
+  // Calls still running now outlived the grace period; calls the transport had not yet handed
+  // to us get a moment to be refused.
+  grpc_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Milliseconds(500))));
   registry_->DrainAll();
   grpc_->Wait();
   if (http_ != nullptr) http_->Stop();

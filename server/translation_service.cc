@@ -306,19 +306,20 @@ void TranslationServiceImpl::Leave() {
 }
 
 bool TranslationServiceImpl::WaitIdle(absl::Time deadline) {
-  // Idle means no accepted call in flight and no call refused for a short quiet period, so that
-  // calls already on their way are refused by us rather than cut off by the transport.
-  const absl::Duration quiet = absl::Milliseconds(200);
   std::unique_lock<std::mutex> lock(idle_mu_);
-  while (true) {
-    if (!idle_cv_.wait_until(lock, absl::ToChronoTime(deadline), [&] { return inflight_ == 0; })) {
-      return false;
-    }
-    const absl::Time calm_at = last_refusal_ + quiet;
-    if (absl::Now() >= calm_at) return true;
-    if (calm_at >= deadline) return false;
-    idle_cv_.wait_until(lock, absl::ToChronoTime(calm_at));
+  if (!idle_cv_.wait_until(lock, absl::ToChronoTime(deadline), [&] { return inflight_ == 0; })) {
+    return false;
   }
+  // Then a short quiet period (no call refused for 200 ms, at most 1 s in all), so calls
+  // already on their way are refused by us rather than cut off by the transport; clients that
+  // retry at once never go quiet, hence the bound.
+  const absl::Time give_up = std::min(deadline, absl::Now() + absl::Seconds(1));
+  while (absl::Now() < give_up) {
+    const absl::Time calm_at = last_refusal_ + absl::Milliseconds(200);
+    if (absl::Now() >= calm_at) break;
+    idle_cv_.wait_until(lock, absl::ToChronoTime(std::min(calm_at, give_up)));
+  }
+  return inflight_ == 0;
 }
 
 grpc::ServerUnaryReactor* TranslationServiceImpl::Translate(grpc::CallbackServerContext* context,

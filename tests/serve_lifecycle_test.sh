@@ -123,7 +123,7 @@ check "still ready after reloads" test "$(http /readyz "$TMP/readyz.b")" = 200
 # ---------------------------------------------------------------------------------------------
 echo "== c. SIGTERM under load"
 rm -f "$TMP/stop"
-"$LOAD" --target "$TARGET" --clients 16 --channels 4 --seconds 60 --allow-codes UNAVAILABLE \
+"$LOAD" --target "$TARGET" --clients 16 --channels 4 --seconds 60 --allow-codes UNAVAILABLE --stop-on-unavailable \
     --stop-file "$TMP/stop" --json > "$TMP/c.json" &
 load_pid=$!
 pids+=("$load_pid")

@@ -80,6 +80,16 @@ absl::StatusOr<std::vector<std::string>> ConfigArgs(const std::string& path) {
 }  // namespace
 
 int ServeCommand(int argc, char** argv) {
+  // Signals are taken synchronously by the main thread (sigwait below). Block them before any
+  // other thread exists (the BLAS and compute pools start in SetBlasThreads) so every thread
+  // inherits the mask and none can be killed by a signal's default action.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
   Args args("tnmt serve",
             "Serves translation over gRPC (tnmt.v1.TranslationService, grpc.health.v1.Health,\n"
             "reflection) and HTTP (/metrics, /healthz, /readyz). SIGTERM drains and exits 0;\n"
@@ -154,10 +164,11 @@ int ServeCommand(int argc, char** argv) {
   o.limits.max_text_bytes = args.GetInt("max-text-bytes");
   o.max_message_bytes = args.GetInt("max-message-bytes");
   o.grace_period = absl::Seconds(args.GetInt("grace-seconds"));
-  for (int v : {o.scheduler.max_batch_rows, o.scheduler.max_batch_tokens, o.scheduler.max_queue,
-                o.limits.max_sentences_per_request, o.limits.max_tokens_per_sentence,
-                o.max_message_bytes}) {
-    if (v < 1) return Fail("limits (--max-*) must be positive");
+  for (const char* flag : {"max-batch-rows", "max-batch-tokens", "max-queue", "max-sentences",
+                           "max-tokens", "max-text-bytes", "max-message-bytes"}) {
+    if (args.GetInt(flag) < 1) {
+      return Fail(absl::StrCat("--", flag, " must be positive, got ", args.GetInt(flag)));
+    }
   }
   if (args.GetInt("max-queue-delay-ms") < 0 || args.GetInt("grace-seconds") < 0) {
     return Fail("--max-queue-delay-ms and --grace-seconds must be >= 0");
@@ -166,14 +177,6 @@ int ServeCommand(int argc, char** argv) {
   if (threads < 0) return Fail("--threads must be >= 0");
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   kernels::cpu::SetBlasThreads(threads);
-
-  // Signals are taken synchronously by this thread; every thread started later inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   absl::StatusOr<std::unique_ptr<server::TranslationServer>> server = server::TranslationServer::Start(o);
   if (!server.ok()) return Fail(std::string(server.status().message()));
