@@ -337,7 +337,9 @@ TEST_F(ServerTest, FuzzedRequestsNeverBreakTheServer) {
     grpc::Status st = Call(*stub, req, &resp);
     EXPECT_TRUE(st.ok() || st.error_code() == grpc::INVALID_ARGUMENT || st.error_code() == grpc::NOT_FOUND)
         << "iteration " << iter << ": " << st.error_code() << " " << st.error_message();
-    if (st.ok()) EXPECT_EQ(resp.translations_size(), n);
+    if (st.ok()) {
+      EXPECT_EQ(resp.translations_size(), n);
+    }
   }
   // Memory stays flat: 300 more fuzzed requests after warm-up grow the process by < 16 MiB.
   EXPECT_LT(RssKiB() - rss_warm, 16 * 1024) << "RSS grew from " << rss_warm << " KiB";
