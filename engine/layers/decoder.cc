@@ -106,7 +106,6 @@ absl::StatusOr<std::vector<int32_t>> DecoderState::AddSources(const Tensor& enco
       src_slots_.resize(sources_.size() * src_stride_, 0);
     }
     sources_[id].live = true;
-    sources_[id].length = src_lengths[b];
     src_lengths_[id] = src_lengths[b];
     for (int j = 0; j < src_lengths[b]; ++j) {
       TNMT_ASSIGN_OR_RETURN(src_slots_[static_cast<int64_t>(id) * src_stride_ + j], cross_.Alloc());
@@ -138,7 +137,7 @@ absl::Status DecoderState::ReleaseSource(int32_t source) {
   }
   Source& src = sources_[source];
   self_.free.insert(self_.free.end(), src.self_slots.begin(), src.self_slots.end());
-  for (int j = 0; j < src.length; ++j) cross_.free.push_back(src_slots_[static_cast<int64_t>(source) * src_stride_ + j]);
+  for (int j = 0; j < src_lengths_[source]; ++j) cross_.free.push_back(src_slots_[static_cast<int64_t>(source) * src_stride_ + j]);
   src = Source{};
   src_lengths_[source] = 0;
   free_sources_.push_back(source);

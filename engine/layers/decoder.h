@@ -75,7 +75,6 @@ class DecoderState {
   };
   struct Source {
     bool live = false;
-    int32_t length = 0;
     std::vector<int32_t> self_slots;  // written by its rows
   };
 
