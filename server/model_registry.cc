@@ -90,10 +90,6 @@ absl::Status ModelRegistry::Load(const std::string& name) {
       e->status.state = "ready";
       e->status.error.clear();
       e->status.model = *model;
-      e->status.parameters = 0;
-      for (const auto& [tensor_name, t] : (*model)->weights.ToTensors((*model)->config)) {
-        e->status.parameters += t.numel();
-      }
       e->status.generation = generation = e->status.generation + 1;
       e->status.loaded_at = absl::Now();
     }

@@ -23,7 +23,6 @@ struct ModelStatus {
   std::string state;  // "loading", "ready", "failed"
   std::string error;  // why the last load failed
   uint64_t generation = 0;
-  int64_t parameters = 0;  // scalar weights of the serving generation
   absl::Time loaded_at;
   std::shared_ptr<const LoadedModel> model;  // serving generation (null if none)
 };

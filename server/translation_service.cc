@@ -346,7 +346,7 @@ grpc::ServerUnaryReactor* TranslationServiceImpl::ListModels(grpc::CallbackServe
     info->set_loaded_at(Rfc3339(m.loaded_at));
     if (m.model != nullptr) {
       const ModelConfig& c = m.model->config;
-      info->set_parameters(m.parameters);
+      info->set_parameters(m.model->parameter_count);
       info->set_vocab_size(c.vocab_size);
       info->set_d_model(c.d_model);
       info->set_encoder_layers(c.encoder_layers);

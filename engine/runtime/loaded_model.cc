@@ -52,6 +52,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std:
     }
   }
   TNMT_ASSIGN_OR_RETURN(TensorMap tensors, ReadSafetensors(weights_path));
+  for (const auto& [name, t] : tensors) m->parameter_count += t.value.numel();
   TNMT_ASSIGN_OR_RETURN(m->weights, ModelWeights::Build(c, std::move(tensors), weights_path));
   return std::shared_ptr<const LoadedModel>(std::move(m));
 }

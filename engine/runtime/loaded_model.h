@@ -17,6 +17,7 @@ struct LoadedModel {
   ModelConfig config;
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
+  int64_t parameter_count = 0;  // scalars stored in model.safetensors (shared tensors once)
 };
 
 // Loads `dir`/config.json, `dir`/model.safetensors and `dir`/spm.model. Every failure names

@@ -54,7 +54,14 @@ class BrokenModelTest : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(BrokenModelTest, IntactCopyLoads) { EXPECT_TRUE(LoadModelDirectory(dir_.string()).ok()); }
+TEST_F(BrokenModelTest, IntactCopyLoads) {
+  auto m = LoadModelDirectory(dir_.string());
+  ASSERT_TRUE(m.ok()) << m.status();
+  // The parameter count is every stored scalar: the unfused tensors the weights write back.
+  int64_t want = 0;
+  for (const auto& [name, t] : (*m)->weights.ToTensors((*m)->config)) want += t.numel();
+  EXPECT_EQ((*m)->parameter_count, want);
+}
 
 TEST_F(BrokenModelTest, MissingDirectoryAndFiles) {
   EXPECT_NE(LoadModelDirectory(Path("nope")).status().message().find("does not exist"), std::string::npos);
