@@ -206,15 +206,13 @@ void Scheduler::Run() {
       auto it = live.find(d.handle);
       if (it == live.end()) continue;
       SentenceResult r;
-      for (Hypothesis& h : d.result.hypotheses) {
-        absl::StatusOr<std::string> text = model_->tokenizer->Decode(h.ids);
-        if (!text.ok()) {
-          r.status = text.status();
-          break;
-        }
-        r.hypotheses.push_back({*std::move(text), std::move(h.ids), h.score});
+      absl::StatusOr<std::vector<TextHypothesis>> text =
+          ToTextHypotheses(*model_->tokenizer, std::move(d.result));
+      if (text.ok()) {
+        r.hypotheses = *std::move(text);
+      } else {
+        r.status = text.status();
       }
-      if (!r.status.ok()) r.hypotheses.clear();
       Finish(*it->second, std::move(r));
       live.erase(it);
     }

@@ -11,6 +11,16 @@
 
 namespace tnmt {
 
+absl::StatusOr<std::vector<TextHypothesis>> ToTextHypotheses(const Tokenizer& tokenizer,
+                                                              DecodeResult result) {
+  std::vector<TextHypothesis> out;
+  for (Hypothesis& h : result.hypotheses) {
+    TNMT_ASSIGN_OR_RETURN(std::string text, tokenizer.Decode(h.ids));
+    out.push_back({std::move(text), std::move(h.ids), h.score});
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Translate(
     const std::vector<std::string>& lines, const TranslationOptions& opt, const Progress& progress) {
   TNMT_RETURN_IF_ERROR(opt.decode.Validate());
@@ -59,11 +69,8 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
     TNMT_ASSIGN_OR_RETURN(std::vector<DecodeResult> results,
                           Decode(c, model_->weights, batch, opt.decode, &workspace_));
     for (size_t k = 0; k < count; ++k) {
-      LineTranslation& lt = *out[todo[pos + k]];
-      for (Hypothesis& h : results[k].hypotheses) {
-        TNMT_ASSIGN_OR_RETURN(std::string text, model_->tokenizer->Decode(h.ids));
-        lt.hypotheses.push_back({std::move(text), std::move(h.ids), h.score});
-      }
+      TNMT_ASSIGN_OR_RETURN(out[todo[pos + k]]->hypotheses,
+                            ToTextHypotheses(*model_->tokenizer, std::move(results[k])));
     }
     pos += count;
     done += static_cast<int>(count);

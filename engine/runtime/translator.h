@@ -34,6 +34,10 @@ struct LineTranslation {
   int source_tokens = 0;                   // pieces including </s>
 };
 
+// A decode result's hypotheses as text (ids kept), best first.
+absl::StatusOr<std::vector<TextHypothesis>> ToTextHypotheses(const Tokenizer& tokenizer,
+                                                              DecodeResult result);
+
 class Translator {
  public:
   explicit Translator(std::shared_ptr<const LoadedModel> model) : model_(std::move(model)) {}
