@@ -53,12 +53,10 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
         [self]() -> absl::Status {
           if (self->ready()) return absl::OkStatus();
           for (const ModelStatus& m : self->registry_->List()) {
-            if (m.state != "ready") {
-              return absl::UnavailableError(absl::StrCat("model ", m.name, " is ", m.state,
-                                                         m.error.empty() ? "" : ": ", m.error));
-            }
+            absl::Status s = self->registry_->Get(m.name).status();
+            if (!s.ok()) return s;
           }
-          return absl::UnavailableError("not ready");
+          return absl::UnavailableError(self->stopping_ ? "shutting down" : "warming up");
         });
     if (absl::Status st = s->http_->Start(); !st.ok()) {
       s->grpc_->Shutdown();
