@@ -41,9 +41,7 @@ ModelRegistry::~ModelRegistry() { DrainAll(); }
 
 bool ModelRegistry::Add(const std::string& name, const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& e : entries_) {
-    if (e->status.name == name) return false;
-  }
+  if (FindLocked(name) != nullptr) return false;
   auto e = std::make_unique<Entry>();
   e->status.name = name;
   e->status.path = path;
@@ -52,26 +50,29 @@ bool ModelRegistry::Add(const std::string& name, const std::string& path) {
   return true;
 }
 
+ModelRegistry::Entry* ModelRegistry::FindLocked(const std::string& name) const {
+  for (const auto& e : entries_) {
+    if (e->status.name == name) return e.get();
+  }
+  return nullptr;
+}
+
 absl::Status ModelRegistry::Load(const std::string& name) {
   std::lock_guard<std::mutex> loading(load_mu_);
+  // Entries are never removed, so the pointer stays valid; its fields are read under mu_.
+  Entry* e = nullptr;
   std::string path;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (drained_) return absl::UnavailableError("server is shutting down");
-    Entry* found = nullptr;
-    for (auto& e : entries_) {
-      if (e->status.name == name) found = e.get();
-    }
-    if (found == nullptr) return absl::NotFoundError(absl::StrCat("no model named \"", name, "\""));
-    path = found->status.path;
+    e = FindLocked(name);
+    if (e == nullptr) return absl::NotFoundError(absl::StrCat("no model named \"", name, "\""));
+    path = e->status.path;
   }
   auto fail = [&](const absl::Status& s) {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& e : entries_) {
-      if (e->status.name != name) continue;
-      e->status.error = std::string(s.message());
-      if (e->scheduler == nullptr) e->status.state = "failed";
-    }
+    e->status.error = std::string(s.message());
+    if (e->scheduler == nullptr) e->status.state = "failed";
     if (metrics_ != nullptr) metrics_->ModelLoadFailed(name);
     return absl::Status(s.code(), absl::StrCat("model \"", name, "\": ", s.message()));
   };
@@ -83,16 +84,13 @@ absl::Status ModelRegistry::Load(const std::string& name) {
   uint64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& e : entries_) {
-      if (e->status.name != name) continue;
-      old = std::move(e->scheduler);
-      e->scheduler = scheduler;
-      e->status.state = "ready";
-      e->status.error.clear();
-      e->status.model = *model;
-      e->status.generation = generation = e->status.generation + 1;
-      e->status.loaded_at = absl::Now();
-    }
+    old = std::move(e->scheduler);
+    e->scheduler = scheduler;
+    e->status.state = "ready";
+    e->status.error.clear();
+    e->status.model = *model;
+    e->status.generation = generation = e->status.generation + 1;
+    e->status.loaded_at = absl::Now();
   }
   if (metrics_ != nullptr) metrics_->ModelLoaded(name, generation);
   // Requests that took the old scheduler before the swap finish on it.
@@ -113,15 +111,12 @@ absl::Status ModelRegistry::LoadAll() {
 
 absl::StatusOr<std::shared_ptr<Scheduler>> ModelRegistry::Get(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& e : entries_) {
-    if (e->status.name != name) continue;
-    if (e->scheduler != nullptr) return e->scheduler;
-    if (drained_) return absl::UnavailableError("server is shutting down");
-    return absl::UnavailableError(absl::StrCat("model \"", name, "\" is ", e->status.state,
-                                               e->status.error.empty() ? "" : ": ",
-                                               e->status.error));
-  }
-  return absl::NotFoundError(absl::StrCat("no model named \"", name, "\""));
+  const Entry* e = FindLocked(name);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no model named \"", name, "\""));
+  if (e->scheduler != nullptr) return e->scheduler;
+  if (drained_) return absl::UnavailableError("server is shutting down");
+  return absl::UnavailableError(absl::StrCat("model \"", name, "\" is ", e->status.state,
+                                             e->status.error.empty() ? "" : ": ", e->status.error));
 }
 
 std::vector<ModelStatus> ModelRegistry::List() const {

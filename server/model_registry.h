@@ -55,6 +55,8 @@ class ModelRegistry {
     ModelStatus status;
     std::shared_ptr<Scheduler> scheduler;
   };
+  // The entry named `name`, or null; mu_ held.
+  Entry* FindLocked(const std::string& name) const;
   const SchedulerOptions options_;
   ServerMetrics* const metrics_;
   std::mutex compute_lock_;  // one decode step at a time across models
