@@ -32,14 +32,13 @@ void Log(const std::string& message) { std::cerr << "tnmt serve: " << message <<
 
 // The bundled demo model: next to the binary's install prefix, or under the working
 // directory (a source checkout).
-std::string FindDemoModel(const char* argv0) {
+std::string FindDemoModel() {
   std::vector<std::filesystem::path> candidates;
   if (const char* home = std::getenv("TNMT_HOME")) candidates.emplace_back(std::filesystem::path(home) / "models/demo");
   std::error_code ec;
   const auto exe = std::filesystem::canonical("/proc/self/exe", ec);
   if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share/tnmt/models/demo");
   candidates.emplace_back("models/demo");
-  (void)argv0;
   for (const auto& c : candidates) {
     if (std::filesystem::exists(c / "config.json")) return c.string();
   }
@@ -141,7 +140,7 @@ int ServeCommand(int argc, char** argv) {
   o.http_port = args.GetInt("http-port");
   std::string models = args.GetString("model");
   if (models.empty()) {
-    models = FindDemoModel(argv[0]);
+    models = FindDemoModel();
     if (models.empty()) return Fail("no --model given and no bundled demo model found (models/demo)");
     models = "demo=" + models;
   }
