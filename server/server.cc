@@ -4,7 +4,14 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <filesystem>
+
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "engine/core/status_macros.h"
 
 namespace tnmt::server {
 
@@ -13,7 +20,9 @@ constexpr char kServiceName[] = "tnmt.v1.TranslationService";
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(ServerOptions options) {
-  if (options.models.empty()) return absl::InvalidArgumentError("no model to serve");
+  if (options.models.empty() && options.jobs.state_dir.empty()) {
+    return absl::InvalidArgumentError("no model to serve");
+  }
   std::unique_ptr<TranslationServer> s(new TranslationServer(std::move(options)));
   const ServerOptions& o = s->options_;
   ServerMetricsOptions mo;
@@ -27,6 +36,7 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
     }
   }
   s->service_ = std::make_unique<TranslationServiceImpl>(s->registry_.get(), s->metrics_.get(), o.limits);
+  if (!o.jobs.state_dir.empty()) TNMT_RETURN_IF_ERROR(s->StartJobs());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -34,6 +44,7 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
   const std::string address = absl::StrCat(o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host, ":", o.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(s->service_.get());
+  if (s->training_ != nullptr) builder.RegisterService(s->training_.get());
   builder.SetMaxReceiveMessageSize(o.max_message_bytes);
   builder.SetMaxSendMessageSize(std::max(o.max_message_bytes, 64 << 20));
   s->grpc_ = builder.BuildAndStart();
@@ -63,12 +74,81 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
       return st;
     }
   }
+  if (s->job_runner_ != nullptr) {
+    if (absl::Status st = s->job_runner_->Start(); !st.ok()) {
+      s->grpc_->Shutdown();
+      if (s->http_ != nullptr) s->http_->Stop();
+      return st;
+    }
+  }
   TranslationServer* self = s.get();
   s->loader_ = std::thread([self] {
     self->load_status_ = self->registry_->LoadAll();
     self->loaded_ = true;
     if (self->registry_->AllReady() && !self->stopping_) self->SetServing(true);
   });
+  return s;
+}
+
+absl::Status TranslationServer::StartJobs() {
+  const JobsServerOptions& j = options_.jobs;
+  if (j.data_root.empty()) return absl::InvalidArgumentError("--data-root is required with --state-dir");
+  if (j.token_file.empty()) {
+    return absl::InvalidArgumentError("--jobs-token-file is required with --state-dir (the training API needs a token)");
+  }
+  if (j.trainer_binary.empty()) return absl::InvalidArgumentError("no trainer binary for training jobs");
+  std::ifstream in(j.token_file);
+  if (!in) return absl::NotFoundError(absl::StrCat("--jobs-token-file ", j.token_file, ": cannot open"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string token(absl::StripAsciiWhitespace(ss.str()));
+  if (token.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat("--jobs-token-file ", j.token_file, ": the token must have at least 16 characters"));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(j.state_dir, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("--state-dir ", j.state_dir, ": ", ec.message()));
+  if (!std::filesystem::is_directory(j.data_root, ec)) {
+    return absl::NotFoundError(absl::StrCat("--data-root ", j.data_root, ": not a directory"));
+  }
+  TNMT_ASSIGN_OR_RETURN(job_store_, jobs::JobStore::Open(j.state_dir + "/jobs.db"));
+  jobs::RunnerOptions ro;
+  ro.state_dir = j.state_dir;
+  ro.data_root = j.data_root;
+  ro.trainer_binary = j.trainer_binary;
+  ro.max_running_jobs = j.max_running_jobs;
+  ro.default_threads = j.job_threads;
+  ro.cancel_grace = options_.grace_period;
+  job_runner_ = std::make_unique<jobs::JobRunner>(
+      ro, job_store_.get(), [this](const std::string& name, const std::string& dir) { return PublishModel(name, dir); });
+  jobs::TrainingServiceOptions to;
+  to.token = token;
+  to.max_unfinished_jobs = j.max_unfinished_jobs;
+  to.policy.data_root = j.data_root;
+  to.policy.max_spec_bytes = j.max_spec_bytes;
+  for (const auto& [name, dir] : options_.models) to.policy.reserved_models.push_back(name);
+  training_ = std::make_unique<jobs::TrainingServiceImpl>(to, job_store_.get(), job_runner_.get());
+  // Models published by earlier jobs are served again (the newest job of a name wins; they
+  // all share the name's directory).
+  auto done = job_store_->ListByState({jobs::JobState::kSucceeded});
+  if (!done.ok()) return done.status();
+  for (const jobs::JobRecord& job : *done) {
+    if (!job.published_model.empty()) registry_->Add(job.published_model, job_runner_->ModelDir(job.published_model));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TranslationServer::PublishModel(const std::string& name, const std::string& dir) {
+  if (stopping_) return absl::UnavailableError("server is shutting down");
+  if (!registry_->Add(name, dir)) {
+    for (const ModelStatus& m : registry_->List()) {
+      if (m.name == name && m.path != dir) {
+        return absl::AlreadyExistsError(absl::StrCat("model \"", name, "\" is already served from ", m.path));
+      }
+    }
+  }
+  absl::Status s = registry_->Load(name);
+  if (registry_->AllReady() && loaded_ && !stopping_) SetServing(true);
   return s;
 }
 
@@ -109,6 +189,9 @@ void TranslationServer::Shutdown() {
   // the deadline.
   const absl::Time deadline = absl::Now() + options_.grace_period;
   service_->StopAccepting();
+  if (training_ != nullptr) training_->StopAccepting();
+  // Running training jobs checkpoint and go back to the queue; the next start resumes them.
+  if (job_runner_ != nullptr) job_runner_->Stop();
   service_->WaitIdle(deadline);
   // Calls still running now outlived the grace period; calls the transport had not yet handed
   // to us get a moment to be refused.

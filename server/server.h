@@ -15,11 +15,26 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/http_server.h"
+#include "server/jobs/job_runner.h"
+#include "server/jobs/job_store.h"
+#include "server/jobs/training_service.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/translation_service.h"
 
 namespace tnmt::server {
+
+// The training-job service (tnmt.v1.TrainingService); off unless state_dir is set.
+struct JobsServerOptions {
+  std::string state_dir;        // jobs.db, jobs/<id>/, models/<name>/
+  std::string data_root;        // job specs may only read under here (required with state_dir)
+  std::string token_file;       // bearer token (required with state_dir)
+  std::string trainer_binary;   // the tnmt executable that runs `tnmt train`
+  int max_running_jobs = 1;     // per device
+  int max_unfinished_jobs = 16;
+  int job_threads = 1;          // trainer threads when a spec gives none
+  size_t max_spec_bytes = 64 << 10;
+};
 
 struct ServerOptions {
   std::string host = "0.0.0.0";
@@ -31,6 +46,7 @@ struct ServerOptions {
   int max_message_bytes = 4 << 20;  // largest request message; bigger: RESOURCE_EXHAUSTED
   absl::Duration grace_period = absl::Seconds(30);  // drain time on Shutdown
   std::string version = "dev";
+  JobsServerOptions jobs;
 };
 
 class TranslationServer {
@@ -53,16 +69,22 @@ class TranslationServer {
   void Shutdown();
 
   ServerMetrics& metrics() { return *metrics_; }
+  jobs::JobStore* job_store() { return job_store_.get(); }  // null without --state-dir
   ModelRegistry& registry() { return *registry_; }
 
  private:
   explicit TranslationServer(ServerOptions options) : options_(std::move(options)) {}
   void SetServing(bool serving);
+  absl::Status StartJobs();  // before the gRPC server is built
+  absl::Status PublishModel(const std::string& name, const std::string& dir);
 
   const ServerOptions options_;
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<ModelRegistry> registry_;
   std::unique_ptr<TranslationServiceImpl> service_;
+  std::unique_ptr<jobs::JobStore> job_store_;
+  std::unique_ptr<jobs::JobRunner> job_runner_;
+  std::unique_ptr<jobs::TrainingServiceImpl> training_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<HttpServer> http_;
   std::thread loader_;

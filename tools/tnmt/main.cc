@@ -2,6 +2,7 @@
 #include <iostream>
 #include <string>
 
+#include "tools/tnmt/jobs_command.h"
 #include "tools/tnmt/serve_command.h"
 #include "tools/tnmt/train_command.h"
 #include "tools/tnmt/translate_command.h"
@@ -16,6 +17,8 @@ constexpr const char* kUsage =
     "  train       train a model on parallel text (resumable, data-parallel over MPI)\n"
     "  average     average the last checkpoints into a model directory\n"
     "  serve       serve translation over gRPC with health, metrics and hot reload\n"
+    "  jobs        submit, watch and cancel training jobs on a server (tnmt jobs --help)\n"
+    "  health      check a server's gRPC health (exit 0 when serving)\n"
     "\n"
     "Run `tnmt <command> --help` for the flags of a command.\n";
 
@@ -31,6 +34,8 @@ int main(int argc, char** argv) {
   if (command == "train") return tnmt::cli::TrainCommand(argc, argv);
   if (command == "serve") return tnmt::cli::ServeCommand(argc, argv);
   if (command == "average") return tnmt::cli::AverageCommand(argc, argv);
+  if (command == "jobs") return tnmt::cli::JobsCommand(argc, argv);
+  if (command == "health") return tnmt::cli::HealthCommand(argc, argv);
   std::cerr << "tnmt: unknown command \"" << command << "\"\n" << kUsage;
   return 2;
 }

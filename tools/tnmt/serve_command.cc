@@ -110,6 +110,12 @@ int ServeCommand(int argc, char** argv) {
   args.AddInt("max-message-bytes", 4 << 20, "largest gRPC request message; beyond: RESOURCE_EXHAUSTED");
   args.AddInt("grace-seconds", 30, "on SIGTERM, time for in-flight requests to finish");
   args.AddString("ready-file", "", "written with the gRPC and HTTP ports once ready (for scripts)");
+  args.AddString("state-dir", "", "enables tnmt.v1.TrainingService: job store, job work and published models");
+  args.AddString("data-root", "", "training jobs may only read data under this directory");
+  args.AddString("jobs-token-file", "", "file holding the bearer token the training API requires");
+  args.AddInt("max-running-jobs", 1, "training jobs running at once per device");
+  args.AddInt("max-unfinished-jobs", 16, "queued + running jobs; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt("job-threads", 0, "compute threads per training job when its spec gives none (default: half the cores)");
 
   // A --config file's values come first, so the command line overrides them.
   std::vector<std::string> argv_copy(argv, argv + argc);
@@ -139,10 +145,11 @@ int ServeCommand(int argc, char** argv) {
   o.port = args.GetInt("port");
   o.http_port = args.GetInt("http-port");
   std::string models = args.GetString("model");
+  const bool jobs = !args.GetString("state-dir").empty();
   if (models.empty()) {
     models = FindDemoModel();
-    if (models.empty()) return Fail("no --model given and no bundled demo model found (models/demo)");
-    models = "demo=" + models;
+    if (models.empty() && !jobs) return Fail("no --model given and no bundled demo model found (models/demo)");
+    if (!models.empty()) models = "demo=" + models;
   }
   for (absl::string_view item : absl::StrSplit(models, ',', absl::SkipEmpty())) {
     std::pair<std::string, std::string> nd = absl::StrSplit(item, absl::MaxSplits('=', 1));
@@ -171,6 +178,21 @@ int ServeCommand(int argc, char** argv) {
   }
   if (args.GetInt("max-queue-delay-ms") < 0 || args.GetInt("grace-seconds") < 0) {
     return Fail("--max-queue-delay-ms and --grace-seconds must be >= 0");
+  }
+  if (jobs) {
+    o.jobs.state_dir = args.GetString("state-dir");
+    o.jobs.data_root = args.GetString("data-root");
+    o.jobs.token_file = args.GetString("jobs-token-file");
+    o.jobs.max_running_jobs = args.GetInt("max-running-jobs");
+    o.jobs.max_unfinished_jobs = args.GetInt("max-unfinished-jobs");
+    o.jobs.job_threads = args.GetInt("job-threads");
+    if (o.jobs.job_threads == 0) o.jobs.job_threads = std::max(1u, std::thread::hardware_concurrency() / 2);
+    std::error_code ec;
+    o.jobs.trainer_binary = std::filesystem::canonical("/proc/self/exe", ec).string();
+    for (const char* flag : {"max-running-jobs", "max-unfinished-jobs"}) {
+      if (args.GetInt(flag) < 1) return Fail(absl::StrCat("--", flag, " must be positive, got ", args.GetInt(flag)));
+    }
+    if (o.jobs.job_threads < 0) return Fail("--job-threads must be >= 0");
   }
   int threads = args.GetInt("threads");
   if (threads < 0) return Fail("--threads must be >= 0");

@@ -1,0 +1,192 @@
+#include "server/jobs/job_spec.h"
+
+#include <limits.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/core/status_macros.h"
+#include "trainer/train_config.h"
+
+namespace tnmt::server::jobs {
+
+namespace {
+
+using tnmt::v1::JobSpec;
+
+absl::StatusOr<std::string> RealPath(const std::string& path) {
+  char buf[PATH_MAX];
+  if (::realpath(path.c_str(), buf) == nullptr) {
+    const int e = errno;
+    if (e == ENOENT || e == ENOTDIR) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return absl::FailedPreconditionError(absl::StrCat(path, ": ", std::strerror(e)));
+  }
+  return std::string(buf);
+}
+
+bool Within(const std::string& root, const std::string& path) {
+  return path == root || absl::StartsWith(path, root == "/" ? root : root + "/");
+}
+
+absl::Status CheckDataField(const std::string& root, const std::string& value, const std::string& field,
+                            bool required) {
+  if (value.empty()) {
+    return required ? absl::InvalidArgumentError(absl::StrCat(field, " is required")) : absl::OkStatus();
+  }
+  return ResolveUnderRoot(root, value, field).status();
+}
+
+}  // namespace
+
+bool IsValidModelName(const std::string& name) {
+  if (name.empty() || name.size() > 64 || name == "." || name == "..") return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::string> ResolveUnderRoot(const std::string& root, const std::string& path,
+                                             const std::string& field) {
+  if (path.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": contains a NUL byte"));
+  }
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(field, " \"", path, "\": \"..\" is not allowed in paths"));
+    }
+  }
+  auto real_root = RealPath(root);
+  if (!real_root.ok()) return absl::FailedPreconditionError(absl::StrCat("data root ", real_root.status().message()));
+  const std::string joined = path[0] == '/' ? path : absl::StrCat(*real_root, "/", path);
+  if (path[0] == '/' && !Within(*real_root, joined)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(field, " \"", path, "\": outside the data root ", *real_root));
+  }
+  auto real = RealPath(joined);
+  if (!real.ok()) {
+    if (absl::IsNotFound(real.status())) {
+      return absl::NotFoundError(absl::StrCat(field, " \"", path, "\": no such file under the data root"));
+    }
+    return absl::Status(real.status().code(), absl::StrCat(field, ": ", real.status().message()));
+  }
+  if (!Within(*real_root, *real)) {
+    return absl::PermissionDeniedError(absl::StrCat(field, " \"", path, "\": resolves to ", *real,
+                                                    ", outside the data root ", *real_root, " (symlink)"));
+  }
+  return *real;
+}
+
+absl::Status ValidateJobSpec(const JobSpec& spec, const SpecPolicy& policy) {
+  const size_t bytes = spec.ByteSizeLong();
+  if (bytes > policy.max_spec_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job spec is ", bytes, " bytes; the limit is ", policy.max_spec_bytes));
+  }
+  if (spec.name().size() > 128) return absl::InvalidArgumentError("name: longer than 128 bytes");
+  const auto& d = spec.data();
+  TNMT_RETURN_IF_ERROR(CheckDataField(policy.data_root, d.train_source(), "data.train_source", true));
+  TNMT_RETURN_IF_ERROR(CheckDataField(policy.data_root, d.train_target(), "data.train_target", true));
+  if (d.valid_source().empty() != d.valid_target().empty()) {
+    return absl::InvalidArgumentError("data.valid_source and data.valid_target: give both or neither");
+  }
+  TNMT_RETURN_IF_ERROR(CheckDataField(policy.data_root, d.valid_source(), "data.valid_source", false));
+  TNMT_RETURN_IF_ERROR(CheckDataField(policy.data_root, d.valid_target(), "data.valid_target", false));
+  TNMT_RETURN_IF_ERROR(CheckDataField(policy.data_root, spec.vocabulary().spm_model(), "vocabulary.spm_model", false));
+  if (spec.stop().max_steps() < 1) return absl::InvalidArgumentError("stop.max_steps must be at least 1");
+  if (spec.stop().max_epochs() < 0) return absl::InvalidArgumentError("stop.max_epochs must not be negative");
+  const std::string& type = spec.device().type();
+  if (!type.empty() && type != "cpu" && type != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("device.type \"", type, "\": expected cpu or cuda"));
+  }
+  if (type == "cuda" && !policy.cuda_available) {
+    return absl::FailedPreconditionError("device.type cuda: this server has no CUDA device");
+  }
+  if (spec.device().threads() < 0 || spec.device().threads() > 1024) {
+    return absl::InvalidArgumentError("device.threads must be between 0 and 1024");
+  }
+  const auto& p = spec.publish();
+  if (!p.model_name().empty() && !IsValidModelName(p.model_name())) {
+    return absl::InvalidArgumentError(absl::StrCat("publish.model_name \"", p.model_name(),
+                                                   "\": use 1 to 64 letters, digits, '.', '_' or '-'"));
+  }
+  for (const std::string& r : policy.reserved_models) {
+    if (p.model_name() == r) {
+      return absl::AlreadyExistsError(absl::StrCat("publish.model_name \"", r,
+                                                   "\": a model the server was started with; choose another name"));
+    }
+  }
+  if (p.average_last() < 0 || p.average_last() > 100) {
+    return absl::InvalidArgumentError("publish.average_last must be between 0 and 100");
+  }
+  if (!p.dtype().empty() && p.dtype() != "float32" && p.dtype() != "float16" && p.dtype() != "bfloat16") {
+    return absl::InvalidArgumentError(absl::StrCat("publish.dtype \"", p.dtype(), "\": expected float32, float16 or bfloat16"));
+  }
+  // Everything else is the trainer's own validation, run here so a bad job fails at submit.
+  auto j = TrainConfigJson(spec, policy.data_root, "/nonexistent-save-dir", 1);
+  if (!j.ok()) return j.status();
+  auto cfg = train::TrainConfig::FromJson(*j, "job spec");
+  if (!cfg.ok()) return absl::InvalidArgumentError(cfg.status().message());
+  return absl::OkStatus();
+}
+
+std::string PublishedModelName(const JobSpec& spec, const std::string& job_id) {
+  return spec.publish().model_name().empty() ? job_id : spec.publish().model_name();
+}
+
+std::string DeviceKey(const JobSpec& spec) { return spec.device().type() == "cuda" ? "cuda:0" : "cpu"; }
+
+absl::StatusOr<nlohmann::json> TrainConfigJson(const JobSpec& spec, const std::string& data_root,
+                                               const std::string& save_dir, int default_threads) {
+  nlohmann::json j = nlohmann::json::object();
+  auto path = [&](const std::string& value, const char* field, const char* key) -> absl::Status {
+    if (value.empty()) return absl::OkStatus();
+    TNMT_ASSIGN_OR_RETURN(std::string real, ResolveUnderRoot(data_root, value, field));
+    j[key] = real;
+    return absl::OkStatus();
+  };
+  const auto& d = spec.data();
+  TNMT_RETURN_IF_ERROR(path(d.train_source(), "data.train_source", "train_source"));
+  TNMT_RETURN_IF_ERROR(path(d.train_target(), "data.train_target", "train_target"));
+  TNMT_RETURN_IF_ERROR(path(d.valid_source(), "data.valid_source", "valid_source"));
+  TNMT_RETURN_IF_ERROR(path(d.valid_target(), "data.valid_target", "valid_target"));
+  TNMT_RETURN_IF_ERROR(path(spec.vocabulary().spm_model(), "vocabulary.spm_model", "spm_model"));
+  auto set_if = [&](const char* key, auto value) {
+    if (value != 0) j[key] = value;
+  };
+  set_if("vocab_size", spec.vocabulary().vocab_size());
+  const auto& m = spec.model();
+  j["preset"] = m.preset().empty() ? "base" : m.preset();
+  set_if("d_model", m.d_model());
+  set_if("num_heads", m.num_heads());
+  set_if("d_ff", m.d_ff());
+  set_if("encoder_layers", m.encoder_layers());
+  set_if("decoder_layers", m.decoder_layers());
+  set_if("dropout", m.dropout());
+  set_if("label_smoothing", m.label_smoothing());
+  const auto& s = spec.schedule();
+  set_if("max_tokens", s.max_tokens());
+  set_if("accum_steps", s.accum_steps());
+  set_if("warmup_steps", s.warmup_steps());
+  set_if("lr_scale", s.lr_scale());
+  set_if("seed", s.seed());
+  set_if("max_length", s.max_length());
+  set_if("save_every_steps", s.save_every_steps());
+  set_if("valid_every_steps", s.valid_every_steps());
+  set_if("valid_max_sentences", s.valid_max_sentences());
+  set_if("keep_last", s.keep_last());
+  j["max_steps"] = spec.stop().max_steps();
+  set_if("max_epochs", spec.stop().max_epochs());
+  j["threads"] = spec.device().threads() > 0 ? spec.device().threads() : default_threads;
+  j["save_dir"] = save_dir;
+  j["valid_bleu"] = !d.valid_source().empty();
+  return j;
+}
+
+}  // namespace tnmt::server::jobs

@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# Training jobs end to end on 127.0.0.1: `tnmt serve --state-dir` with the `tnmt jobs` client.
+#   a. refusals: no token / wrong token UNAUTHENTICATED, ".." INVALID_ARGUMENT, a symlink out of
+#      the data root PERMISSION_DENIED, a missing file NOT_FOUND, an oversize spec
+#      RESOURCE_EXHAUSTED, a served model's name ALREADY_EXISTS, a broken spec file exit 2;
+#   b. a tiny job submitted and watched to SUCCEEDED; the server then translates with the
+#      published model (bench/serve_load), and so does `tnmt translate` on its directory;
+#   c. a running job cancelled: CANCELLED, its trainer gone, a final checkpoint written;
+#   d. kill -9 of the server mid-job, restart: the job resumes (attempt 2) and publishes a
+#      model bit-identical to the uninterrupted run of (b);
+#   e. SIGTERM with a job running: it goes back to the queue and the next start resumes it;
+#   f. the store survives every restart (jobs list) and published models are served again.
+# Usage: jobs_e2e_test.sh TNMT SERVE_LOAD COMPARE_MODELS SPM_MODEL
+set -u
+TNMT="$1"
+LOAD="$2"
+COMPARE="$3"
+SPM="$4"
+TMP="${TEST_TMPDIR:-$(mktemp -d)}"
+fails=0
+check() {  # check DESCRIPTION CONDITION...
+  local what="$1"; shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2> /dev/null; done; }
+trap cleanup EXIT
+
+DATA="$TMP/data"
+STATE="$TMP/state"
+mkdir -p "$DATA/corpus" "$STATE"
+cp "$SPM" "$DATA/spm.model"
+awk -v n=400 -v seed=11 'BEGIN {
+  srand(seed); split("the a man woman dog cat runs sits on in red green big small house street ball child", w, " ");
+  split("der ein Mann Frau Hund Katze rennt sitzt auf in rot gruen gross klein Haus Strasse Ball Kind", g, " ");
+  for (i = 0; i < n; i++) { len = 3 + int(rand() * 6); s = ""; t = "";
+    for (j = 0; j < len; j++) { k = 1 + int(rand() * 18); s = s (j ? " " : "") w[k]; t = t (j ? " " : "") g[k]; }
+    print s > "'"$DATA"'/corpus/train.en"; print t > "'"$DATA"'/corpus/train.de"; } }'
+head -10 "$DATA/corpus/train.en" > "$DATA/corpus/dev.en"
+head -10 "$DATA/corpus/train.de" > "$DATA/corpus/dev.de"
+echo "outside the data root" > "$TMP/secret.txt"
+ln -s "$TMP/secret.txt" "$DATA/corpus/escape.de"
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$TMP/token"
+echo "not-the-token-0123456789" > "$TMP/wrong-token"
+
+# spec NAME MODEL MAX_STEPS [SAVE_EVERY]: a job spec on the synthetic corpus.
+spec() {
+  cat << EOF
+{"name": "$1", "data": {"train_source": "corpus/train.en", "train_target": "corpus/train.de",
+  "valid_source": "corpus/dev.en", "valid_target": "corpus/dev.de", "source_language": "en", "target_language": "de"},
+ "vocabulary": {"spm_model": "spm.model"},
+ "model": {"preset": "tiny", "dropout": 0.1},
+ "schedule": {"max_tokens": 256, "warmup_steps": 10, "lr_scale": 5, "seed": 3, "save_every_steps": ${4:-4},
+              "valid_every_steps": ${4:-4}, "valid_max_sentences": 5},
+ "stop": {"max_steps": $3}, "device": {"threads": 1}, "publish": {"model_name": "$2", "average_last": 3}}
+EOF
+}
+
+# start_server LOG: starts `tnmt serve` with the job service; sets SERVER_PID and PORT.
+start_server() {
+  rm -f "$TMP/ready"
+  "$TNMT" serve --model tiny=tests/golden/data/tiny --host 127.0.0.1 --port 0 --http-port -1 --threads 1 \
+    --ready-file "$TMP/ready" --state-dir "$STATE" --data-root "$DATA" --jobs-token-file "$TMP/token" \
+    --job-threads 1 --grace-seconds 20 2>> "$TMP/$1" &
+  SERVER_PID=$!
+  pids+=("$SERVER_PID")
+  for _ in $(seq 300); do [[ -s "$TMP/ready" ]] && break; sleep 0.1; done
+  PORT=$(cut -d' ' -f1 "$TMP/ready" 2> /dev/null)
+}
+jobs_cmd() { "$TNMT" jobs "$@" --server "127.0.0.1:$PORT" --token-file "$TMP/token"; }
+field() {  # field JOB KEY: one field of `tnmt jobs get --json`
+  jobs_cmd get "$1" --json | sed -n "s/.*\"$2\":\"\{0,1\}\([^\",}]*\)\"\{0,1\}.*/\1/p"
+}
+wait_step() {  # wait_step JOB STEP SECONDS: until the job reported at least STEP
+  local i
+  for i in $(seq $(($3 * 5))); do
+    [[ "$(field "$1" step)" -ge "$2" ]] 2> /dev/null && return 0
+    sleep 0.2
+  done
+  return 1
+}
+wait_field() {  # wait_field JOB KEY VALUE SECONDS
+  local i
+  for i in $(seq $(($4 * 5))); do
+    [[ "$(field "$1" "$2")" == "$3" ]] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+refused() {  # refused CODE ARGS...: `tnmt jobs ARGS` fails naming CODE
+  local code="$1"; shift
+  "$TNMT" jobs "$@" > "$TMP/out" 2> "$TMP/err"
+  local rc=$?
+  [[ $rc -ne 0 ]] && grep -q "$code" "$TMP/err" || { echo "  got rc $rc: $(cat "$TMP/err")"; return 1; }
+}
+
+start_server server1.log
+check "server with the job service becomes ready" test -n "$PORT"
+
+# a. Refusals.
+spec ok-name m1 4 > "$TMP/ok.json"
+check "no token: UNAUTHENTICATED" refused UNAUTHENTICATED list --server "127.0.0.1:$PORT"
+check "wrong token: UNAUTHENTICATED" refused UNAUTHENTICATED list --server "127.0.0.1:$PORT" --token-file "$TMP/wrong-token"
+check "wrong token cannot submit" refused UNAUTHENTICATED submit --spec "$TMP/ok.json" --server "127.0.0.1:$PORT" --token-file "$TMP/wrong-token"
+sed 's|"corpus/train.en"|"../secret.txt"|' "$TMP/ok.json" > "$TMP/dotdot.json"
+check "'..' in a path: INVALID_ARGUMENT" refused INVALID_ARGUMENT submit --spec "$TMP/dotdot.json" --server "127.0.0.1:$PORT" --token-file "$TMP/token"
+sed 's|"corpus/train.de"|"corpus/escape.de"|' "$TMP/ok.json" > "$TMP/escape.json"
+check "symlink out of the data root: PERMISSION_DENIED" refused PERMISSION_DENIED submit --spec "$TMP/escape.json" --server "127.0.0.1:$PORT" --token-file "$TMP/token"
+sed 's|"corpus/train.en"|"/etc/passwd"|' "$TMP/ok.json" > "$TMP/abs.json"
+check "absolute path outside: PERMISSION_DENIED" refused PERMISSION_DENIED submit --spec "$TMP/abs.json" --server "127.0.0.1:$PORT" --token-file "$TMP/token"
+sed 's|"corpus/train.en"|"corpus/nope.en"|' "$TMP/ok.json" > "$TMP/missing.json"
+check "missing data file: NOT_FOUND" refused NOT_FOUND submit --spec "$TMP/missing.json" --server "127.0.0.1:$PORT" --token-file "$TMP/token"
+big=$(head -c 100000 /dev/zero | tr '\0' 'x')
+sed "s|\"source_language\": \"en\"|\"source_language\": \"$big\"|" "$TMP/ok.json" > "$TMP/big.json"
+check "oversize spec: RESOURCE_EXHAUSTED" refused RESOURCE_EXHAUSTED submit --spec "$TMP/big.json" --server "127.0.0.1:$PORT" --token-file "$TMP/token"
+spec clash tiny 4 > "$TMP/clash.json"
+check "publishing over a served model: ALREADY_EXISTS" refused ALREADY_EXISTS submit --spec "$TMP/clash.json" --server "127.0.0.1:$PORT" --token-file "$TMP/token"
+echo '{"name": "x", "stop": {"max_steps": "many"}}' > "$TMP/garbage.json"
+"$TNMT" jobs submit --spec "$TMP/garbage.json" --server "127.0.0.1:$PORT" --token-file "$TMP/token" 2> "$TMP/err"
+check "unparsable spec file: exit 2 naming the field" bash -c "[[ $? -eq 2 ]] && grep -q max_steps $TMP/err"
+check "unknown job: NOT_FOUND" refused NOT_FOUND get job-999999 --server "127.0.0.1:$PORT" --token-file "$TMP/token"
+check "nothing was stored by the refusals" bash -c "[[ \$('$TNMT' jobs list --json --server 127.0.0.1:$PORT --token-file $TMP/token | wc -l) -eq 0 ]]"
+
+# b. A tiny job to completion, then translate with its model.
+spec straight a 200 50 > "$TMP/a.json"
+A=$(jobs_cmd submit --spec "$TMP/a.json" --request-id straight-1)
+check "submit prints a job id ($A)" test -n "$A"
+A2=$(jobs_cmd submit --spec "$TMP/a.json" --request-id straight-1)
+check "a retried submit with the same request id returns the same job" test "$A" = "$A2"
+jobs_cmd watch "$A" > "$TMP/watch-a.txt"
+check "watch ends 0 when the job succeeds" test $? -eq 0
+check "watch showed RUNNING and SUCCEEDED" bash -c "grep -q RUNNING $TMP/watch-a.txt && grep -q SUCCEEDED $TMP/watch-a.txt"
+check "job a published as model 'a'" test "$(field "$A" published_model)" = a
+check "job a reached step 200" test "$(field "$A" step)" = 200
+check "the server translates with the published model" \
+  "$LOAD" --target "127.0.0.1:$PORT" --model a --clients 1 --requests 3 --json
+printf 'the man runs\n' | "$TNMT" translate --model "$STATE/models/a" > "$TMP/a.out" 2> /dev/null
+check "the published directory translates offline" test -s "$TMP/a.out"
+check "the published model records its job" grep -q "\"job_id\": \"$A\"" "$STATE/models/a/job.json"
+
+# c. Cancel a running job.
+spec long b 100000 1000 > "$TMP/b.json"
+B=$(jobs_cmd submit --spec "$TMP/b.json")
+check "long job starts running" wait_step "$B" 4 120
+jobs_cmd cancel "$B" > /dev/null
+jobs_cmd watch "$B" > "$TMP/watch-b.txt"
+check "watch of a cancelled job exits 1" test $? -eq 1
+check "cancelled job is CANCELLED" test "$(field "$B" state)" = CANCELLED
+check "its trainer is gone" bash -c "! pgrep -f '[j]obs/$B/train_config.json' > /dev/null"
+check "SIGTERM made it write a final checkpoint" bash -c "ls $STATE/jobs/$B/train | grep -q step-"
+check "cancelling a finished job: FAILED_PRECONDITION" refused FAILED_PRECONDITION cancel "$B" --server "127.0.0.1:$PORT" --token-file "$TMP/token"
+
+# d. kill -9 the server mid-job; restart resumes it; same result as the straight run.
+spec killed c 200 50 > "$TMP/c.json"  # the schedule of job a
+C=$(jobs_cmd submit --spec "$TMP/c.json")
+check "job c passes its first checkpoint" wait_step "$C" 60 120
+kill -KILL "$SERVER_PID"; wait "$SERVER_PID" 2> /dev/null
+sleep 0.5
+check "the trainer died with the server" bash -c "! pgrep -f '[j]obs/$C/train_config.json' > /dev/null"
+start_server server2.log
+check "restarted server is ready" test -n "$PORT"
+jobs_cmd watch "$C" > "$TMP/watch-c.txt"
+check "the interrupted job finishes after the restart" test $? -eq 0
+check "it took a second attempt" test "$(field "$C" attempts)" = 2
+check "resumed from a checkpoint, not from scratch" grep -q "resumed from step" "$STATE/jobs/$C/train.log"
+check "interrupted + resumed model equals the straight run bit for bit" "$COMPARE" "$STATE/models/a" "$STATE/models/c" 0
+
+# e. SIGTERM with a running job: back to the queue, resumed by the next start.
+spec drained d 100000 1000 > "$TMP/d.json"
+D=$(jobs_cmd submit --spec "$TMP/d.json")
+check "job d runs" wait_step "$D" 2 120
+kill -TERM "$SERVER_PID"; wait "$SERVER_PID"
+check "SIGTERM with a running job exits 0" test $? -eq 0
+check "the trainer was stopped" bash -c "! pgrep -f '[j]obs/$D/train_config.json' > /dev/null"
+start_server server3.log
+check "server ready after the drain" test -n "$PORT"
+check "job d runs again, on its second attempt" wait_field "$D" attempts 2 30
+check "  (state RUNNING)" test "$(field "$D" state)" = RUNNING
+jobs_cmd cancel "$D" > /dev/null
+jobs_cmd watch "$D" > /dev/null
+
+# f. The store and the published models survived every restart.
+jobs_cmd list > "$TMP/list.txt"
+check "list shows every job with its final state" bash -c "grep -q '$A .*SUCCEEDED' $TMP/list.txt && grep -q '$B .*CANCELLED' $TMP/list.txt && grep -q '$C .*SUCCEEDED' $TMP/list.txt && grep -q '$D .*CANCELLED' $TMP/list.txt"
+check "list filters by state" bash -c "[[ \$('$TNMT' jobs list --state SUCCEEDED --json --server 127.0.0.1:$PORT --token-file $TMP/token | wc -l) -eq 2 ]]"
+check "published models are served after restarts" \
+  "$LOAD" --target "127.0.0.1:$PORT" --model a --clients 1 --requests 2 --json
+kill -TERM "$SERVER_PID"; wait "$SERVER_PID"
+check "final SIGTERM exits 0" test $? -eq 0
+
+if [[ $fails -ne 0 ]]; then
+  echo "$fails check(s) failed; server logs:"
+  tail -n 30 "$TMP"/server*.log
+  exit 1
+fi
+echo "all checks passed"

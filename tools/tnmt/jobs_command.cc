@@ -1,0 +1,322 @@
+// `tnmt jobs`: the client of tnmt.v1.TrainingService, and `tnmt health`: a gRPC health probe
+// (for container health checks; Debian has no grpc_health_probe). See jobs_command.h.
+#include "tools/tnmt/jobs_command.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "proto/grpc/health/v1/health.grpc.pb.h"
+#include "proto/tnmt/v1/training.grpc.pb.h"
+#include "tools/tnmt/args.h"
+
+namespace tnmt::cli {
+
+namespace {
+
+using tnmt::v1::Job;
+using tnmt::v1::JobState;
+using tnmt::v1::JobUpdate;
+
+constexpr const char* kJobsUsage =
+    "usage: tnmt jobs <command> [ID] [flags]\n"
+    "\n"
+    "commands (talk to `tnmt serve --state-dir ...`):\n"
+    "  submit --spec FILE   submit a job (JSON JobSpec, see proto/tnmt/v1/training.proto); prints its id\n"
+    "  get ID               show one job\n"
+    "  list                 list jobs, newest first\n"
+    "  cancel ID            cancel a queued or running job\n"
+    "  watch ID             follow a job until it finishes (exit 0 only if it SUCCEEDED)\n"
+    "\n"
+    "Run `tnmt jobs <command> --help` for its flags.\n";
+
+int Usage(const std::string& message) {
+  std::cerr << "tnmt jobs: " << message << "\n";
+  return 2;
+}
+
+int RpcFailed(const grpc::Status& s) {
+  std::cerr << "tnmt jobs: " << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())) << ": "
+            << s.error_message() << "\n";
+  return 1;
+}
+
+std::string StateName(int s) { return tnmt::v1::JobState_Name(static_cast<JobState>(s)); }
+
+std::string Duration(double seconds) {
+  if (seconds < 0) return "-";
+  const int64_t s = static_cast<int64_t>(std::llround(seconds));
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, (s / 60) % 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+// One line: state, progress, loss, BLEU, speed, ETA (and the model or the error at the end).
+std::string Summary(const Job& j) {
+  std::string line = absl::StrFormat("%s %-10s step %d/%d", j.id(), StateName(j.state()), j.step(), j.max_steps());
+  if (j.step() > 0) absl::StrAppendFormat(&line, "  loss %.4f", j.loss());
+  if (j.dev_bleu() >= 0) absl::StrAppendFormat(&line, "  dev BLEU %.2f", j.dev_bleu());
+  if (j.state() == tnmt::v1::RUNNING) {
+    absl::StrAppendFormat(&line, "  %.0f tok/s  ETA %s", j.tokens_per_second(), Duration(j.eta_seconds()));
+  }
+  if (!j.published_model().empty()) absl::StrAppend(&line, "  model ", j.published_model());
+  if (!j.error().empty()) absl::StrAppend(&line, "  error: ", j.error());
+  return line;
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+struct Client {
+  std::unique_ptr<tnmt::v1::TrainingService::Stub> stub;
+  std::string token;
+  int timeout_seconds = 30;
+
+  void Prepare(grpc::ClientContext* ctx, bool unary) const {
+    if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
+    if (unary) ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_seconds));
+  }
+};
+
+void AddCommonFlags(Args* args) {
+  args->AddString("server", "localhost:50051", "server address, host:port");
+  args->AddString("token-file", "", "file with the bearer token (default: $TNMT_JOBS_TOKEN_FILE)");
+  args->AddBool("json", false, "print JSON (proto field names) instead of text");
+  args->AddInt("timeout-seconds", 30, "deadline of each call (not of watch)");
+}
+
+absl::StatusOr<Client> MakeClient(const Args& args) {
+  Client c;
+  std::string token_file = args.GetString("token-file");
+  if (token_file.empty() && std::getenv("TNMT_JOBS_TOKEN_FILE") != nullptr) token_file = std::getenv("TNMT_JOBS_TOKEN_FILE");
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in) return absl::NotFoundError(absl::StrCat("--token-file ", token_file, ": cannot open"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    c.token = std::string(absl::StripAsciiWhitespace(ss.str()));
+  }
+  c.timeout_seconds = args.GetInt("timeout-seconds");
+  if (c.timeout_seconds < 1) return absl::InvalidArgumentError("--timeout-seconds must be positive");
+  grpc::ChannelArguments ch;
+  ch.SetMaxReceiveMessageSize(64 << 20);
+  c.stub = tnmt::v1::TrainingService::NewStub(
+      grpc::CreateCustomChannel(args.GetString("server"), grpc::InsecureChannelCredentials(), ch));
+  return c;
+}
+
+int Watch(const Client& c, const std::string& id, bool json) {
+  grpc::ClientContext ctx;
+  c.Prepare(&ctx, false);
+  tnmt::v1::WatchJobRequest req;
+  req.set_id(id);
+  auto reader = c.stub->WatchJob(&ctx, req);
+  const bool live = !json && ::isatty(STDOUT_FILENO);
+  JobUpdate u;
+  Job last;
+  while (reader->Read(&u)) {
+    last = u.job();
+    if (json) {
+      std::cout << ToJson(u) << std::endl;
+    } else if (live) {
+      std::cout << "\r\033[K" << Summary(last) << std::flush;
+    } else if (u.kind() != JobUpdate::PROGRESS || last.step() % 100 == 0) {
+      std::cout << Summary(last) << std::endl;
+    }
+  }
+  if (live) std::cout << "\n";
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) return RpcFailed(s);
+  if (!json && !live) std::cout << Summary(last) << std::endl;
+  return last.state() == tnmt::v1::SUCCEEDED ? 0 : 1;
+}
+
+}  // namespace
+
+int JobsCommand(int argc, char** argv) {
+  if (argc < 3 || std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h") {
+    std::cout << kJobsUsage;
+    return argc < 3 ? 2 : 0;
+  }
+  const std::string command = argv[2];
+  // The job id is the one positional argument, wherever it stands.
+  std::vector<char*> rest = {argv[0], argv[1]};
+  std::string id;
+  for (int i = 3; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool is_value = i > 3 && std::string(argv[i - 1]).rfind("--", 0) == 0 &&
+                          std::string(argv[i - 1]).find('=') == std::string::npos &&
+                          std::string(argv[i - 1]) != "--json" && std::string(argv[i - 1]) != "--all" &&
+                          std::string(argv[i - 1]) != "--watch";
+    if (a.rfind("--", 0) != 0 && !is_value && id.empty()) {
+      id = a;
+      continue;
+    }
+    rest.push_back(argv[i]);
+  }
+  Args args(absl::StrCat("tnmt jobs ", command), "Client of the training-job service (see `tnmt jobs --help`).");
+  AddCommonFlags(&args);
+  if (command == "submit") {
+    args.AddString("spec", "", "job spec: JSON file (\"-\": stdin) in proto JSON form");
+    args.AddString("request-id", "", "idempotency key: resubmitting with it returns the first job");
+    args.AddBool("watch", false, "after submitting, watch the job until it finishes");
+  } else if (command == "list") {
+    args.AddString("state", "", "only these states, comma-separated (e.g. RUNNING,QUEUED)");
+    args.AddString("name-contains", "", "only jobs whose name contains this");
+    args.AddInt("page-size", 50, "jobs per page");
+    args.AddBool("all", false, "follow every page");
+  } else if (command != "get" && command != "cancel" && command != "watch") {
+    return Usage(absl::StrCat("unknown command \"", command, "\"\n", kJobsUsage));
+  }
+  if (absl::Status s = args.Parse(static_cast<int>(rest.size()), rest.data(), 2); !s.ok()) {
+    return Usage(std::string(s.message()));
+  }
+  if (args.help_requested()) {
+    std::cout << args.Help();
+    return 0;
+  }
+  const bool needs_id = command == "get" || command == "cancel" || command == "watch";
+  if (needs_id && id.empty()) return Usage(absl::StrCat(command, " needs a job id: tnmt jobs ", command, " ID"));
+  if (!needs_id && !id.empty()) return Usage(absl::StrCat("unexpected argument \"", id, "\""));
+  auto client = MakeClient(args);
+  if (!client.ok()) return Usage(std::string(client.status().message()));
+  const bool json = args.GetBool("json");
+
+  if (command == "submit") {
+    const std::string path = args.GetString("spec");
+    if (path.empty()) return Usage("submit needs --spec FILE");
+    std::stringstream ss;
+    if (path == "-") {
+      ss << std::cin.rdbuf();
+    } else {
+      std::ifstream in(path);
+      if (!in) return Usage(absl::StrCat("--spec ", path, ": cannot open"));
+      ss << in.rdbuf();
+    }
+    tnmt::v1::SubmitJobRequest req;
+    auto parsed = google::protobuf::util::JsonStringToMessage(ss.str(), req.mutable_spec());
+    if (!parsed.ok()) return Usage(absl::StrCat("--spec ", path, ": ", parsed.message().as_string()));
+    req.set_request_id(args.GetString("request-id"));
+    grpc::ClientContext ctx;
+    client->Prepare(&ctx, true);
+    Job job;
+    grpc::Status s = client->stub->SubmitJob(&ctx, req, &job);
+    if (!s.ok()) return RpcFailed(s);
+    std::cout << (json ? ToJson(job) : job.id()) << std::endl;
+    return args.GetBool("watch") ? Watch(*client, job.id(), json) : 0;
+  }
+  if (command == "get" || command == "cancel") {
+    grpc::ClientContext ctx;
+    client->Prepare(&ctx, true);
+    Job job;
+    grpc::Status s;
+    if (command == "get") {
+      tnmt::v1::GetJobRequest req;
+      req.set_id(id);
+      s = client->stub->GetJob(&ctx, req, &job);
+    } else {
+      tnmt::v1::CancelJobRequest req;
+      req.set_id(id);
+      s = client->stub->CancelJob(&ctx, req, &job);
+    }
+    if (!s.ok()) return RpcFailed(s);
+    if (json) {
+      std::cout << ToJson(job) << std::endl;
+    } else {
+      std::cout << Summary(job) << "\n";
+      if (command == "get") {
+        std::cout << "  name: " << job.name() << "\n  attempts: " << job.attempts() << "\n  work dir: " << job.work_dir()
+                  << "\n";
+        if (!job.last_checkpoint().empty()) std::cout << "  last checkpoint: " << job.last_checkpoint() << "\n";
+      }
+    }
+    return 0;
+  }
+  if (command == "watch") return Watch(*client, id, json);
+
+  // list
+  tnmt::v1::ListJobsRequest req;
+  for (absl::string_view name : absl::StrSplit(args.GetString("state"), ',', absl::SkipEmpty())) {
+    JobState state;
+    if (!tnmt::v1::JobState_Parse(std::string(absl::StripAsciiWhitespace(name)), &state)) {
+      return Usage(absl::StrCat("--state: unknown state \"", name, "\" (QUEUED, RUNNING, CANCELLING, PUBLISHING, SUCCEEDED, FAILED, CANCELLED)"));
+    }
+    req.add_states(state);
+  }
+  req.set_name_contains(args.GetString("name-contains"));
+  req.set_page_size(args.GetInt("page-size"));
+  if (!json) std::cout << absl::StrFormat("%-10s %-10s %-13s %-8s %-8s %-20s %s\n", "ID", "STATE", "STEP", "LOSS", "BLEU", "NAME", "MODEL");
+  while (true) {
+    grpc::ClientContext ctx;
+    client->Prepare(&ctx, true);
+    tnmt::v1::ListJobsResponse resp;
+    grpc::Status s = client->stub->ListJobs(&ctx, req, &resp);
+    if (!s.ok()) return RpcFailed(s);
+    for (const Job& j : resp.jobs()) {
+      if (json) {
+        std::cout << ToJson(j) << "\n";
+        continue;
+      }
+      std::cout << absl::StrFormat("%-10s %-10s %-13s %-8s %-8s %-20s %s\n", j.id(), StateName(j.state()),
+                                   absl::StrCat(j.step(), "/", j.max_steps()),
+                                   j.step() > 0 ? absl::StrFormat("%.3f", j.loss()) : "-",
+                                   j.dev_bleu() >= 0 ? absl::StrFormat("%.2f", j.dev_bleu()) : "-", j.name(),
+                                   j.published_model());
+    }
+    if (resp.next_page_token().empty() || !args.GetBool("all")) {
+      if (!resp.next_page_token().empty() && !json) std::cout << "(more: --all)\n";
+      break;
+    }
+    req.set_page_token(resp.next_page_token());
+  }
+  return 0;
+}
+
+int HealthCommand(int argc, char** argv) {
+  Args args("tnmt health", "Asks a server's grpc.health.v1.Health/Check; exit 0 if SERVING, 1 otherwise.");
+  args.AddString("address", "localhost:50051", "server address, host:port");
+  args.AddString("service", "", "service name (\"\": the whole server)");
+  args.AddInt("timeout-ms", 2000, "deadline of the check");
+  if (absl::Status s = args.Parse(argc, argv, 2); !s.ok()) {
+    std::cerr << "tnmt health: " << s.message() << "\n";
+    return 2;
+  }
+  if (args.help_requested()) {
+    std::cout << args.Help();
+    return 0;
+  }
+  auto stub = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(args.GetString("address"), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(std::max(1, args.GetInt("timeout-ms"))));
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(args.GetString("service"));
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::Status s = stub->Check(&ctx, req, &resp);
+  if (!s.ok()) {
+    std::cout << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())) << ": " << s.error_message() << "\n";
+    return 1;
+  }
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()) << "\n";
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+}
+
+}  // namespace tnmt::cli
