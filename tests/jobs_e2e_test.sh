@@ -5,10 +5,14 @@
 #      RESOURCE_EXHAUSTED, a served model's name ALREADY_EXISTS, a broken spec file exit 2;
 #   b. a tiny job submitted and watched to SUCCEEDED; the server then translates with the
 #      published model (bench/serve_load), and so does `tnmt translate` on its directory;
-#   c. a running job cancelled: CANCELLED, its trainer gone, a final checkpoint written;
+#   c. one job runs per device while the next waits QUEUED; the unfinished-jobs limit is
+#      RESOURCE_EXHAUSTED; a queued job cancels at once; a running job cancelled: CANCELLED,
+#      its trainer gone, a final checkpoint written;
 #   d. kill -9 of the server mid-job, restart: the job resumes (attempt 2) and publishes a
 #      model bit-identical to the uninterrupted run of (b);
-#   e. SIGTERM with a job running: it goes back to the queue and the next start resumes it;
+#      A job with on_interrupt FAIL is failed by the restart instead, naming the interruption;
+#   e. SIGTERM with a job running and a watch open: exit 0 promptly, the watch ends UNAVAILABLE,
+#      the job goes back to the queue and the next start resumes it;
 #   f. the store survives every restart (jobs list) and published models are served again.
 # Usage: jobs_e2e_test.sh TNMT SERVE_LOAD COMPARE_MODELS SPM_MODEL
 set -u
@@ -61,7 +65,7 @@ start_server() {
   rm -f "$TMP/ready"
   "$TNMT" serve --model tiny=tests/golden/data/tiny --host 127.0.0.1 --port 0 --http-port -1 --threads 1 \
     --ready-file "$TMP/ready" --state-dir "$STATE" --data-root "$DATA" --jobs-token-file "$TMP/token" \
-    --job-threads 1 --grace-seconds 20 2>> "$TMP/$1" &
+    --job-threads 1 --max-unfinished-jobs 3 --grace-seconds 20 2>> "$TMP/$1" &
   SERVER_PID=$!
   pids+=("$SERVER_PID")
   for _ in $(seq 300); do [[ -s "$TMP/ready" ]] && break; sleep 0.1; done
@@ -142,18 +146,29 @@ check "the published model records its job" grep -q "\"job_id\": \"$A\"" "$STATE
 spec long b 100000 1000 > "$TMP/b.json"
 B=$(jobs_cmd submit --spec "$TMP/b.json")
 check "long job starts running" wait_step "$B" 4 120
+X=$(jobs_cmd submit --spec "$TMP/b.json")
+Y=$(jobs_cmd submit --spec "$TMP/b.json")
+check "one job runs per device; the next waits QUEUED" test "$(field "$X" state)" = QUEUED
+check "a fourth unfinished job: RESOURCE_EXHAUSTED" refused RESOURCE_EXHAUSTED submit --spec "$TMP/b.json" --server "127.0.0.1:$PORT" --token-file "$TMP/token"
+jobs_cmd cancel "$Y" > /dev/null
+check "a queued job cancels at once" test "$(field "$Y" state)" = CANCELLED
 jobs_cmd cancel "$B" > /dev/null
 jobs_cmd watch "$B" > "$TMP/watch-b.txt"
 check "watch of a cancelled job exits 1" test $? -eq 1
 check "cancelled job is CANCELLED" test "$(field "$B" state)" = CANCELLED
 check "its trainer is gone" bash -c "! pgrep -f '[j]obs/$B/train_config.json' > /dev/null"
 check "SIGTERM made it write a final checkpoint" bash -c "ls $STATE/jobs/$B/train | grep -q step-"
+check "the queued job starts once the device is free" wait_field "$X" state RUNNING 30
+jobs_cmd cancel "$X" > /dev/null
+check "job x cancelled" wait_field "$X" state CANCELLED 30
 check "cancelling a finished job: FAILED_PRECONDITION" refused FAILED_PRECONDITION cancel "$B" --server "127.0.0.1:$PORT" --token-file "$TMP/token"
 
 # d. kill -9 the server mid-job; restart resumes it; same result as the straight run.
 spec killed c 200 50 > "$TMP/c.json"  # the schedule of job a
 C=$(jobs_cmd submit --spec "$TMP/c.json")
 check "job c passes its first checkpoint" wait_step "$C" 60 120
+spec fragile e 100000 1000 | sed 's/"stop"/"on_interrupt": "ON_INTERRUPT_FAIL", "stop"/' > "$TMP/e.json"
+E=$(jobs_cmd submit --spec "$TMP/e.json")
 kill -KILL "$SERVER_PID"; wait "$SERVER_PID" 2> /dev/null
 sleep 0.5
 check "the trainer died with the server" bash -c "! pgrep -f '[j]obs/$C/train_config.json' > /dev/null"
@@ -161,6 +176,11 @@ start_server server2.log
 check "restarted server is ready" test -n "$PORT"
 jobs_cmd watch "$C" > "$TMP/watch-c.txt"
 check "the interrupted job finishes after the restart" test $? -eq 0
+check "a job that never ran is unaffected by the crash (on_interrupt FAIL)" wait_field "$E" state RUNNING 30
+kill -KILL "$SERVER_PID"; wait "$SERVER_PID" 2> /dev/null
+start_server server2b.log
+check "on_interrupt FAIL: a crash mid-run fails the job" test "$(field "$E" state)" = FAILED
+check "  naming the interruption" bash -c "'$TNMT' jobs get $E --server 127.0.0.1:$PORT --token-file $TMP/token | grep -q 'interrupted'"
 check "it took a second attempt" test "$(field "$C" attempts)" = 2
 check "resumed from a checkpoint, not from scratch" grep -q "resumed from step" "$STATE/jobs/$C/train.log"
 check "interrupted + resumed model equals the straight run bit for bit" "$COMPARE" "$STATE/models/a" "$STATE/models/c" 0
@@ -169,8 +189,15 @@ check "interrupted + resumed model equals the straight run bit for bit" "$COMPAR
 spec drained d 100000 1000 > "$TMP/d.json"
 D=$(jobs_cmd submit --spec "$TMP/d.json")
 check "job d runs" wait_step "$D" 2 120
+jobs_cmd watch "$D" > "$TMP/watch-d.txt" 2> "$TMP/watch-d.err" &
+watcher=$!
+sleep 0.5
+t0=$(date +%s)
 kill -TERM "$SERVER_PID"; wait "$SERVER_PID"
 check "SIGTERM with a running job exits 0" test $? -eq 0
+check "  promptly, not held by the open watch ($(( $(date +%s) - t0 )) s)" test $(( $(date +%s) - t0 )) -lt 15
+wait "$watcher"
+check "the open watch ends with UNAVAILABLE" grep -q UNAVAILABLE "$TMP/watch-d.err"
 check "the trainer was stopped" bash -c "! pgrep -f '[j]obs/$D/train_config.json' > /dev/null"
 start_server server3.log
 check "server ready after the drain" test -n "$PORT"
