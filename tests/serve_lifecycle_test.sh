@@ -91,6 +91,16 @@ check "health Check says SERVING" grep -qx SERVING "$TMP/health.txt"
 check "6 requests, all OK (serve_load exit 0)" test $? -eq 0
 check "serve_load counted 6 OK" test "$(json_get "$TMP/a.json" 'r["ok"]')" = 6
 check "generated tokens counted" test "$(json_get "$TMP/a.json" 'r["tokens"] > 0')" = True
+"$TNMT" health --address "$TARGET" > /dev/null
+check "tnmt health exits 0 when serving" test $? -eq 0
+printf 'the man runs\n\nA dog sits in the red house.\n' > "$TMP/in.txt"
+"$TNMT" translate --model "$MODEL" --scores --threads 1 < "$TMP/in.txt" > "$TMP/local.out" 2> /dev/null
+"$TNMT" translate --server "$TARGET" --scores < "$TMP/in.txt" > "$TMP/remote.out"
+check "tnmt translate --server equals local translation" cmp -s "$TMP/local.out" "$TMP/remote.out"
+{ echo ok; head -c 70000 /dev/zero | tr '\0' a; echo; echo fine; } > "$TMP/bad.txt"
+"$TNMT" translate --server "$TARGET" < "$TMP/bad.txt" > "$TMP/bad.out" 2> "$TMP/bad.err"
+check "a bad line: exit 1, its own error, alignment kept" \
+  bash -c "[[ $? -eq 1 && \$(wc -l < $TMP/bad.out) -eq 3 ]] && grep -q 'input line 2: RESOURCE_EXHAUSTED' $TMP/bad.err"
 http /metrics "$TMP/metrics.a" > /dev/null
 check "/metrics has tnmt_requests_total samples" grep -q '^tnmt_requests_total{' "$TMP/metrics.a"
 

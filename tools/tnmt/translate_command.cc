@@ -16,6 +16,7 @@
 #include "engine/runtime/translator.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/tnmt/args.h"
+#include "tools/tnmt/remote_translate.h"
 
 namespace tnmt::cli {
 
@@ -56,13 +57,44 @@ int TranslateCommand(int argc, char** argv) {
   args.AddInt("max-input-length", 1024, "longer lines (in pieces) are an error for that line");
   args.AddInt("threads", 0, "compute threads (default: all cores)");
   args.AddString("device", "cpu", "cpu (cuda needs a CUDA build)");
+  args.AddString("server", "", "translate through a running `tnmt serve` at HOST:PORT instead of --model");
+  args.AddString("model-name", "", "with --server: the served model's name (default: the server's default)");
+  args.AddInt("timeout-seconds", 300, "with --server: deadline of each request");
   absl::Status parsed = args.Parse(argc, argv, 2);
   if (!parsed.ok()) return Fail(std::string(parsed.message()));
   if (args.help_requested()) {
     std::cout << args.Help();
     return 0;
   }
-  if (args.GetString("model").empty()) return Fail("--model is required");
+  if (!args.GetString("server").empty()) {
+    for (const char* local : {"model", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device"}) {
+      if (args.given(local)) return Fail(absl::StrCat("--", local, " applies to local translation, not with --server"));
+    }
+    RemoteTranslateOptions ro;
+    ro.server = args.GetString("server");
+    ro.model = args.GetString("model-name");
+    if (args.given("beam-size")) ro.beam_size = args.GetInt("beam-size");
+    if (args.given("length-penalty")) ro.length_penalty = args.GetFloat("length-penalty");
+    ro.n_best = args.GetInt("n-best");
+    ro.scores = args.GetBool("scores");
+    ro.timeout_seconds = args.GetInt("timeout-seconds");
+    if (ro.n_best < 1) return Fail("--n-best must be positive");
+    if (ro.timeout_seconds < 1) return Fail("--timeout-seconds must be positive");
+    std::ifstream file_in;
+    if (!args.GetString("input").empty()) {
+      file_in.open(args.GetString("input"), std::ios::binary);
+      if (!file_in) return Fail(absl::StrCat(args.GetString("input"), ": cannot open for reading"));
+    }
+    std::ofstream file_out;
+    if (!args.GetString("output").empty()) {
+      file_out.open(args.GetString("output"), std::ios::binary);
+      if (!file_out) return Fail(absl::StrCat(args.GetString("output"), ": cannot open for writing"));
+    }
+    return TranslateRemote(ro, args.GetString("input").empty() ? std::cin : file_in,
+                           args.GetString("output").empty() ? std::cout : file_out);
+  }
+  if (args.GetString("model").empty()) return Fail("--model (or --server) is required");
+  if (args.given("model-name")) return Fail("--model-name needs --server");
   if (args.GetString("device") != "cpu") {
     return Fail(absl::StrCat("--device ", args.GetString("device"),
                              ": this build supports only cpu"));
