@@ -99,6 +99,7 @@ int ServeCommand(int argc, char** argv) {
   args.AddInt("port", 50051, "gRPC port (0: any free port)");
   args.AddInt("http-port", 8080, "HTTP port for /metrics, /healthz, /readyz (0: any; -1: off)");
   args.AddInt("threads", 0, "compute threads shared by all models (default: all cores)");
+  args.AddString("device", "cpu", "cpu (cuda needs a CUDA build of the engine)");
   args.AddInt("max-batch-rows", 256, "hypotheses (sentences x beam) decoded per step");
   args.AddInt("max-batch-tokens", 8192, "source tokens encoded per admission, padding included");
   args.AddInt("max-queue", 4096, "sentences waiting per model; beyond: RESOURCE_EXHAUSTED");
@@ -140,6 +141,9 @@ int ServeCommand(int argc, char** argv) {
     return 0;
   }
 
+  if (args.GetString("device") != "cpu") {
+    return Fail(absl::StrCat("--device ", args.GetString("device"), ": this build serves only on cpu"));
+  }
   server::ServerOptions o;
   o.host = args.GetString("host");
   o.port = args.GetInt("port");
