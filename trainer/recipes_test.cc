@@ -1,0 +1,57 @@
+// Every shipped recipe (models/recipes/*.json) is a valid `tnmt train` config, and the paper
+// recipes say what the paper says (model sizes, dropout, warmup, steps).
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "trainer/train_config.h"
+
+namespace tnmt::train {
+namespace {
+
+TrainConfig Load(const std::string& name) {
+  const std::string path = "models/recipes/" + name;
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << path << " is not JSON";
+  auto cfg = TrainConfig::FromJson(j, path);
+  EXPECT_TRUE(cfg.ok()) << cfg.status();
+  return cfg.ok() ? *cfg : TrainConfig{};
+}
+
+TEST(RecipesTest, PaperBase) {
+  TrainConfig c = Load("transformer-base-wmt14.json");
+  EXPECT_EQ(c.model.d_model, 512);
+  EXPECT_EQ(c.model.d_ff, 2048);
+  EXPECT_EQ(c.model.num_heads, 8);
+  EXPECT_EQ(c.model.encoder_layers, 6);
+  EXPECT_EQ(c.model.decoder_layers, 6);
+  EXPECT_FALSE(c.model.normalize_before);
+  EXPECT_FLOAT_EQ(c.dropout, 0.1f);
+  EXPECT_FLOAT_EQ(c.model.label_smoothing, 0.1f);
+  EXPECT_EQ(c.warmup_steps, 4000);
+  EXPECT_EQ(c.max_steps, 100000);
+}
+
+TEST(RecipesTest, PaperBig) {
+  TrainConfig c = Load("transformer-big-wmt14.json");
+  EXPECT_EQ(c.model.d_model, 1024);
+  EXPECT_EQ(c.model.d_ff, 4096);
+  EXPECT_EQ(c.model.num_heads, 16);
+  EXPECT_FLOAT_EQ(c.dropout, 0.3f);
+  EXPECT_EQ(c.max_steps, 300000);
+}
+
+TEST(RecipesTest, Multi30kSmall) {
+  TrainConfig c = Load("multi30k-small.json");
+  EXPECT_EQ(c.model.d_model, 256);
+  EXPECT_EQ(c.vocab_size, 8000);
+}
+
+}  // namespace
+}  // namespace tnmt::train
