@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Python tools the deploy tests need (kubernetes-validate, PyYAML; pinned in
+# Installs the Python tools the deploy tests need (kubernetes-validate, PyYAML) and the model
+# converters need (ctranslate2, numpy, sentencepiece; all pinned in
 # deploy/py-tools-requirements.txt) from PyPI into a virtual environment at build/py-tools
-# (git-ignored), where tests/deploy/validate_manifests_test.sh looks for it.
+# (git-ignored), where tests/deploy/validate_manifests_test.sh and tests/convert look for it.
 # Idempotent: when the environment already matches the requirements file it does nothing.
 # Called by tools/run-tests.sh after deploy/install-deps.sh.
 #   deploy/install-py-tools.sh           create or update build/py-tools
@@ -16,9 +17,10 @@ venv="${TNMT_PY_TOOLS:-$root/build/py-tools}"
 reqs="$root/deploy/py-tools-requirements.txt"
 stamp="$venv/.requirements.sha256"
 want="$(sha256sum "$reqs" | cut -d' ' -f1)"
+imports='import kubernetes_validate, yaml, ctranslate2, numpy, sentencepiece'
 
 if [[ -x "$venv/bin/python3" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]] &&
-   "$venv/bin/python3" -c 'import kubernetes_validate, yaml' 2>/dev/null; then
+   "$venv/bin/python3" -c "$imports" 2>/dev/null; then
   echo "install-py-tools: $venv is up to date"
   exit 0
 fi
@@ -43,6 +45,6 @@ if [[ ! -x "$venv/bin/python3" ]]; then
 fi
 echo "install-py-tools: pip install -r deploy/py-tools-requirements.txt"
 "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check --no-input -r "$reqs"
-"$venv/bin/python3" -c 'import kubernetes_validate, yaml' # fails loudly if the install did not work
+"$venv/bin/python3" -c "$imports" # fails loudly if the install did not work
 echo "$want" > "$stamp"
-echo "install-py-tools: $venv ready (kubernetes-validate $("$venv/bin/python3" -c 'from kubernetes_validate.version import __version__ as v; print(v)'))"
+echo "install-py-tools: $venv ready (kubernetes-validate $("$venv/bin/python3" -c 'from kubernetes_validate.version import __version__ as v; print(v)'), ctranslate2 $("$venv/bin/python3" -c 'import ctranslate2; print(ctranslate2.__version__)'))"

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""tools/convert/export_ctranslate2.py: exported models translate like tnmt; refusals.
+
+    ct2_test.py --tnmt BIN --work DIR
+
+  * tests/golden/data/tiny (post-norm, relu, sinusoidal, shared embeddings) and
+    tests/golden/data/tiny_prenorm (pre-norm, gelu, learned positions, unshared embeddings,
+    BF16) exported as float32 and compared with `tnmt translate` by ct2_compare.py (beam with
+    the config.json defaults, length penalty 0, greedy; texts identical, scores within 1e-4
+    relative);
+  * tiny exported as float16 and int8: written smaller, loaded and run by CTranslate2; their
+    agreement with tnmt is printed, not checked (rounding changes the random tiny model's
+    choices; docs/model-import-export.md has the numbers for a trained model);
+  * refusals: not a model directory, another format, a newer format_version, a vocabulary that
+    does not match spm.model, an unexpected tensor, a non-empty output directory.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+EXPORT = os.path.join(REPO, "tools", "convert", "export_ctranslate2.py")
+COMPARE = os.path.join(HERE, "ct2_compare.py")
+SENTENCES = os.path.join(HERE, "data", "sentences.txt")
+GOLDEN = os.path.join(REPO, "tests", "golden", "data")
+
+failures = 0
+checks = 0
+
+
+def check(ok, what, detail=""):
+    global failures, checks
+    checks += 1
+    if ok:
+        print(f"ok    {what}")
+    else:
+        failures += 1
+        print(f"FAIL  {what}" + (f"\n      {detail}" if detail else ""))
+
+
+def run(*cmd):
+    return subprocess.run([sys.executable, *cmd], capture_output=True, text=True)
+
+
+def export(model, out, *extra):
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    return run(EXPORT, model, out, *extra)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tnmt", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    w = a.work
+    os.makedirs(w, exist_ok=True)
+
+    sizes = {}
+    for name in ("tiny", "tiny_prenorm"):
+        model = os.path.join(GOLDEN, name)
+        out = os.path.join(w, name + ".ct2")
+        r = export(model, out)
+        check(r.returncode == 0 and os.path.isfile(os.path.join(out, "model.bin"))
+              and os.path.isfile(os.path.join(out, "spm.model")),
+              f"{name}: exported ({r.stdout.strip()})", r.stderr.strip())
+        if r.returncode != 0:
+            continue
+        sizes[name] = os.path.getsize(os.path.join(out, "model.bin"))
+        with open(os.path.join(out, "config.json")) as f:
+            ct2_cfg = json.load(f)
+        with open(os.path.join(model, "config.json")) as f:
+            eps = json.load(f)["layer_norm_epsilon"]
+        check(ct2_cfg.get("layer_norm_epsilon") == eps and ct2_cfg.get("add_source_eos") is True
+              and ct2_cfg.get("decoder_start_token") == "<s>",
+              f"{name}: CTranslate2 config: epsilon {eps}, </s> appended to sources, decoding "
+              "starts from <s>", json.dumps(ct2_cfg))
+        r = run(COMPARE, "--tnmt", a.tnmt, "--model", model, "--ct2", out,
+                "--sentences", SENTENCES)
+        print("      " + r.stdout.strip().replace("\n", "\n      "))
+        check(r.returncode == 0, f"{name}: CTranslate2 translates like tnmt", r.stderr.strip())
+
+    for q, compute in (("float16", "float32"), ("int8", "int8")):
+        out = os.path.join(w, f"tiny.{q}.ct2")
+        r = export(os.path.join(GOLDEN, "tiny"), out, "--quantization", q)
+        if r.returncode != 0:
+            check(False, f"tiny: exported as {q}", r.stderr.strip())
+            continue
+        size = os.path.getsize(os.path.join(out, "model.bin"))
+        check(size < 0.65 * sizes.get("tiny", 0), f"tiny: exported as {q}, model.bin {size} "
+              f"bytes (float32: {sizes.get('tiny')})")
+        r = run(COMPARE, "--tnmt", a.tnmt, "--model", os.path.join(GOLDEN, "tiny"), "--ct2", out,
+                "--sentences", SENTENCES, "--compute-type", compute, "--report-only")
+        print("      " + r.stdout.strip().replace("\n", "\n      "))
+        check(r.returncode == 0 and "16 lines" in r.stdout,
+              f"tiny {q}: CTranslate2 ({compute}) loads and translates it", r.stderr.strip())
+
+    # Refusals.
+    def broken(name, edit_config=None, edit_dir=None):
+        d = os.path.join(w, "broken", name)
+        if os.path.exists(d):
+            shutil.rmtree(d)
+        shutil.copytree(os.path.join(GOLDEN, "tiny"), d)
+        if edit_config:
+            with open(os.path.join(d, "config.json")) as f:
+                cfg = json.load(f)
+            edit_config(cfg)
+            with open(os.path.join(d, "config.json"), "w") as f:
+                json.dump(cfg, f)
+        if edit_dir:
+            edit_dir(d)
+        return d
+
+    def add_tensor(d):
+        sys.path.insert(0, os.path.join(REPO, "tools", "convert"))
+        import numpy as np
+        import tnmt_model
+        path = os.path.join(d, "model.safetensors")
+        t, _ = tnmt_model.read_safetensors(path)
+        t["encoder.layernorm_embedding.weight"] = tnmt_model.Tensor.from_f32(np.ones(32))
+        tnmt_model.write_safetensors(path, t)
+
+    cases = [
+        ("not a model directory", GOLDEN, [], "config.json: missing"),
+        ("another format", broken("format", lambda c: c.update(format="ctranslate2")), [],
+         "not a tnmt model directory"),
+        ("a newer format_version", broken("version", lambda c: c.update(format_version=2)), [],
+         "unsupported format_version 2"),
+        ("a vocabulary size that does not match spm.model",
+         broken("vocab", lambda c: c.update(vocab_size=300)), [],
+         "vocabulary has 256 pieces but"),
+        ("an unexpected tensor", broken("tensor", edit_dir=add_tensor), [],
+         "unexpected tensor(s) encoder.layernorm_embedding.weight"),
+        ("an unknown activation", broken("act", lambda c: c.update(activation="swish")), [],
+         "\"activation\" must be"),
+        ("a non-empty output directory", os.path.join(GOLDEN, "tiny"), ["--keep"],
+         "exists and is not empty"),
+    ]
+    for what, model, extra, expect in cases:
+        out = os.path.join(w, "refused.ct2")
+        if extra == ["--keep"]:
+            os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, "something"), "w") as f:
+                f.write("x")
+            r = run(EXPORT, model, out)
+        else:
+            r = export(model, out)
+        check(r.returncode == 1 and expect in r.stderr,
+              f"refuses {what}: {r.stderr.strip().removeprefix('export_ctranslate2: error: ')}",
+              f"exit {r.returncode}, want 1 and {expect!r} in: {r.stderr.strip()}")
+
+    print(f"ct2_test: {checks} checks, {failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
