@@ -4,14 +4,16 @@
 Two steps, each meant to run in its own process (so peak memory is per configuration):
 
   convert   DIR -> CT2DIR: reads the model that `translate_bench --export DIR` wrote
-            (config.json + model.safetensors, parsed by hand with numpy) and writes the SAME
+            (config.json + model.safetensors, read by tools/convert/tnmt_model.py) and writes the SAME
             model as a CTranslate2 model (float32).
   translate CT2DIR: translates DIR/sources.txt with beam 4, 32 sentences per batch, output
             length fixed at 70, with N intra threads, and reports target tokens/s and memory.
             With --compare DIR it also checks the outputs against tnmt's (DIR/tnmt_beam.txt,
             DIR/tnmt_greedy.txt): token ids and scores.
 
-Mapping (tnmt / fairseq names -> CTranslate2 TransformerSpec):
+Mapping (tnmt / fairseq names -> CTranslate2 TransformerSpec), shared with
+tools/convert/export_ctranslate2.py (build_spec; docs/model-import-export.md); for the
+benchmark's model:
   * post-norm (pre_norm=False), relu, shared embeddings, decoder projection = embeddings
     (no bias), embeddings scaled by sqrt(d_model).
   * positions: CTranslate2's built-in sinusoid is the tensor2tensor layout ([sin | cos]
@@ -46,54 +48,10 @@ score_batch log-probabilities of tnmt's own outputs (69 tokens + </s>) against t
 """
 
 import argparse
-import json
-import math
 import os
 import resource
 import sys
 import time
-
-import numpy as np
-
-
-# ------------------------------------------------------------------------------------------
-# safetensors, by hand: 8-byte little-endian header length, JSON header, raw data.
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        blob = f.read()
-    (header_len,) = np.frombuffer(blob[:8], dtype="<u8")
-    header = json.loads(blob[8:8 + int(header_len)].decode("utf-8"))
-    base = 8 + int(header_len)
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        raw = blob[base + begin: base + end]
-        dtype = info["dtype"]
-        if dtype == "F32":
-            a = np.frombuffer(raw, dtype="<f4")
-        elif dtype == "F16":
-            a = np.frombuffer(raw, dtype="<f2").astype(np.float32)
-        elif dtype == "BF16":
-            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            raise ValueError(f"{path}: tensor {name}: unsupported dtype {dtype}")
-        tensors[name] = np.ascontiguousarray(a.reshape(info["shape"]), dtype=np.float32)
-    return tensors
-
-
-def sinusoid_table(rows, d):
-    """tnmt's table (kernels/cpu SinusoidalPositions): P[p, 2i] = sin(p * 10000^(-2i/d)),
-    P[p, 2i+1] = cos(...), computed in double, stored as float32."""
-    pos = np.arange(rows, dtype=np.float64)[:, None]
-    i = np.arange(0, d, 2, dtype=np.float64)[None, :]
-    freq = np.power(10000.0, -i / d)
-    table = np.zeros((rows, d), dtype=np.float64)
-    table[:, 0::2] = np.sin(pos * freq)
-    table[:, 1::2] = np.cos(pos * freq)[:, : d // 2]
-    return table.astype(np.float32)
 
 
 def vocabulary(size):
@@ -108,88 +66,22 @@ TOKEN_ID = {t: i for i, t in enumerate(VOCAB)}
 # convert
 
 def convert(model_dir, out_dir, position_rows):
+    """The mapping is tools/convert/export_ctranslate2.py's (build_spec), with this peer's
+    placeholder vocabulary and sources that already end with </s>."""
     import ctranslate2
-    from ctranslate2.specs import common_spec, transformer_spec
 
-    with open(os.path.join(model_dir, "config.json")) as f:
-        cfg = json.load(f)
-    if cfg.get("format") != "tnmt-transformer":
-        raise SystemExit(f"{model_dir}/config.json: not a tnmt-transformer model")
-    unsupported = []
-    if cfg.get("normalize_before", False):
-        unsupported.append("normalize_before")
-    if cfg.get("position_encoding", "sinusoidal") != "sinusoidal":
-        unsupported.append("learned positions")
-    if not cfg.get("share_embeddings", True) or not cfg.get("share_decoder_input_output_embed", True):
-        unsupported.append("unshared embeddings")
-    if not cfg.get("scale_embedding", True):
-        unsupported.append("scale_embedding=false")
-    if unsupported:
-        raise SystemExit("this peer only maps the benchmark's architecture; unsupported: " +
-                         ", ".join(unsupported))
-    activation = {"relu": common_spec.Activation.RELU,
-                  "gelu": common_spec.Activation.GELUTanh}[cfg.get("activation", "relu")]
-    d = cfg["d_model"]
-    vocab = cfg["vocab_size"]
-    w = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                                    "tools", "convert"))
+    import export_ctranslate2
+    import tnmt_model
 
-    spec = transformer_spec.TransformerSpec.from_config(
-        (cfg["encoder_layers"], cfg["decoder_layers"]), cfg["num_heads"],
-        pre_norm=False, activation=activation)
-
-    def lin(ls, prefix):
-        ls.weight = w[prefix + ".weight"]
-        ls.bias = w[prefix + ".bias"]
-
-    def fused(ls, prefix, parts):
-        ls.weight = np.concatenate([w[f"{prefix}.{p}.weight"] for p in parts], axis=0)
-        ls.bias = np.concatenate([w[f"{prefix}.{p}.bias"] for p in parts], axis=0)
-
-    def ln(ls, prefix):
-        ls.gamma = w[prefix + ".weight"]
-        ls.beta = w[prefix + ".bias"]
-
-    emb = w["encoder.embed_tokens.weight"]
-    positions = sinusoid_table(position_rows, d)
-    for stack in (spec.encoder, spec.decoder):
-        stack.scale_embeddings = True
-        stack.position_encodings.encodings = positions
-    spec.encoder.embeddings[0].weight = emb
-    spec.decoder.embeddings.weight = emb
-    spec.decoder.projection.weight = emb  # no bias (the spec's bias is optional)
-
-    for i, layer in enumerate(spec.encoder.layer):
-        p = f"encoder.layers.{i}"
-        fused(layer.self_attention.linear[0], p + ".self_attn", ["q_proj", "k_proj", "v_proj"])
-        lin(layer.self_attention.linear[1], p + ".self_attn.out_proj")
-        ln(layer.self_attention.layer_norm, p + ".self_attn_layer_norm")
-        lin(layer.ffn.linear_0, p + ".fc1")
-        lin(layer.ffn.linear_1, p + ".fc2")
-        ln(layer.ffn.layer_norm, p + ".final_layer_norm")
-    for i, layer in enumerate(spec.decoder.layer):
-        p = f"decoder.layers.{i}"
-        fused(layer.self_attention.linear[0], p + ".self_attn", ["q_proj", "k_proj", "v_proj"])
-        lin(layer.self_attention.linear[1], p + ".self_attn.out_proj")
-        ln(layer.self_attention.layer_norm, p + ".self_attn_layer_norm")
-        lin(layer.attention.linear[0], p + ".encoder_attn.q_proj")
-        fused(layer.attention.linear[1], p + ".encoder_attn", ["k_proj", "v_proj"])
-        lin(layer.attention.linear[2], p + ".encoder_attn.out_proj")
-        ln(layer.attention.layer_norm, p + ".encoder_attn_layer_norm")
-        lin(layer.ffn.linear_0, p + ".fc1")
-        lin(layer.ffn.linear_1, p + ".fc2")
-        ln(layer.ffn.layer_norm, p + ".final_layer_norm")
-
-    tokens = vocabulary(vocab)
-    spec.register_source_vocabulary(tokens)
-    spec.register_target_vocabulary(tokens)
-    spec.config.unk_token = "<unk>"
-    spec.config.bos_token = "<s>"
-    spec.config.eos_token = "</s>"
-    spec.config.decoder_start_token = "<s>"
-    spec.config.add_source_bos = False
-    spec.config.add_source_eos = False
-    spec.config.layer_norm_epsilon = float(cfg.get("layer_norm_epsilon", 1e-6))
-
+    try:
+        model = tnmt_model.load_model(model_dir, vocabulary=False)
+        spec = export_ctranslate2.build_spec(model, position_rows,
+                                             vocabulary=vocabulary(model.config["vocab_size"]))
+    except tnmt_model.ModelError as e:
+        raise SystemExit(f"ct2_peer: {e}")
+    spec.config.add_source_eos = False  # sources.txt ids end with eos_id already
     spec.validate()
     spec.optimize(quantization="float32")
     os.makedirs(out_dir, exist_ok=True)

@@ -381,10 +381,13 @@ class Model:
                 else "decoder.output_projection.weight")
 
 
-def load_model(directory):
+def load_model(directory, vocabulary=True):
+    """vocabulary=False: no spm.model needed (.vocab is None), for a directory of weights
+    without a tokenizer such as bench/translate_bench's export."""
     if not os.path.isdir(directory):
         raise ModelError(f"{directory}: model directory does not exist")
-    paths = {f: os.path.join(directory, f) for f in ("config.json", "model.safetensors", "spm.model")}
+    files = ("config.json", "model.safetensors") + (("spm.model",) if vocabulary else ())
+    paths = {f: os.path.join(directory, f) for f in files}
     for f, p in paths.items():
         if not os.path.isfile(p):
             raise ModelError(f"{p}: missing (a tnmt model directory holds config.json, "
@@ -395,8 +398,10 @@ def load_model(directory):
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ModelError(f"{paths['config.json']}: cannot parse ({e})") from None
     cfg = full_config(raw, paths["config.json"])
-    vocab = Vocabulary(paths["spm.model"])
-    check_vocabulary(cfg, vocab, paths["config.json"])
+    vocab = None
+    if vocabulary:
+        vocab = Vocabulary(paths["spm.model"])
+        check_vocabulary(cfg, vocab, paths["config.json"])
     tensors, _ = read_safetensors(paths["model.safetensors"])
     check_tensors(cfg, tensors, paths["model.safetensors"])
     return Model(directory, cfg, tensors, vocab)
