@@ -20,6 +20,7 @@ build_pkgs=(
   libgtest-dev libgmock-dev nlohmann-json3-dev libsqlite3-dev zlib1g-dev
   libopenmpi-dev openmpi-bin prometheus-cpp-dev libcpp-httplib-dev
   prometheus
+  chromium
 )
 dev_pkgs=(python3-torch python3-sentencepiece python3-numpy)
 

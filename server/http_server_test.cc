@@ -1,10 +1,16 @@
 // HttpServer end to end on 127.0.0.1 with an ephemeral port, through httplib's client:
 // /metrics (content type, body from ServerMetrics), /healthz, /readyz following the readiness
-// callback and the stopping state, added handlers with query parameters, 404s, a busy port.
+// callback and the stopping state, added handlers with query parameters, 404s, a busy port;
+// POST handlers with their bodies, the body cap (413, also for chunked bodies), prefix routes,
+// 405 with Allow, headers both ways, the error formatter, a throwing handler, a malformed
+// request.
 #include "server/http_server.h"
 
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -141,6 +147,258 @@ TEST(HttpServer, AddedGetHandlers) {
   EXPECT_EQ(reply.status, 201);
   EXPECT_EQ(reply.content_type, "application/json");
   EXPECT_EQ(reply.body, "a b;c;/echo");
+}
+
+struct PostReply {
+  int status = -1;
+  std::string content_type;
+  std::string body;
+  std::string allow;
+};
+
+PostReply Send(int port, const std::string& method, const std::string& path,
+               const std::string& body = "", const httplib::Headers& headers = {}) {
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(std::chrono::seconds(5));
+  client.set_read_timeout(std::chrono::seconds(5));
+  client.set_write_timeout(std::chrono::seconds(5));
+  httplib::Result result =
+      method == "POST"   ? client.Post(path.c_str(), headers, body, "application/json")
+      : method == "PUT"  ? client.Put(path.c_str(), headers, body, "application/json")
+      : method == "DELETE" ? client.Delete(path.c_str(), headers)
+                           : client.Get(path.c_str(), headers);
+  PostReply reply;
+  if (!result) return reply;
+  reply.status = result->status;
+  reply.content_type = result->get_header_value("Content-Type");
+  reply.body = result->body;
+  reply.allow = result->get_header_value("Allow");
+  return reply;
+}
+
+// Writes `request` on a fresh connection and reads until the server closes it (or 5 s).
+std::string RawExchange(int port, const std::string& request) {
+  int sock = socket(AF_INET, SOCK_STREAM, 0);
+  if (sock < 0) return "socket failed";
+  timeval timeout{5, 0};
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(sock);
+    return "connect failed";
+  }
+  size_t sent = 0;
+  while (sent < request.size()) {
+    ssize_t n = send(sock, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;  // the server may close early
+    sent += n;
+  }
+  std::string answer;
+  char buffer[4096];
+  for (ssize_t n; (n = read(sock, buffer, sizeof(buffer))) > 0;) answer.append(buffer, n);
+  close(sock);
+  return answer;
+}
+
+HttpResponse Echo(const HttpRequest& request) {
+  HttpResponse response;
+  response.body = request.method + " " + request.path + " [" + request.subpath + "] " + request.body;
+  return response;
+}
+
+TEST(HttpServer, PostHandlersGetTheBodyAndMethodsAreChecked) {
+  HttpServer server(Loopback(), [] { return std::string("x 1\n"); }, nullptr);
+  ASSERT_TRUE(server
+                  .AddPostHandler("/api/echo",
+                                  [](const HttpRequest& request) {
+                                    HttpResponse response = Echo(request);
+                                    response.status = 202;
+                                    response.content_type = "application/json";
+                                    response.headers.emplace_back("X-Seen-Token",
+                                                                  request.Header("AUTHORIZATION"));
+                                    return response;
+                                  })
+                  .ok());
+  ASSERT_TRUE(server.AddGetHandler("/both", Echo).ok());
+  ASSERT_TRUE(server.AddPostHandler("/both", Echo).ok()) << "GET and POST may share a path";
+  EXPECT_EQ(server.AddPostHandler("/both", Echo).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(server.AddPostHandler("nope", Echo).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(server.AddPostHandler("/empty", nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(server.AddGetHandler("/empty", nullptr).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(server.Start().ok());
+  EXPECT_EQ(server.AddPostHandler("/late", Echo).code(), absl::StatusCode::kFailedPrecondition);
+  const int port = server.port();
+
+  httplib::Client client("127.0.0.1", port);
+  httplib::Result result =
+      client.Post("/api/echo", {{"authorization", "Bearer abc"}}, R"({"a": 1})", "application/json");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 202);
+  EXPECT_EQ(result->get_header_value("Content-Type"), "application/json");
+  EXPECT_EQ(result->body, R"(POST /api/echo [] {"a": 1})");
+  EXPECT_EQ(result->get_header_value("X-Seen-Token"), "Bearer abc")
+      << "request headers are found in any case; extra response headers are sent";
+
+  EXPECT_EQ(Send(port, "GET", "/both").body, "GET /both [] ");
+  EXPECT_EQ(Send(port, "POST", "/both", "hi").body, "POST /both [] hi");
+
+  PostReply reply = Send(port, "GET", "/api/echo");
+  EXPECT_EQ(reply.status, 405);
+  EXPECT_EQ(reply.allow, "POST");
+  EXPECT_NE(reply.body.find("GET not allowed"), std::string::npos) << reply.body;
+  reply = Send(port, "POST", "/metrics", "x");
+  EXPECT_EQ(reply.status, 405);
+  EXPECT_EQ(reply.allow, "GET, HEAD");
+  EXPECT_EQ(Send(port, "PUT", "/both", "x").status, 405);
+  EXPECT_EQ(Send(port, "DELETE", "/metrics").status, 405);
+  EXPECT_EQ(Send(port, "POST", "/nope", "x").status, 404);
+  EXPECT_EQ(Send(port, "PUT", "/nope", "x").status, 404);
+  EXPECT_EQ(Fetch(port, "/healthz").status, 200) << "GET routes are unaffected";
+}
+
+TEST(HttpServer, BodiesOverTheCapAre413) {
+  HttpServerOptions options = Loopback();
+  options.max_body_bytes = 1000;
+  std::atomic<int> calls{0};
+  HttpServer server(options, nullptr, nullptr);
+  ASSERT_TRUE(server
+                  .AddPostHandler("/in",
+                                  [&calls](const HttpRequest& request) {
+                                    ++calls;
+                                    return HttpResponse{200, "text/plain",
+                                                        std::to_string(request.body.size())};
+                                  })
+                  .ok());
+  ASSERT_TRUE(server.Start().ok());
+  const int port = server.port();
+
+  PostReply reply = Send(port, "POST", "/in", std::string(1000, 'x'));
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.body, "1000") << "exactly the limit is accepted";
+  reply = Send(port, "POST", "/in", std::string(1001, 'x'));
+  EXPECT_EQ(reply.status, 413);
+  EXPECT_EQ(reply.body, "request body too large: the limit is 1000 bytes");
+  reply = Send(port, "POST", "/in", std::string(5 << 20, 'x'));
+  EXPECT_EQ(reply.status, 413) << "a much larger body is refused too, not read";
+
+  // Chunked: no Content-Length, so the limit is applied while reading.
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(std::chrono::seconds(5));
+  httplib::Result result = client.Post(
+      "/in",
+      [](size_t offset, httplib::DataSink& sink) {
+        if (offset >= 4000) {
+          sink.done();
+          return true;
+        }
+        const std::string chunk(500, 'y');
+        return sink.write(chunk.data(), chunk.size());
+      },
+      "text/plain");
+  if (result) {  // the server may also close the connection while the client still writes
+    EXPECT_EQ(result->status, 413);
+  }
+  // Chunked on a raw socket, followed by a second request on the same connection: the reply
+  // is 413 with "Connection: close", and the rest of the body is never taken for a request.
+  std::string chunked = "POST /in HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 5; ++i) chunked += "1f4\r\n" + std::string(500, 'z') + "\r\n";
+  chunked += "0\r\n\r\nGET /in HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string answer = RawExchange(port, chunked);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 413", 0), 0u) << answer;
+  EXPECT_NE(answer.find("Connection: close"), std::string::npos) << answer;
+  EXPECT_EQ(answer.find("HTTP/1.1", 1), std::string::npos) << "one reply only: " << answer;
+  EXPECT_EQ(calls, 1) << "the handler never sees an oversize body";
+  EXPECT_EQ(Send(port, "POST", "/in", "ok").body, "2") << "the server keeps serving";
+}
+
+TEST(HttpServer, PrefixRoutes) {
+  HttpServer server(Loopback(), nullptr, nullptr);
+  ASSERT_TRUE(server.AddGetPrefixHandler("/api/jobs/", Echo).ok());
+  ASSERT_TRUE(server.AddGetPrefixHandler("/api/jobs/special/", [](const HttpRequest& request) {
+                      return HttpResponse{200, "text/plain", "special " + request.subpath};
+                    }).ok());
+  ASSERT_TRUE(server.AddGetHandler("/api/jobs/fixed", [](const HttpRequest&) {
+                      return HttpResponse{200, "text/plain", "exact"};
+                    }).ok());
+  ASSERT_TRUE(server.AddPostPrefixHandler("/api/jobs/", Echo).ok());
+  EXPECT_EQ(server.AddGetPrefixHandler("/api/jobs/", Echo).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(server.AddGetPrefixHandler("/api/jobs", Echo).code(),
+            absl::StatusCode::kInvalidArgument)
+      << "a prefix ends with '/'";
+  EXPECT_EQ(server.AddGetPrefixHandler("api/", Echo).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(server.AddGetPrefixHandler("/x/", nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(server.Start().ok());
+  EXPECT_EQ(server.AddGetPrefixHandler("/late/", Echo).code(),
+            absl::StatusCode::kFailedPrecondition);
+  const int port = server.port();
+
+  EXPECT_EQ(Fetch(port, "/api/jobs/job-000001/events?after=3").body,
+            "GET /api/jobs/job-000001/events [job-000001/events] ");
+  EXPECT_EQ(Send(port, "POST", "/api/jobs/job-1/cancel", "b").body,
+            "POST /api/jobs/job-1/cancel [job-1/cancel] b");
+  EXPECT_EQ(Fetch(port, "/api/jobs/special/x").body, "special x") << "the longest prefix wins";
+  EXPECT_EQ(Fetch(port, "/api/jobs/fixed").body, "exact") << "an exact route wins";
+  EXPECT_EQ(Fetch(port, "/api/jobs/").status, 404) << "the prefix alone is not served";
+  EXPECT_EQ(Fetch(port, "/api/jobs").status, 404);
+  EXPECT_EQ(Fetch(port, "/api/jobsx/1").status, 404);
+  EXPECT_EQ(Send(port, "POST", "/api/jobs/fixed", "x").status, 405)
+      << "the exact route decides the methods of its path";
+}
+
+TEST(HttpServer, ErrorFormatterAndFailingHandlers) {
+  HttpServerOptions options = Loopback();
+  options.max_body_bytes = 10;
+  options.error_formatter = [](const HttpRequest& request, int status, const std::string& message) {
+    return HttpResponse{status, "application/json",
+                        "{\"status\":" + std::to_string(status) + ",\"message\":\"" + message +
+                            "\",\"path\":\"" + request.path + "\"}"};
+  };
+  HttpServer server(options, nullptr, nullptr);
+  ASSERT_TRUE(server.AddGetHandler("/throws", [](const HttpRequest&) -> HttpResponse {
+                      throw std::runtime_error("boom");
+                    }).ok());
+  ASSERT_TRUE(server.AddGetHandler("/empty-error", [](const HttpRequest&) {
+                      return HttpResponse{503, "text/plain", ""};
+                    }).ok());
+  ASSERT_TRUE(server.AddGetHandler("/own-error", [](const HttpRequest&) {
+                      return HttpResponse{418, "text/plain", "teapot"};
+                    }).ok());
+  ASSERT_TRUE(server.AddPostHandler("/in", Echo).ok());
+  ASSERT_TRUE(server.Start().ok());
+  const int port = server.port();
+
+  Reply reply = Fetch(port, "/nope");
+  EXPECT_EQ(reply.status, 404);
+  EXPECT_EQ(reply.content_type, "application/json");
+  EXPECT_EQ(reply.body, R"({"status":404,"message":"not found","path":"/nope"})");
+  PostReply post = Send(port, "POST", "/in", std::string(11, 'x'));
+  EXPECT_EQ(post.status, 413);
+  EXPECT_EQ(post.body,
+            R"({"status":413,"message":"request body too large: the limit is 10 bytes","path":"/in"})");
+  post = Send(port, "GET", "/in");
+  EXPECT_EQ(post.status, 405);
+  EXPECT_EQ(post.content_type, "application/json");
+  EXPECT_EQ(post.allow, "POST");
+  reply = Fetch(port, "/throws");
+  EXPECT_EQ(reply.status, 500);
+  EXPECT_EQ(reply.body, R"({"status":500,"message":"internal error: boom","path":"/throws"})");
+  reply = Fetch(port, "/empty-error");
+  EXPECT_EQ(reply.status, 503);
+  EXPECT_EQ(reply.body, R"({"status":503,"message":"unavailable","path":"/empty-error"})");
+  reply = Fetch(port, "/own-error");
+  EXPECT_EQ(reply.status, 418);
+  EXPECT_EQ(reply.body, "teapot") << "a handler's own error body is kept";
+  EXPECT_EQ(Fetch(port, "/healthz").body, "ok") << "built-in replies are unaffected";
+
+  // A malformed request line, on a raw socket.
+  const std::string answer = RawExchange(port, "NOT-A-METHOD / HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
+  EXPECT_NE(answer.find(R"("message":"bad request")"), std::string::npos) << answer;
 }
 
 TEST(HttpServer, BusyPortFailsWithReason) {

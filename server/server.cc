@@ -58,6 +58,9 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
     HttpServerOptions ho;
     ho.host = o.host;
     ho.port = o.http_port;
+    // A web translation holds a worker for as long as it takes; keep room for probes.
+    ho.threads = 8;
+    ho.error_formatter = web::FormatHttpError;
     TranslationServer* self = s.get();
     s->http_ = std::make_unique<HttpServer>(
         ho, [self] { return self->metrics_->Serialize(); },
@@ -69,6 +72,17 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
           }
           return absl::UnavailableError(self->stopping_ ? "shutting down" : "warming up");
         });
+    // The web pages and their API: translation through our own gRPC port (so its validation,
+    // limits and metrics apply), jobs through the TrainingService and the job store.
+    web::WebOptions wo;
+    wo.grpc_target = web::LoopbackTarget(o.host, s->port_);
+    wo.jobs_token = s->jobs_token_;
+    wo.job_store = s->job_store_.get();
+    s->web_ = std::make_unique<web::WebApi>(wo);
+    if (absl::Status st = s->web_->Register(s->http_.get()); !st.ok()) {
+      s->grpc_->Shutdown();
+      return st;
+    }
     if (absl::Status st = s->http_->Start(); !st.ok()) {
       s->grpc_->Shutdown();
       return st;
@@ -123,6 +137,7 @@ absl::Status TranslationServer::StartJobs() {
       ro, job_store_.get(), [this](const std::string& name, const std::string& dir) { return PublishModel(name, dir); });
   jobs::TrainingServiceOptions to;
   to.token = token;
+  jobs_token_ = token;
   to.max_unfinished_jobs = j.max_unfinished_jobs;
   to.policy.data_root = j.data_root;
   to.policy.max_spec_bytes = j.max_spec_bytes;

@@ -1,6 +1,7 @@
 // TranslationServer: the whole `tnmt serve` process minus flag parsing and signals. gRPC
 // (tnmt.v1.TranslationService, grpc.health.v1.Health, reflection) on one port, HTTP
-// (/metrics, /healthz, /readyz) on another, models loaded in the background: the server
+// (/metrics, /healthz, /readyz, and the web pages / and /jobs with their JSON API under /api/,
+// see server/web/web_api.h) on another, models loaded in the background: the server
 // reports NOT_SERVING / 503 until every model is loaded and has translated a warm-up sentence.
 #pragma once
 
@@ -21,6 +22,7 @@
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/translation_service.h"
+#include "server/web/web_api.h"
 
 namespace tnmt::server {
 
@@ -86,6 +88,8 @@ class TranslationServer {
   std::unique_ptr<jobs::JobRunner> job_runner_;
   std::unique_ptr<jobs::TrainingServiceImpl> training_;
   std::unique_ptr<grpc::Server> grpc_;
+  std::string jobs_token_;  // the training API's bearer token; "" without --state-dir
+  std::unique_ptr<web::WebApi> web_;  // the HTTP side's pages and API (outlives http_)
   std::unique_ptr<HttpServer> http_;
   std::thread loader_;
   absl::Status load_status_;

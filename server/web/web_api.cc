@@ -1,0 +1,499 @@
+// WebApi; see web_api.h.
+#include "server/web/web_api.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "server/web/pages.h"
+
+namespace tnmt::server::web {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kJson[] = "application/json; charset=utf-8";
+constexpr char kHtml[] = "text/html; charset=utf-8";
+constexpr char kNoJobService[] =
+    "this server has no training-job service (start tnmt serve with --state-dir, --data-root "
+    "and --jobs-token-file)";
+
+// Never throws: invalid UTF-8 (which the model should not produce) is replaced.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+HttpResponse JsonReply(const json& j) {
+  HttpResponse response{200, kJson, Dump(j)};
+  response.headers = {{"Cache-Control", "no-store"}, {"X-Content-Type-Options", "nosniff"}};
+  return response;
+}
+
+HttpResponse Page(const char* html) {
+  HttpResponse response{200, kHtml, html};
+  // Everything is inline; the pages talk only to this server.
+  response.headers = {
+      {"Cache-Control", "no-store"},
+      {"X-Content-Type-Options", "nosniff"},
+      {"Referrer-Policy", "no-referrer"},
+      {"Content-Security-Policy",
+       "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+       "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+       "frame-ancestors 'none'"},
+  };
+  return response;
+}
+
+std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
+  return std::chrono::system_clock::now() + absl::ToChronoNanoseconds(timeout);
+}
+
+HttpResponse FromGrpc(const grpc::Status& status) {
+  return JsonError(status.error_code(), status.error_message());
+}
+
+HttpResponse FromAbsl(const absl::Status& status) {
+  // absl and gRPC share the canonical code numbers.
+  return JsonError(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+// The message of a nlohmann exception without its "[json.exception.parse_error.101] " tag.
+std::string JsonMessage(const json::exception& e) {
+  absl::string_view what = e.what();
+  const size_t end = what.find("] ");
+  if (absl::StartsWith(what, "[json.exception.") && end != absl::string_view::npos) {
+    what.remove_prefix(end + 2);
+  }
+  return std::string(what);
+}
+
+// An integral JSON number within [lo, hi] (an integral float such as 4.0 counts), else an
+// error naming `field`.
+absl::StatusOr<int64_t> Integer(const json& value, absl::string_view field, int64_t lo, int64_t hi) {
+  const auto out_of_range = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", Dump(value), " is out of range (", lo, " to ", hi, ")"));
+  };
+  if (value.is_number_unsigned()) {
+    const uint64_t v = value.get<uint64_t>();
+    if (v > static_cast<uint64_t>(hi) || (lo > 0 && v < static_cast<uint64_t>(lo))) return out_of_range();
+    return static_cast<int64_t>(v);
+  }
+  if (value.is_number_integer()) {
+    const int64_t v = value.get<int64_t>();
+    if (v < lo || v > hi) return out_of_range();
+    return v;
+  }
+  if (value.is_number_float()) {
+    const double v = value.get<double>();
+    if (std::isfinite(v) && v == std::floor(v)) {
+      if (v < static_cast<double>(lo) || v > static_cast<double>(hi)) return out_of_range();
+      return static_cast<int64_t>(v);
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " must be an integer, got ", Dump(value).substr(0, 64)));
+}
+
+const char* TypeName(const json& value) { return value.type_name(); }
+
+json JobToJson(const tnmt::v1::Job& job) {
+  return json{
+      {"id", job.id()},
+      {"name", job.name()},
+      {"state", tnmt::v1::JobState_Name(job.state())},
+      {"step", job.step()},
+      {"max_steps", job.max_steps()},
+      {"loss", job.loss()},
+      {"dev_bleu", job.dev_bleu()},
+      {"tokens_per_second", job.tokens_per_second()},
+      {"eta_seconds", job.eta_seconds()},
+      {"attempts", job.attempts()},
+      {"create_time_ms", job.create_time_ms()},
+      {"start_time_ms", job.start_time_ms()},
+      {"finish_time_ms", job.finish_time_ms()},
+      {"published_model", job.published_model()},
+      {"error", job.error()},
+  };
+}
+
+}  // namespace
+
+std::string LoopbackTarget(const std::string& host, int port) {
+  if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
+    return absl::StrCat("127.0.0.1:", port);
+  }
+  if (host.find(':') != std::string::npos && host.front() != '[') {
+    return absl::StrCat("[", host, "]:", port);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+int HttpStatusFor(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return 200;
+    case grpc::StatusCode::CANCELLED: return 499;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE: return 400;
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return 504;
+    case grpc::StatusCode::NOT_FOUND: return 404;
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::ABORTED: return 409;
+    case grpc::StatusCode::PERMISSION_DENIED: return 403;
+    case grpc::StatusCode::UNAUTHENTICATED: return 401;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return 429;
+    case grpc::StatusCode::UNIMPLEMENTED: return 501;
+    case grpc::StatusCode::UNAVAILABLE: return 503;
+    default: return 500;  // UNKNOWN, INTERNAL, DATA_LOSS
+  }
+}
+
+std::string CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return absl::StrCat("CODE_", static_cast<int>(code));
+  }
+}
+
+HttpResponse JsonError(grpc::StatusCode code, const std::string& message, int http_status) {
+  HttpResponse response = JsonReply(json{{"code", CodeName(code)}, {"message", message}});
+  response.status = http_status > 0 ? http_status : HttpStatusFor(code);
+  if (response.status == 401) response.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"tnmt\"");
+  return response;
+}
+
+HttpResponse FormatHttpError(const HttpRequest& request, int status, const std::string& message) {
+  if (!absl::StartsWith(request.path, "/api/")) {
+    return HttpResponse{status, "text/plain; charset=utf-8", message};
+  }
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  switch (status) {
+    case 400: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case 401: code = grpc::StatusCode::UNAUTHENTICATED; break;
+    case 403: code = grpc::StatusCode::PERMISSION_DENIED; break;
+    case 404: code = grpc::StatusCode::NOT_FOUND; break;
+    case 405: code = grpc::StatusCode::UNIMPLEMENTED; break;
+    case 413: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case 429: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case 500: code = grpc::StatusCode::INTERNAL; break;
+    case 501: code = grpc::StatusCode::UNIMPLEMENTED; break;
+    case 503: code = grpc::StatusCode::UNAVAILABLE; break;
+    case 504: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
+    default: break;
+  }
+  return JsonError(code, status == 404 ? absl::StrCat("no API route ", request.path) : message,
+                   status);
+}
+
+bool SameSecret(absl::string_view presented, absl::string_view expected) {
+  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const char p = i < presented.size() ? presented[i] : 0;
+    diff |= static_cast<unsigned char>(p ^ expected[i]);
+  }
+  return diff == 0;
+}
+
+absl::StatusOr<ParsedTranslate> ParseTranslateRequest(absl::string_view body,
+                                                      absl::Duration default_timeout,
+                                                      absl::Duration max_timeout) {
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON: ", JsonMessage(e)));
+  }
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body must be a JSON object, got ", TypeName(j)));
+  }
+  ParsedTranslate parsed;
+  parsed.timeout = default_timeout;
+  tnmt::v1::TranslateRequest& request = parsed.request;
+  tnmt::v1::DecodingOptions& options = *request.mutable_options();
+  options.set_return_scores(true);
+  constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_null()) continue;  // as if absent: the model's default
+    if (key == "model") {
+      if (!value.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat("model must be a string, got ", TypeName(value)));
+      }
+      request.set_model(value.get<std::string>());
+    } else if (key == "texts") {
+      if (!value.is_array()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("texts must be an array of strings, got ", TypeName(value)));
+      }
+      for (size_t i = 0; i < value.size(); ++i) {
+        if (!value[i].is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("texts[", i, "] must be a string, got ", TypeName(value[i])));
+        }
+        request.add_texts(value[i].get<std::string>());
+      }
+    } else if (key == "beam_size" || key == "n_best" || key == "max_length") {
+      absl::StatusOr<int64_t> v = Integer(value, key, kInt32Min, kInt32Max);
+      if (!v.ok()) return v.status();
+      if (key == "beam_size") options.set_beam_size(static_cast<int32_t>(*v));
+      if (key == "n_best") options.set_n_best(static_cast<int32_t>(*v));
+      if (key == "max_length") options.set_max_length(static_cast<int32_t>(*v));
+    } else if (key == "length_penalty") {
+      if (!value.is_number()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("length_penalty must be a number, got ", TypeName(value)));
+      }
+      // Out of float's range: infinity (which the service refuses as not finite), not UB.
+      const double v = value.get<double>();
+      options.set_length_penalty(std::fabs(v) > FLT_MAX ? std::copysign(INFINITY, v)
+                                                        : static_cast<float>(v));
+    } else if (key == "return_scores") {
+      if (!value.is_boolean()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("return_scores must be true or false, got ", TypeName(value)));
+      }
+      options.set_return_scores(value.get<bool>());
+    } else if (key == "timeout_ms") {
+      absl::StatusOr<int64_t> v = Integer(value, key, 1, absl::ToInt64Milliseconds(max_timeout));
+      if (!v.ok()) return v.status();
+      parsed.timeout = absl::Milliseconds(*v);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown field \"", key.substr(0, 64),
+          "\" (expected model, texts, beam_size, n_best, length_penalty, max_length, "
+          "return_scores, timeout_ms)"));
+    }
+  }
+  return parsed;
+}
+
+std::string TranslateResponseToJson(const tnmt::v1::TranslateResponse& response) {
+  json translations = json::array();
+  for (const tnmt::v1::Translation& t : response.translations()) {
+    json hypotheses = json::array();
+    for (const tnmt::v1::Hypothesis& h : t.hypotheses()) {
+      hypotheses.push_back({{"text", h.text()}, {"score", h.score()}, {"tokens", h.tokens()}});
+    }
+    translations.push_back({{"hypotheses", std::move(hypotheses)}, {"source_tokens", t.source_tokens()}});
+  }
+  return Dump(json{{"model", response.model()},
+                   {"translations", std::move(translations)},
+                   {"timing",
+                    {{"queue_seconds", response.timing().queue_seconds()},
+                     {"compute_seconds", response.timing().compute_seconds()},
+                     {"total_seconds", response.timing().total_seconds()}}}});
+}
+
+WebApi::WebApi(WebOptions options) : options_(std::move(options)) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // the server's limits apply, not the channel's
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);  // loopback: never through $http_proxy
+  channel_ = grpc::CreateCustomChannel(options_.grpc_target, grpc::InsecureChannelCredentials(), args);
+  translation_ = tnmt::v1::TranslationService::NewStub(channel_);
+  training_ = tnmt::v1::TrainingService::NewStub(channel_);
+}
+
+absl::Status WebApi::Register(HttpServer* http) {
+  const auto bind = [this](HttpResponse (WebApi::*method)(const HttpRequest&) const) {
+    return [this, method](const HttpRequest& request) { return (this->*method)(request); };
+  };
+  for (absl::Status s : {
+           http->AddGetHandler("/", bind(&WebApi::IndexPage)),
+           http->AddGetHandler("/jobs", bind(&WebApi::JobsPage)),
+           http->AddGetHandler("/api/models", bind(&WebApi::Models)),
+           http->AddPostHandler("/api/translate", bind(&WebApi::Translate)),
+           http->AddGetHandler("/api/jobs", bind(&WebApi::ListJobs)),
+           http->AddGetPrefixHandler("/api/jobs/", bind(&WebApi::JobRoute)),
+       }) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+HttpResponse WebApi::IndexPage(const HttpRequest&) const { return Page(kIndexHtml); }
+
+HttpResponse WebApi::JobsPage(const HttpRequest&) const { return Page(kJobsHtml); }
+
+HttpResponse WebApi::Models(const HttpRequest&) const {
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(options_.lookup_timeout));
+  tnmt::v1::ListModelsResponse response;
+  const grpc::Status status = translation_->ListModels(&context, tnmt::v1::ListModelsRequest(), &response);
+  if (!status.ok()) return FromGrpc(status);
+  json models = json::array();
+  for (const tnmt::v1::ModelInfo& m : response.models()) {
+    models.push_back({{"name", m.name()},
+                      {"state", m.state()},
+                      {"default_beam_size", m.default_beam_size()},
+                      {"parameters", m.parameters()},
+                      {"vocab_size", m.vocab_size()},
+                      {"d_model", m.d_model()},
+                      {"encoder_layers", m.encoder_layers()},
+                      {"decoder_layers", m.decoder_layers()},
+                      {"generation", m.generation()},
+                      {"loaded_at", m.loaded_at()}});
+  }
+  return JsonReply(json{{"models", std::move(models)}, {"jobs", options_.job_store != nullptr}});
+}
+
+HttpResponse WebApi::Translate(const HttpRequest& request) const {
+  // Only JSON: a browser cannot send that cross-origin without a CORS preflight (which this
+  // server never grants), so other sites' pages cannot post translations through a visitor.
+  const std::string content_type = request.Header("content-type");
+  const absl::string_view media = absl::StripAsciiWhitespace(
+      absl::string_view(content_type).substr(0, content_type.find(';')));
+  if (!absl::EqualsIgnoreCase(media, "application/json")) {
+    return JsonError(grpc::StatusCode::INVALID_ARGUMENT,
+                     absl::StrCat("Content-Type must be application/json, got \"",
+                                  content_type.substr(0, 64), "\""),
+                     415);
+  }
+  absl::StatusOr<ParsedTranslate> parsed =
+      ParseTranslateRequest(request.body, options_.default_timeout, options_.max_timeout);
+  if (!parsed.ok()) return FromAbsl(parsed.status());
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(parsed->timeout));
+  tnmt::v1::TranslateResponse response;
+  const grpc::Status status = translation_->Translate(&context, parsed->request, &response);
+  if (!status.ok()) return FromGrpc(status);
+  HttpResponse reply = JsonReply(json::object());
+  reply.body = TranslateResponseToJson(response);
+  return reply;
+}
+
+bool WebApi::Authorized(const HttpRequest& request, HttpResponse* refusal) const {
+  if (options_.job_store == nullptr || options_.jobs_token.empty()) {
+    *refusal = JsonError(grpc::StatusCode::UNIMPLEMENTED, kNoJobService);
+    return false;
+  }
+  const std::string header = request.Header("authorization");
+  if (header.empty()) {
+    *refusal = JsonError(grpc::StatusCode::UNAUTHENTICATED,
+                         "this endpoint needs the header \"Authorization: Bearer <token>\" (the "
+                         "token in the server's --jobs-token-file)");
+    return false;
+  }
+  if (!SameSecret(header, absl::StrCat("Bearer ", options_.jobs_token))) {
+    *refusal = JsonError(grpc::StatusCode::UNAUTHENTICATED, "invalid bearer token");
+    return false;
+  }
+  return true;
+}
+
+HttpResponse WebApi::ListJobs(const HttpRequest& request) const {
+  HttpResponse refusal;
+  if (!Authorized(request, &refusal)) return refusal;
+  tnmt::v1::ListJobsRequest list;
+  for (const auto& [key, value] : request.params) {
+    if (key == "page_size") {
+      int size = 0;
+      if (!absl::SimpleAtoi(value, &size) || size < 0) {
+        return JsonError(grpc::StatusCode::INVALID_ARGUMENT,
+                         absl::StrCat("page_size must be a non-negative integer, got \"",
+                                      value.substr(0, 32), "\""));
+      }
+      list.set_page_size(size);
+    } else if (key == "page_token") {
+      list.set_page_token(value);
+    } else if (key == "name_contains") {
+      list.set_name_contains(value);
+    } else if (key == "state") {
+      tnmt::v1::JobState state;
+      if (!tnmt::v1::JobState_Parse(value, &state) || state == tnmt::v1::JOB_STATE_UNSPECIFIED) {
+        return JsonError(grpc::StatusCode::INVALID_ARGUMENT,
+                         absl::StrCat("unknown job state \"", value.substr(0, 32), "\""));
+      }
+      list.add_states(state);
+    }
+  }
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(options_.lookup_timeout));
+  context.AddMetadata("authorization", request.Header("authorization"));
+  tnmt::v1::ListJobsResponse response;
+  const grpc::Status status = training_->ListJobs(&context, list, &response);
+  if (!status.ok()) return FromGrpc(status);
+  json jobs = json::array();
+  for (const tnmt::v1::Job& job : response.jobs()) jobs.push_back(JobToJson(job));
+  return JsonReply(json{{"jobs", std::move(jobs)}, {"next_page_token", response.next_page_token()}});
+}
+
+HttpResponse WebApi::JobRoute(const HttpRequest& request) const {
+  const std::vector<std::string> parts = absl::StrSplit(request.subpath, '/');
+  if (parts.size() == 1 && !parts[0].empty()) return GetJob(request, parts[0]);
+  if (parts.size() == 2 && !parts[0].empty() && parts[1] == "events") return Events(request, parts[0]);
+  return JsonError(grpc::StatusCode::NOT_FOUND,
+                   absl::StrCat("no API route ", request.path,
+                                " (expected /api/jobs/{id} or /api/jobs/{id}/events)"));
+}
+
+HttpResponse WebApi::GetJob(const HttpRequest& request, const std::string& id) const {
+  HttpResponse refusal;
+  if (!Authorized(request, &refusal)) return refusal;
+  grpc::ClientContext context;
+  context.set_deadline(Deadline(options_.lookup_timeout));
+  context.AddMetadata("authorization", request.Header("authorization"));
+  tnmt::v1::GetJobRequest get;
+  get.set_id(id);
+  tnmt::v1::Job job;
+  const grpc::Status status = training_->GetJob(&context, get, &job);
+  if (!status.ok()) return FromGrpc(status);
+  return JsonReply(JobToJson(job));
+}
+
+HttpResponse WebApi::Events(const HttpRequest& request, const std::string& id) const {
+  HttpResponse refusal;
+  if (!Authorized(request, &refusal)) return refusal;
+  int64_t after_seq = 0;
+  if (auto it = request.params.find("after_seq"); it != request.params.end()) {
+    if (!absl::SimpleAtoi(it->second, &after_seq) || after_seq < 0) {
+      return JsonError(grpc::StatusCode::INVALID_ARGUMENT,
+                       absl::StrCat("after_seq must be a non-negative integer, got \"",
+                                    it->second.substr(0, 32), "\""));
+    }
+  }
+  absl::StatusOr<std::vector<jobs::JobEvent>> events =
+      options_.job_store->Events(id, after_seq, jobs::JobStore::kMaxEventsPerJob);
+  if (!events.ok()) return FromAbsl(events.status());
+  json out = json::array();
+  int64_t last_seq = after_seq;
+  for (const jobs::JobEvent& e : *events) {
+    last_seq = std::max(last_seq, e.seq);
+    if (e.kind != "progress" && e.kind != "validation") continue;
+    json data = json::parse(e.json, nullptr, /*allow_exceptions=*/false);
+    if (data.is_discarded()) data = nullptr;
+    out.push_back({{"seq", e.seq}, {"time_ms", e.time_ms}, {"kind", e.kind}, {"data", std::move(data)}});
+  }
+  return JsonReply(json{{"job_id", id}, {"events", std::move(out)}, {"last_seq", last_seq}});
+}
+
+}  // namespace tnmt::server::web

@@ -1,0 +1,292 @@
+// The web API's pieces without a running server: JSON request parsing (types, ranges, unknown
+// fields, garbage), the reply format, gRPC -> HTTP status mapping, the loopback address, the
+// error formatter, token checks, the jobs routes against a real JobStore (events filtered to
+// the loss-curve kinds), an unreachable gRPC server, and the embedded pages.
+#include "server/web/web_api.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "server/web/pages.h"
+
+namespace tnmt::server::web {
+namespace {
+
+using nlohmann::json;
+
+absl::StatusOr<ParsedTranslate> Parse(const std::string& body) {
+  return ParseTranslateRequest(body, absl::Seconds(30), absl::Minutes(10));
+}
+
+void ExpectInvalid(const std::string& body, const std::string& mentions) {
+  absl::StatusOr<ParsedTranslate> parsed = Parse(body);
+  ASSERT_FALSE(parsed.ok()) << body;
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << body;
+  EXPECT_NE(parsed.status().message().find(mentions), absl::string_view::npos)
+      << body << " -> " << parsed.status();
+}
+
+TEST(ParseTranslateRequest, FullRequest) {
+  absl::StatusOr<ParsedTranslate> parsed = Parse(
+      R"({"model": "tiny", "texts": ["a b", "c"], "beam_size": 4, "n_best": 2.0,
+          "length_penalty": 0.6, "max_length": 20, "timeout_ms": 1500})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const tnmt::v1::TranslateRequest& r = parsed->request;
+  EXPECT_EQ(r.model(), "tiny");
+  ASSERT_EQ(r.texts_size(), 2);
+  EXPECT_EQ(r.texts(0), "a b");
+  EXPECT_TRUE(r.options().has_beam_size());
+  EXPECT_EQ(r.options().beam_size(), 4);
+  EXPECT_EQ(r.options().n_best(), 2);
+  EXPECT_FLOAT_EQ(r.options().length_penalty(), 0.6f);
+  EXPECT_EQ(r.options().max_length(), 20);
+  EXPECT_TRUE(r.options().return_scores());
+  EXPECT_EQ(parsed->timeout, absl::Milliseconds(1500));
+}
+
+TEST(ParseTranslateRequest, DefaultsAndNulls) {
+  absl::StatusOr<ParsedTranslate> parsed =
+      Parse(R"({"texts": ["x"], "beam_size": null, "model": null})");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->request.options().has_beam_size()) << "null means the model's default";
+  EXPECT_FALSE(parsed->request.options().has_length_penalty());
+  EXPECT_EQ(parsed->request.model(), "");
+  EXPECT_EQ(parsed->timeout, absl::Seconds(30));
+  // Values are the service's to judge: beam 0, no texts, n_best > beam all pass through.
+  EXPECT_TRUE(Parse(R"({"texts": [], "beam_size": 0, "n_best": 99})").ok());
+  EXPECT_TRUE(Parse(R"({})").ok());
+  EXPECT_EQ(Parse(R"({"texts": ["x"], "return_scores": false})")->request.options().return_scores(),
+            false);
+}
+
+TEST(ParseTranslateRequest, RefusesGarbage) {
+  ExpectInvalid("", "not valid JSON");
+  ExpectInvalid("not json{", "not valid JSON");
+  ExpectInvalid(R"({"texts": ["a"],})", "not valid JSON");
+  ExpectInvalid("\"\xff\xfe\"", "not valid JSON");  // invalid UTF-8
+  ExpectInvalid(R"({"texts": ["\ud800"]})", "not valid JSON");  // a lone surrogate
+  ExpectInvalid(R"(["a", "b"])", "must be a JSON object, got array");
+  ExpectInvalid("42", "must be a JSON object, got number");
+  ExpectInvalid(R"({"texts": "a"})", "texts must be an array of strings, got string");
+  ExpectInvalid(R"({"texts": ["a", 3]})", "texts[1] must be a string, got number");
+  ExpectInvalid(R"({"model": 7, "texts": ["a"]})", "model must be a string");
+  ExpectInvalid(R"({"texts": ["a"], "beam_size": "4"})", "beam_size must be an integer");
+  ExpectInvalid(R"({"texts": ["a"], "beam_size": 2.5})", "beam_size must be an integer");
+  ExpectInvalid(R"({"texts": ["a"], "beam_size": true})", "beam_size must be an integer");
+  ExpectInvalid(R"({"texts": ["a"], "n_best": 4294967297})", "n_best: 4294967297 is out of range");
+  ExpectInvalid(R"({"texts": ["a"], "max_length": -1e300})", "max_length: ");
+  ExpectInvalid(R"({"texts": ["a"], "n_best": 18446744073709551615})", "out of range");
+  ExpectInvalid(R"({"texts": ["a"], "length_penalty": "high"})", "length_penalty must be a number");
+  ExpectInvalid(R"({"texts": ["a"], "return_scores": 1})", "return_scores must be true or false");
+  ExpectInvalid(R"({"texts": ["a"], "timeout_ms": 0})", "timeout_ms: 0 is out of range");
+  ExpectInvalid(R"({"texts": ["a"], "timeout_ms": 600001})", "timeout_ms: 600001 is out of range");
+  ExpectInvalid(R"({"texts": ["a"], "beamsize": 4})", "unknown field \"beamsize\"");
+  // Deep nesting neither overflows the stack parsing nor destroying.
+  ExpectInvalid(std::string(500000, '['), "not valid JSON");
+  ExpectInvalid(std::string(200000, '[') + std::string(200000, ']'), "must be a JSON object");
+  // Out of float's range: passed on as infinity for the service to refuse.
+  absl::StatusOr<ParsedTranslate> huge = Parse(R"({"texts": ["a"], "length_penalty": 1e300})");
+  ASSERT_TRUE(huge.ok());
+  EXPECT_TRUE(std::isinf(huge->request.options().length_penalty()));
+}
+
+TEST(TranslateResponseToJson, Shape) {
+  tnmt::v1::TranslateResponse response;
+  response.set_model("tiny");
+  tnmt::v1::Translation* t = response.add_translations();
+  t->set_source_tokens(3);
+  tnmt::v1::Hypothesis* h = t->add_hypotheses();
+  h->set_text("der Mann \"rennt\" <b>");
+  h->set_score(-0.5f);
+  h->set_tokens(4);
+  t->add_hypotheses()->set_text(std::string("bad \xff utf8"));
+  response.mutable_timing()->set_total_seconds(0.25);
+  const json j = json::parse(TranslateResponseToJson(response));
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["translations"][0]["source_tokens"], 3);
+  EXPECT_EQ(j["translations"][0]["hypotheses"][0]["text"], "der Mann \"rennt\" <b>");
+  EXPECT_EQ(j["translations"][0]["hypotheses"][0]["score"], -0.5);
+  EXPECT_EQ(j["translations"][0]["hypotheses"][0]["tokens"], 4);
+  EXPECT_EQ(j["translations"][0]["hypotheses"][1]["text"], "bad \xEF\xBF\xBD utf8")
+      << "invalid UTF-8 is replaced, never thrown on";
+  EXPECT_EQ(j["timing"]["total_seconds"], 0.25);
+}
+
+TEST(WebApi, StatusMappingAndLoopback) {
+  EXPECT_EQ(HttpStatusFor(grpc::StatusCode::INVALID_ARGUMENT), 400);
+  EXPECT_EQ(HttpStatusFor(grpc::StatusCode::NOT_FOUND), 404);
+  EXPECT_EQ(HttpStatusFor(grpc::StatusCode::RESOURCE_EXHAUSTED), 429);
+  EXPECT_EQ(HttpStatusFor(grpc::StatusCode::UNAVAILABLE), 503);
+  EXPECT_EQ(HttpStatusFor(grpc::StatusCode::UNAUTHENTICATED), 401);
+  EXPECT_EQ(HttpStatusFor(grpc::StatusCode::DEADLINE_EXCEEDED), 504);
+  EXPECT_EQ(HttpStatusFor(grpc::StatusCode::INTERNAL), 500);
+  EXPECT_EQ(CodeName(grpc::StatusCode::RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
+
+  EXPECT_EQ(LoopbackTarget("0.0.0.0", 50051), "127.0.0.1:50051");
+  EXPECT_EQ(LoopbackTarget("::", 7), "127.0.0.1:7");
+  EXPECT_EQ(LoopbackTarget("", 7), "127.0.0.1:7");
+  EXPECT_EQ(LoopbackTarget("127.0.0.1", 7), "127.0.0.1:7");
+  EXPECT_EQ(LoopbackTarget("::1", 7), "[::1]:7");
+  EXPECT_EQ(LoopbackTarget("serving.local", 7), "serving.local:7");
+
+  HttpResponse error = JsonError(grpc::StatusCode::NOT_FOUND, "no model \"x\"");
+  EXPECT_EQ(error.status, 404);
+  EXPECT_EQ(error.content_type, "application/json; charset=utf-8");
+  EXPECT_EQ(json::parse(error.body), (json{{"code", "NOT_FOUND"}, {"message", "no model \"x\""}}));
+
+  HttpRequest api;
+  api.path = "/api/translate";
+  HttpResponse formatted = FormatHttpError(api, 413, "request body too large: the limit is 1 bytes");
+  EXPECT_EQ(formatted.status, 413);
+  EXPECT_EQ(json::parse(formatted.body)["code"], "RESOURCE_EXHAUSTED");
+  api.path = "/api/nope";
+  EXPECT_EQ(json::parse(FormatHttpError(api, 404, "not found").body)["message"],
+            "no API route /api/nope");
+  HttpRequest page;
+  page.path = "/nope";
+  formatted = FormatHttpError(page, 404, "not found");
+  EXPECT_EQ(formatted.body, "not found") << "outside /api/ errors stay plain text";
+
+  EXPECT_TRUE(SameSecret("abc", "abc"));
+  EXPECT_FALSE(SameSecret("abd", "abc"));
+  EXPECT_FALSE(SameSecret("ab", "abc"));
+  EXPECT_FALSE(SameSecret("abcd", "abc"));
+  EXPECT_FALSE(SameSecret("", "abc"));
+}
+
+HttpRequest Get(const std::string& path, const std::string& subpath, const std::string& auth) {
+  HttpRequest request;
+  request.path = path;
+  request.subpath = subpath;
+  if (!auth.empty()) request.headers.emplace("authorization", auth);
+  return request;
+}
+
+TEST(WebApi, WithoutAJobService) {
+  WebOptions options;
+  options.grpc_target = "127.0.0.1:1";
+  WebApi api(options);
+  for (const HttpResponse& r : {api.ListJobs(Get("/api/jobs", "", "Bearer x")),
+                                api.JobRoute(Get("/api/jobs/job-000001/events", "job-000001/events", ""))}) {
+    EXPECT_EQ(r.status, 501);
+    EXPECT_EQ(json::parse(r.body)["code"], "UNIMPLEMENTED");
+    EXPECT_NE(r.body.find("--state-dir"), std::string::npos) << r.body;
+  }
+}
+
+TEST(WebApi, TranslateRefusesGarbageAndReportsAnUnreachableServer) {
+  WebOptions options;
+  options.grpc_target = "127.0.0.1:1";  // nothing listens there
+  WebApi api(options);
+  HttpRequest request;
+  request.method = "POST";
+  request.path = "/api/translate";
+  request.body = R"({"texts": ["a"]})";
+  HttpResponse r = api.Translate(request);
+  EXPECT_EQ(r.status, 415) << "no Content-Type";
+  request.headers.emplace("content-type", "text/plain");
+  EXPECT_EQ(api.Translate(request).status, 415);
+  request.headers.clear();
+  request.headers.emplace("content-type", "Application/JSON; charset=utf-8");
+  request.body = "{oops";
+  r = api.Translate(request);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(json::parse(r.body)["code"], "INVALID_ARGUMENT");
+  request.body = R"({"texts": ["a"], "timeout_ms": 5000})";
+  r = api.Translate(request);
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(json::parse(r.body)["code"], "UNAVAILABLE");
+  r = api.Models(Get("/api/models", "", ""));
+  EXPECT_EQ(r.status, 503) << r.body;
+}
+
+TEST(WebApi, JobEventsFromTheStore) {
+  const std::string dir = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") + "/web_api_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto store = jobs::JobStore::Open(dir + "/jobs.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  jobs::JobRecord record;
+  record.name = "demo";
+  auto job = (*store)->Insert(record, nullptr);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id;
+  ASSERT_TRUE((*store)->AppendEvent(id, "state", R"({"state":"RUNNING"})").ok());
+  ASSERT_TRUE((*store)->AppendEvent(id, "progress", R"({"event":"train","step":10,"loss":4.5})").ok());
+  ASSERT_TRUE((*store)->AppendEvent(id, "validation", R"({"event":"validation","step":10,"dev_bleu":1.5})").ok());
+  ASSERT_TRUE((*store)->AppendEvent(id, "checkpoint", R"({"step":10})").ok());
+  ASSERT_TRUE((*store)->AppendEvent(id, "progress", "not json").ok());
+
+  WebOptions options;
+  options.grpc_target = "127.0.0.1:1";
+  options.jobs_token = "0123456789abcdef0123";
+  options.job_store = store->get();
+  WebApi api(options);
+  const std::string path = "/api/jobs/" + id + "/events";
+  const std::string sub = id + "/events";
+  const std::string bearer = "Bearer 0123456789abcdef0123";
+
+  HttpResponse r = api.JobRoute(Get(path, sub, ""));
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(json::parse(r.body)["code"], "UNAUTHENTICATED");
+  bool challenge = false;
+  for (const auto& [name, value] : r.headers) challenge |= name == "WWW-Authenticate";
+  EXPECT_TRUE(challenge);
+  EXPECT_EQ(api.JobRoute(Get(path, sub, "Bearer wrong")).status, 401);
+  EXPECT_EQ(api.JobRoute(Get(path, sub, "0123456789abcdef0123")).status, 401) << "scheme required";
+  EXPECT_EQ(api.ListJobs(Get("/api/jobs", "", "")).status, 401);
+
+  r = api.JobRoute(Get(path, sub, bearer));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json events = json::parse(r.body);
+  EXPECT_EQ(events["job_id"], id);
+  ASSERT_EQ(events["events"].size(), 3u) << "progress and validation only: " << r.body;
+  EXPECT_EQ(events["events"][0]["kind"], "progress");
+  EXPECT_EQ(events["events"][0]["data"]["loss"], 4.5);
+  EXPECT_EQ(events["events"][1]["data"]["dev_bleu"], 1.5);
+  EXPECT_TRUE(events["events"][2]["data"].is_null()) << "an unparsable record keeps its place";
+  const int64_t last = events["last_seq"];
+  EXPECT_GE(last, events["events"][2]["seq"].get<int64_t>());
+
+  HttpRequest after = Get(path, sub, bearer);
+  after.params.emplace("after_seq", std::to_string(last));
+  EXPECT_EQ(json::parse(api.JobRoute(after).body)["events"].size(), 0u);
+  after.params.clear();
+  after.params.emplace("after_seq", "-3");
+  EXPECT_EQ(api.JobRoute(after).status, 400);
+
+  r = api.JobRoute(Get("/api/jobs/job-999999/events", "job-999999/events", bearer));
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(json::parse(r.body)["code"], "NOT_FOUND");
+  r = api.JobRoute(Get("/api/jobs/x/y/z", "x/y/z", bearer));
+  EXPECT_EQ(r.status, 404);
+  EXPECT_NE(r.body.find("expected /api/jobs/{id}"), std::string::npos);
+  EXPECT_EQ(api.JobRoute(Get("/api/jobs/x/", "x/", bearer)).status, 404);
+}
+
+TEST(Pages, SelfContained) {
+  for (const std::string& page : {std::string(kIndexHtml), std::string(kJobsHtml)}) {
+    EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+    EXPECT_NE(page.find("</html>"), std::string::npos);
+    // No external resources: the only absolute URL is the SVG namespace name.
+    std::string rest = page;
+    for (size_t at = 0; (at = rest.find("http", at)) != std::string::npos; ++at) {
+      const std::string url = rest.substr(at, 30);
+      if (url.rfind("http://", 0) == 0 || url.rfind("https://", 0) == 0) {
+        EXPECT_EQ(url.rfind("http://www.w3.org/2000/svg", 0), 0u) << url;
+      }
+    }
+    EXPECT_EQ(page.find("<script src"), std::string::npos);
+    EXPECT_EQ(page.find("<link rel=\"stylesheet\""), std::string::npos);
+  }
+  EXPECT_NE(std::string(kIndexHtml).find("/api/translate"), std::string::npos);
+  EXPECT_NE(std::string(kJobsHtml).find("loss-curve"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tnmt::server::web
