@@ -12,6 +12,9 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
     const ModelRegistry& registry, const ServiceLimits& limits, const std::string& model,
     const tnmt::v1::DecodingOptions& o, const google::protobuf::RepeatedPtrField<std::string>& texts) {
   PreparedRequest p;
+  p.limits = limits;
+  p.request_options = o;
+  p.request_texts = &texts;
   p.model = model;
   if (p.model.empty()) {
     p.model = registry.default_model();
@@ -102,10 +105,14 @@ absl::Status SubmitRequest(const ModelRegistry& registry, PreparedRequest& p,
     }
     absl::Status s = p.scheduler->Enqueue(std::move(tasks));
     if (!absl::IsUnavailable(s) || attempt > 0) return s;
-    // A reload may have replaced the scheduler after PrepareRequest took it.
+    // A reload may have replaced the scheduler after PrepareRequest took it: prepare again
+    // for the new generation (it may have another vocabulary) and queue there.
     absl::StatusOr<std::shared_ptr<Scheduler>> now = registry.Get(p.model);
-    if (!now.ok() || *now == p.scheduler) return s;
-    p.scheduler = *now;
+    if (!now.ok() || *now == p.scheduler || p.request_texts == nullptr) return s;
+    absl::StatusOr<PreparedRequest> again = PrepareRequest(registry, p.limits, p.model, p.request_options, *p.request_texts);
+    if (!again.ok()) return again.status();
+    if (again->indices != p.indices) return s;  // cannot happen: blank texts are found from the text alone
+    p = *std::move(again);
   }
 }
 

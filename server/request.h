@@ -31,6 +31,12 @@ struct PreparedRequest {
   std::vector<int> indices;             // texts to decode, with their pieces
   std::vector<std::vector<int32_t>> ids;
   std::vector<int> source_tokens;       // per text
+  // What PrepareRequest was given, so that SubmitRequest can prepare the request again for a
+  // scheduler that a reload swapped in meanwhile (its model may tokenize differently). `texts`
+  // must outlive SubmitRequest.
+  ServiceLimits limits;
+  tnmt::v1::DecodingOptions request_options;
+  const google::protobuf::RepeatedPtrField<std::string>* request_texts = nullptr;
 };
 
 // INVALID_ARGUMENT (bad option, invalid UTF-8, no texts, several models and none named),
@@ -43,7 +49,9 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const ModelRegistry& registry,
                                                const google::protobuf::RepeatedPtrField<std::string>& texts);
 
 // Queues one task per entry of p.indices; make_task(i) builds the task of p.indices[i]
-// (options and ids are filled in here). All or nothing.
+// (options and ids are filled in here). All or nothing. If a reload replaced the scheduler
+// after PrepareRequest, the request is prepared again for the new generation (its vocabulary
+// and defaults may differ) and queued there.
 absl::Status SubmitRequest(const ModelRegistry& registry, PreparedRequest& p,
                            const std::function<SentenceTask(int)>& make_task);
 

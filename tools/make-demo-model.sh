@@ -40,12 +40,23 @@ for k in ("train_source", "train_target", "valid_source", "valid_target", "save_
         c[k] = os.path.basename(c[k])
 print(json.dumps(c, indent=2, sort_keys=True))
 EOF
-grep '"event":"validation"' "$run/metrics.jsonl" > "$tmp/model/validation-log.jsonl"
-valid_table=$(python3 - "$tmp/model/validation-log.jsonl" << 'EOF'
+# The whole training log up to the newest averaged checkpoint (a resumed run repeats the steps
+# after its last checkpoint; the later record of a step wins in the table below).
+python3 - "$run/metrics.jsonl" "$final_step" > "$tmp/model/training-log.jsonl" << 'EOF'
+import json, sys
+last = int(sys.argv[2])
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("step", 0) <= last:
+        print(json.dumps(m, sort_keys=True))
+EOF
+valid_table=$(python3 - "$tmp/model/training-log.jsonl" << 'EOF'
 import json, sys
 seen = {}
 for line in open(sys.argv[1]):
     m = json.loads(line)
+    if m.get("event") != "validation":
+        continue
     seen[m["step"]] = m
 for step in sorted(seen):
     m = seen[step]
@@ -71,8 +82,9 @@ when no \`--model\` is given.
 
 Reproduce: \`tnmt train --config models/recipes/multi30k-small.json\` (save_dir, data paths
 adjusted), then \`tools/make-demo-model.sh SAVE_DIR ${last}\`, which also recomputes the score
-above. \`train_config.json\` is the recipe as trained; \`validation-log.jsonl\` holds the
-validation events (dev perplexity and dev BLEU on the first 300 sentences of val, beam 4):
+above. \`train_config.json\` is the recipe as trained; \`training-log.jsonl\` is the trainer's
+log (training loss, tokens/s and learning rate every 20 steps, validations, checkpoints). Dev
+perplexity and dev BLEU (first 300 sentences of val, beam 4) at each validation:
 
 | step | dev perplexity | dev BLEU |
 |---|---|---|

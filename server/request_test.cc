@@ -1,0 +1,78 @@
+// A request prepared for one generation of a model and submitted after a reload swapped in a
+// generation with another vocabulary (a training job republishing a name, an operator
+// replacing the directory): it must be prepared again and translated by the new model, not
+// decoded from the old vocabulary's piece ids.
+#include "server/request.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <future>
+
+#include <gtest/gtest.h>
+
+#include "engine/runtime/translator.h"
+#include "server/metrics.h"
+#include "server/model_registry.h"
+
+namespace tnmt::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+void CopyModel(const std::string& from, const std::string& to) {
+  fs::remove_all(to);
+  fs::create_directories(to);
+  for (const char* f : {"config.json", "model.safetensors", "spm.model"}) fs::copy_file(from + "/" + f, to + "/" + f);
+}
+
+TEST(RequestTest, ResubmittedAfterAReloadWithAnotherVocabulary) {
+  std::string tmpl = (fs::temp_directory_path() / "request_test.XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl + "/m";
+  CopyModel("tests/golden/data/tiny", dir);  // vocabulary of 256 pieces
+
+  ServerMetrics metrics{ServerMetricsOptions{}};
+  ModelRegistry registry(SchedulerOptions{}, &metrics);
+  ASSERT_TRUE(registry.Add("m", dir));
+  ASSERT_TRUE(registry.Load("m").ok());
+
+  google::protobuf::RepeatedPtrField<std::string> texts;
+  texts.Add("A man is riding a bicycle.");
+  texts.Add("   ");
+  texts.Add("Two dogs play in the snow.");
+  auto p = PrepareRequest(registry, ServiceLimits{}, "m", tnmt::v1::DecodingOptions{}, texts);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->indices, (std::vector<int>{0, 2}));
+
+  CopyModel("models/demo", dir);  // English->German, 8000 pieces
+  ASSERT_TRUE(registry.Load("m").ok());
+
+  std::vector<std::promise<SentenceResult>> results(p->indices.size());
+  absl::Status s = SubmitRequest(registry, *p, [&](int i) {
+    SentenceTask t;
+    t.done = [&results, i](SentenceResult r) { results[i].set_value(std::move(r)); };
+    return t;
+  });
+  ASSERT_TRUE(s.ok()) << s;
+
+  auto demo = LoadModelDirectory("models/demo");
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  Translator translator(*demo);
+  TranslationOptions o;
+  o.decode = DecodeOptions::FromConfig((*demo)->config);
+  auto expected = translator.Translate({texts[0], texts[2]}, o);
+  ASSERT_TRUE(expected.ok());
+  for (size_t i = 0; i < results.size(); ++i) {
+    SentenceResult r = results[i].get_future().get();
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    ASSERT_FALSE(r.hypotheses.empty());
+    ASSERT_TRUE((*expected)[i].ok());
+    EXPECT_EQ(r.hypotheses[0].text, (*expected)[i]->hypotheses[0].text) << texts[p->indices[i]];
+  }
+  registry.DrainAll();
+  fs::remove_all(tmpl);
+}
+
+}  // namespace
+}  // namespace tnmt::server
