@@ -91,7 +91,8 @@ int ServeCommand(int argc, char** argv) {
 
   Args args("tnmt serve",
             "Serves translation over gRPC (tnmt.v1.TranslationService, grpc.health.v1.Health,\n"
-            "reflection) and HTTP (/metrics, /healthz, /readyz). SIGTERM drains and exits 0;\n"
+            "reflection; with --state-dir also tnmt.v1.TrainingService) and HTTP (the web page /,\n"
+            "/jobs, its JSON API /api/..., /metrics, /healthz, /readyz). SIGTERM drains and exits 0;\n"
             "SIGHUP reloads every model from its directory.");
   args.AddString("config", "", "JSON file with any of these flags as keys (\"models\": {name: dir})");
   args.AddString("model", "", "models: DIR, or NAME=DIR[,NAME=DIR...] (default: the bundled demo model)");
