@@ -131,6 +131,10 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                         .Name("tnmt_model_load_failures_total")
                         .Help("Failed model loads and reloads.")
                         .Register(r);
+  training_jobs_ = &prometheus::BuildGauge()
+                        .Name("tnmt_training_jobs")
+                        .Help("Training jobs by state (only with --state-dir).")
+                        .Register(r);
   inflight_ = &prometheus::BuildGauge()
                    .Name("tnmt_inflight_requests")
                    .Help("RPCs started and not yet finished.")
@@ -274,6 +278,11 @@ void ServerMetrics::ModelUnloaded(std::string_view model) {
 
 void ServerMetrics::ModelLoadFailed(std::string_view model) {
   Model(model).load_failures->Increment();
+}
+
+void ServerMetrics::SetTrainingJobs(std::string_view state, int64_t jobs) {
+  // States are a fixed set of names, so the label's values stay bounded.
+  training_jobs_->Add({{"state", std::string(state)}}).Set(static_cast<double>(jobs));
 }
 
 std::string ServerMetrics::Serialize() const {

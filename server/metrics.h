@@ -90,6 +90,9 @@ class ServerMetrics {
   void ModelUnloaded(std::string_view model);
   void ModelLoadFailed(std::string_view model);
 
+  // Training jobs (tnmt serve --state-dir): how many jobs are in `state` (QUEUED, RUNNING, ...).
+  void SetTrainingJobs(std::string_view state, int64_t jobs);
+
   // Every series in the Prometheus text exposition format (version 0.0.4).
   std::string Serialize() const;
 
@@ -120,6 +123,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>* model_loaded_;
   prometheus::Family<prometheus::Gauge>* model_generation_;
   prometheus::Family<prometheus::Counter>* load_failures_;
+  prometheus::Family<prometheus::Gauge>* training_jobs_;
   prometheus::Gauge* inflight_;
 
   absl::Mutex mu_;

@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
     ho.error_formatter = web::FormatHttpError;
     TranslationServer* self = s.get();
     s->http_ = std::make_unique<HttpServer>(
-        ho, [self] { return self->metrics_->Serialize(); },
+        ho, [self] { return self->MetricsText(); },
         [self]() -> absl::Status {
           if (self->ready()) return absl::OkStatus();
           for (const ModelStatus& m : self->registry_->List()) {
@@ -165,6 +165,18 @@ absl::Status TranslationServer::PublishModel(const std::string& name, const std:
   absl::Status s = registry_->Load(name);
   if (registry_->AllReady() && loaded_ && !stopping_) SetServing(true);
   return s;
+}
+
+std::string TranslationServer::MetricsText() {
+  if (job_store_ != nullptr) {  // job counts are read from the store at scrape time
+    for (jobs::JobState state : {jobs::JobState::kQueued, jobs::JobState::kRunning, jobs::JobState::kCancelling,
+                                 jobs::JobState::kPublishing, jobs::JobState::kSucceeded, jobs::JobState::kFailed,
+                                 jobs::JobState::kCancelled}) {
+      const int64_t n = job_store_->CountInStates({state});
+      if (n >= 0) metrics_->SetTrainingJobs(jobs::JobStateName(state), n);
+    }
+  }
+  return metrics_->Serialize();
 }
 
 TranslationServer::~TranslationServer() { Shutdown(); }

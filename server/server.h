@@ -79,6 +79,7 @@ class TranslationServer {
   void SetServing(bool serving);
   absl::Status StartJobs();  // before the gRPC server is built
   absl::Status PublishModel(const std::string& name, const std::string& dir);
+  std::string MetricsText();  // /metrics, with the job counts refreshed
 
   const ServerOptions options_;
   std::unique_ptr<ServerMetrics> metrics_;

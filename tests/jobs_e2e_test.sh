@@ -63,13 +63,14 @@ EOF
 # start_server LOG: starts `tnmt serve` with the job service; sets SERVER_PID and PORT.
 start_server() {
   rm -f "$TMP/ready"
-  "$TNMT" serve --model tiny=tests/golden/data/tiny --host 127.0.0.1 --port 0 --http-port -1 --threads 1 \
+  "$TNMT" serve --model tiny=tests/golden/data/tiny --host 127.0.0.1 --port 0 --http-port 0 --threads 1 \
     --ready-file "$TMP/ready" --state-dir "$STATE" --data-root "$DATA" --jobs-token-file "$TMP/token" \
     --job-threads 1 --max-unfinished-jobs 3 --grace-seconds 20 2>> "$TMP/$1" &
   SERVER_PID=$!
   pids+=("$SERVER_PID")
   for _ in $(seq 300); do [[ -s "$TMP/ready" ]] && break; sleep 0.1; done
   PORT=$(cut -d' ' -f1 "$TMP/ready" 2> /dev/null)
+  HTTP_PORT=$(cut -d' ' -f2 "$TMP/ready" 2> /dev/null)
 }
 jobs_cmd() { "$TNMT" jobs "$@" --server "127.0.0.1:$PORT" --token-file "$TMP/token"; }
 field() {  # field JOB KEY: one field of `tnmt jobs get --json`
@@ -211,6 +212,8 @@ jobs_cmd watch "$D" > /dev/null
 jobs_cmd list > "$TMP/list.txt"
 check "list shows every job with its final state" bash -c "grep -q '$A .*SUCCEEDED' $TMP/list.txt && grep -q '$B .*CANCELLED' $TMP/list.txt && grep -q '$C .*SUCCEEDED' $TMP/list.txt && grep -q '$D .*CANCELLED' $TMP/list.txt"
 check "list filters by state" bash -c "[[ \$('$TNMT' jobs list --state SUCCEEDED --json --server 127.0.0.1:$PORT --token-file $TMP/token | wc -l) -eq 2 ]]"
+curl -s "http://127.0.0.1:$HTTP_PORT/metrics" > "$TMP/metrics.txt"
+check "/metrics counts jobs by state" bash -c "grep -q '^tnmt_training_jobs{state=\"SUCCEEDED\"} 2' $TMP/metrics.txt && grep -q '^tnmt_training_jobs{state=\"CANCELLED\"} 4' $TMP/metrics.txt && grep -q '^tnmt_training_jobs{state=\"FAILED\"} 1' $TMP/metrics.txt"
 check "published models are served after restarts" \
   "$LOAD" --target "127.0.0.1:$PORT" --model a --clients 1 --requests 2 --json
 kill -TERM "$SERVER_PID"; wait "$SERVER_PID"
