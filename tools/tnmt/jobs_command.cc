@@ -157,21 +157,12 @@ int JobsCommand(int argc, char** argv) {
     return argc < 3 ? 2 : 0;
   }
   const std::string command = argv[2];
-  // The job id is the one positional argument, wherever it stands.
+  // `tnmt jobs COMMAND [ID] [flags]`: the job id, if any, comes right after the command.
   std::vector<char*> rest = {argv[0], argv[1]};
   std::string id;
-  for (int i = 3; i < argc; ++i) {
-    const std::string a = argv[i];
-    const bool is_value = i > 3 && std::string(argv[i - 1]).rfind("--", 0) == 0 &&
-                          std::string(argv[i - 1]).find('=') == std::string::npos &&
-                          std::string(argv[i - 1]) != "--json" && std::string(argv[i - 1]) != "--all" &&
-                          std::string(argv[i - 1]) != "--watch";
-    if (a.rfind("--", 0) != 0 && !is_value && id.empty()) {
-      id = a;
-      continue;
-    }
-    rest.push_back(argv[i]);
-  }
+  int first_flag = 3;
+  if (argc > 3 && argv[3][0] != '-') id = argv[first_flag++];
+  for (int i = first_flag; i < argc; ++i) rest.push_back(argv[i]);
   Args args(absl::StrCat("tnmt jobs ", command), "Client of the training-job service (see `tnmt jobs --help`).");
   AddCommonFlags(&args);
   if (command == "submit") {
