@@ -1,24 +1,48 @@
-// Attention kernel; see attention.h. One query row at a time: scores for that row only
-// (num_heads x k_len floats of scratch), so memory stays linear in the key length even for long
-// inputs. A fully masked row (cannot happen with valid inputs) yields zeros.
+// Attention kernel; see attention.h. Memory stays linear in the key length: scores are kept
+// for a few query rows at a time, never for a whole [q_len, k_len] matrix. A fully masked row
+// (cannot happen with valid inputs) yields zeros.
+//
+// Two implementations with the same semantics:
+// - AVX-512 (when cpu_features.h allows it): query rows are processed in blocks of up to
+//   kBlockRows rows that start at the same key row (the beams of one sentence, which share the
+//   cross-attention K/V and the self-attention cache slots of their common prefix; or the
+//   queries of one group). Keys are walked once per block and head, so a K/V row that several
+//   rows of the block read is fetched from memory once and then hit in L1. Scores are computed
+//   16 keys at a time with one transposing reduction (no horizontal sum per key and head), the
+//   softmax runs over vectors of keys, and P·V accumulates up to 4 rows x 64 columns in
+//   registers. Each row's arithmetic does not depend on the other rows of its block, so
+//   results do not depend on batching.
+// - Portable (other CPUs, and tests): one query row at a time, keys outer and heads inner.
 #include "kernels/cpu/attention.h"
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which -W(maybe-)uninitialized
+// reports at every inlined use (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#define TNMT_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+#endif
 
 namespace tnmt::kernels::cpu {
 
 namespace {
 
-// Query groups [b_begin, b_end) of MultiHeadAttention.
-TNMT_VECTORIZE void AttentionGroups(float* out, int64_t ld_out, const float* q, int64_t ld_q,
-                                    const float* k, const float* v, int64_t ld_kv,
-                                    int64_t kv_group_stride, const AttentionArgs& a, int b_begin,
-                                    int b_end, float* scratch) {
+// Query groups [b_begin, b_end) of MultiHeadAttention, portable code.
+TNMT_VECTORIZE void AttentionGroupsPortable(float* out, int64_t ld_out, const float* q,
+                                            int64_t ld_q, const float* k, const float* v,
+                                            int64_t ld_kv, int64_t kv_group_stride,
+                                            const AttentionArgs& a, int b_begin, int b_end,
+                                            float* scratch) {
   const int dh = a.d_head;
   for (int b = b_begin; b < b_end; ++b) {
     const int g = a.kv_index != nullptr ? a.kv_index[b] : b;
@@ -77,17 +101,363 @@ TNMT_VECTORIZE void AttentionGroups(float* out, int64_t ld_out, const float* q, 
   }
 }
 
+#if defined(__x86_64__)
+
+constexpr int kBlockRows = 8;  // query rows per block (beams of a sentence, up to beam 8)
+constexpr int kPvRows = 4;     // rows accumulated together in P·V (4 x 4 zmm accumulators)
+constexpr int kPvChunks = 4;   // 16-column chunks per P·V pass (64 columns)
+
+// ExpApprox (simd.h) on 16 lanes: same reduction and polynomial.
+TNMT_AVX512_TARGET inline __m512 Exp16(__m512 x) {
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_GE_OQ);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.72283f));
+  const __m512 shifter = _mm512_set1_ps(12582912.0f);
+  const __m512 n =
+      _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shifter), shifter);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  const __m512i bits =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(bits));
+}
+
+// Lane t of the result = sum of the 16 lanes of a[t]: a transposing reduction tree
+// (15 adds, 30 shuffles, one permute for 16 sums).
+TNMT_AVX512_TARGET inline __m512 Reduce16(const __m512* a) {
+  __m512 x[8], y[4], z[2];
+  // 256-bit halves: x[i] = [a_i lo+hi (8 floats) | a_{i+8} lo+hi].
+  for (int i = 0; i < 8; ++i) {
+    x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[i], a[i + 8], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(a[i], a[i + 8], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // 128-bit lanes: y[i] = [a_i | a_{i+8} | a_{i+4} | a_{i+12}], 4 partial sums each.
+  for (int i = 0; i < 4; ++i) {
+    y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[i], x[i + 4], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(x[i], x[i + 4], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  for (int i = 0; i < 2; ++i) {
+    z[i] = _mm512_add_ps(_mm512_unpacklo_ps(y[i], y[i + 2]), _mm512_unpackhi_ps(y[i], y[i + 2]));
+  }
+  const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Lane 4L+s of r holds a[{0,8,4,12}[L] + {0,2,1,3}[s]]; put a[t] at lane t.
+  const __m512i perm = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
+  return _mm512_permutexvar_ps(perm, r);
+}
+
+inline __mmask16 TailMask(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+
+// 16 floats from p, or only the lanes of `tail` when `last` (never reading past them).
+TNMT_AVX512_TARGET inline __m512 LoadChunk(const float* p, bool last, __mmask16 tail) {
+  return last ? _mm512_maskz_loadu_ps(tail, p) : _mm512_loadu_ps(p);
+}
+
+// s[t] = scale * (q · k[off[t]]) for 16 keys; q and k already point at the head's columns.
+// Keys past a row's limit have off[] repeating its last key (see offsets below): their scores
+// are computed from a valid row and ignored by the softmax.
+// kChunks > 0: dh <= 64 with kChunks = ceil(dh / 16) (q in registers, one key at a time);
+// 0: any dh (chunks outer).
+template <int kChunks>
+TNMT_AVX512_TARGET void Scores16(float* s, const float* q, const float* k, const int64_t* off,
+                                 int dh, float scale) {
+  __m512 acc[16];
+  const __mmask16 tail = dh % 16 != 0 ? TailMask(dh % 16) : static_cast<__mmask16>(0xFFFF);
+  if constexpr (kChunks > 0) {
+    __m512 qc[kChunks];
+#pragma GCC unroll 4
+    for (int c = 0; c < kChunks; ++c) {
+      qc[c] = _mm512_maskz_loadu_ps(c == kChunks - 1 ? tail : static_cast<__mmask16>(0xFFFF),
+                                    q + 16 * c);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) {
+      const float* kt = k + off[t];
+      // The last chunk is loaded masked (never past the row; lanes past dh are 0 in q and k).
+      __m512 x = _mm512_mul_ps(qc[0], LoadChunk(kt, kChunks == 1, tail));
+#pragma GCC unroll 4
+      for (int c = 1; c < kChunks; ++c) {
+        x = _mm512_fmadd_ps(qc[c], LoadChunk(kt + 16 * c, c == kChunks - 1, tail), x);
+      }
+      acc[t] = x;
+    }
+  } else {
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) acc[t] = _mm512_setzero_ps();
+    const int full = dh / 16;
+    for (int c = 0; c < full; ++c) {
+      const __m512 qc = _mm512_loadu_ps(q + 16 * c);
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) {
+        acc[t] = _mm512_fmadd_ps(qc, _mm512_loadu_ps(k + off[t] + 16 * c), acc[t]);
+      }
+    }
+    if (dh % 16 != 0) {
+      const __m512 qc = _mm512_maskz_loadu_ps(tail, q + 16 * full);
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) {
+        acc[t] = _mm512_fmadd_ps(qc, _mm512_maskz_loadu_ps(tail, k + off[t] + 16 * full), acc[t]);
+      }
+    }
+  }
+  _mm512_storeu_ps(s, _mm512_mul_ps(Reduce16(acc), _mm512_set1_ps(scale)));
+}
+
+using Scores16Fn = void (*)(float*, const float*, const float*, const int64_t*, int, float);
+
+Scores16Fn PickScores(int dh) {
+  switch ((dh + 15) / 16) {
+    case 1: return &Scores16<1>;
+    case 2: return &Scores16<2>;
+    case 3: return &Scores16<3>;
+    case 4: return &Scores16<4>;
+    default: return &Scores16<0>;
+  }
+}
+
+// In place: s[0, n) = exp(s - max(s)); returns 1 / sum.
+TNMT_AVX512_TARGET float SoftmaxNumerators(float* s, int n) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : TailMask(n - j);
+    mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, s + j));
+  }
+  const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : TailMask(n - j);
+    const __m512 e = _mm512_maskz_mov_ps(m, Exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vmax)));
+    _mm512_storeu_ps(s + j, e);  // s is padded to a multiple of 16
+    sum = _mm512_add_ps(sum, e);
+  }
+  return 1.0f / _mm512_reduce_add_ps(sum);
+}
+
+// Rows r < R: out[r][chunk c] = inv[r] * sum over j < limit[r] of p[r][j] * v[off[r][j]]
+// (columns 16c.., mask[c]). Keys below jmin are valid for every row.
+template <int R, int C>
+TNMT_AVX512_TARGET void ProbsTimesV(float* const* out, const float* const* p,
+                                    const int64_t* const* off, const int* limit, int jmin,
+                                    int jmax, const float* v, const __mmask16* mask,
+                                    const float* inv) {
+  __m512 acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  for (int j = 0; j < jmin; ++j) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512 pr = _mm512_set1_ps(p[r][j]);
+      const float* vr = v + off[r][j];
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        acc[r][c] = _mm512_fmadd_ps(pr, _mm512_maskz_loadu_ps(mask[c], vr + 16 * c), acc[r][c]);
+      }
+    }
+  }
+  for (int j = jmin; j < jmax; ++j) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      if (j >= limit[r]) continue;
+      const __m512 pr = _mm512_set1_ps(p[r][j]);
+      const float* vr = v + off[r][j];
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        acc[r][c] = _mm512_fmadd_ps(pr, _mm512_maskz_loadu_ps(mask[c], vr + 16 * c), acc[r][c]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m512 s = _mm512_set1_ps(inv[r]);
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      _mm512_mask_storeu_ps(out[r] + 16 * c, mask[c], _mm512_mul_ps(acc[r][c], s));
+    }
+  }
+}
+
+using ProbsTimesVFn = void (*)(float* const*, const float* const*, const int64_t* const*,
+                               const int*, int, int, const float*, const __mmask16*, const float*);
+
+template <int R>
+ProbsTimesVFn PickPv(int c) {
+  switch (c) {
+    case 1: return &ProbsTimesV<R, 1>;
+    case 2: return &ProbsTimesV<R, 2>;
+    case 3: return &ProbsTimesV<R, 3>;
+    default: return &ProbsTimesV<R, 4>;
+  }
+}
+
+ProbsTimesVFn PickPv(int r, int c) {
+  switch (r) {
+    case 1: return PickPv<1>(c);
+    case 2: return PickPv<2>(c);
+    case 3: return PickPv<3>(c);
+    default: return PickPv<4>(c);
+  }
+}
+
+// Per-thread buffers of the AVX-512 path, reused across calls.
+struct Avx512Scratch {
+  std::vector<float> scores;  // [kBlockRows, num_heads, k_pad]
+  // [kBlockRows, k_pad]: element offset of key j in k and v; past the row's limit, the
+  // offset of its last key (so that score chunks are always 16 keys).
+  std::vector<int64_t> offsets;
+  std::vector<float> inv;     // [kBlockRows, num_heads]
+  std::vector<__mmask16> masks;  // [chunks]: column mask of each 16-column chunk of a head
+};
+
+TNMT_AVX512_TARGET void AttentionGroupsAvx512(float* out, int64_t ld_out, const float* q,
+                                              int64_t ld_q, const float* k, const float* v,
+                                              int64_t ld_kv, int64_t kv_group_stride,
+                                              const AttentionArgs& a, int b_begin, int b_end,
+                                              Avx512Scratch* scratch) {
+  const int dh = a.d_head, heads = a.num_heads;
+  const int k_pad = (std::max(a.k_len, 1) + 15) / 16 * 16;
+  scratch->scores.resize(static_cast<size_t>(kBlockRows) * heads * k_pad);
+  scratch->offsets.resize(static_cast<size_t>(kBlockRows) * k_pad);
+  scratch->inv.resize(static_cast<size_t>(kBlockRows) * heads);
+  auto group_of = [&](int b) { return a.kv_index != nullptr ? a.kv_index[b] : b; };
+  auto valid_of = [&](int g) { return a.k_valid != nullptr ? a.k_valid[g] : a.k_len; };
+  auto key_offset = [&](int g, int j) -> int64_t {
+    const int64_t stored = a.k_groups != nullptr ? a.k_groups[g * a.k_groups_stride + j] : g;
+    return stored * kv_group_stride + j * ld_kv;
+  };
+  // Rows whose first key is the same K/V row form a block (-1: no keys).
+  auto first_key = [&](int b) -> int64_t {
+    const int g = group_of(b);
+    return valid_of(g) > 0 ? key_offset(g, 0) : -1;
+  };
+  // Column chunks of one head for P·V: 16 columns each, the last one masked.
+  const int chunks = (dh + 15) / 16;
+  std::vector<__mmask16>& masks = scratch->masks;
+  masks.assign(chunks, static_cast<__mmask16>(0xFFFF));
+  if (dh % 16 != 0) masks[chunks - 1] = TailMask(dh % 16);
+
+  const int64_t row_end = static_cast<int64_t>(b_end) * a.q_len;
+  int64_t row = static_cast<int64_t>(b_begin) * a.q_len;
+  while (row < row_end) {
+    // The block: rows [row, row + n).
+    const int b0 = static_cast<int>(row / a.q_len);
+    const int64_t key0 = first_key(b0);
+    int n = 1;
+    while (n < kBlockRows && row + n < row_end) {
+      const int bn = static_cast<int>((row + n) / a.q_len);
+      if (bn != b0 && first_key(bn) != key0) break;
+      ++n;
+    }
+    const float* qr[kBlockRows];
+    float* orow[kBlockRows];
+    int limit[kBlockRows];
+    int jmax = 0;
+    for (int r = 0; r < n; ++r) {
+      const int64_t qrow = row + r;
+      const int b = static_cast<int>(qrow / a.q_len), i = static_cast<int>(qrow % a.q_len);
+      const int g = group_of(b);
+      int lim = valid_of(g);
+      if (a.causal_offset >= 0 && i + a.causal_offset + 1 < lim) lim = i + a.causal_offset + 1;
+      lim = std::clamp(lim, 0, a.k_len);
+      limit[r] = lim;
+      jmax = std::max(jmax, lim);
+      qr[r] = q + qrow * ld_q;
+      orow[r] = out + qrow * ld_out;
+      int64_t* off = scratch->offsets.data() + static_cast<int64_t>(r) * k_pad;
+      for (int j = 0; j < lim; ++j) off[j] = key_offset(g, j);
+      for (int j = lim; j < (lim + 15) / 16 * 16; ++j) off[j] = off[lim - 1];
+      if (lim == 0) std::memset(orow[r], 0, sizeof(float) * heads * dh);
+    }
+    auto scores = [&](int r, int h) {
+      return scratch->scores.data() + (static_cast<int64_t>(r) * heads + h) * k_pad;
+    };
+    auto offsets = [&](int r) { return scratch->offsets.data() + static_cast<int64_t>(r) * k_pad; };
+    // Scores: per 16 keys and head, every row of the block (the keys' head slices stay in L1).
+    const Scores16Fn scores16 = PickScores(dh);
+    for (int j0 = 0; j0 < jmax; j0 += 16) {
+      for (int h = 0; h < heads; ++h) {
+        for (int r = 0; r < n; ++r) {
+          if (j0 >= limit[r]) continue;
+          scores16(scores(r, h) + j0, qr[r] + h * dh, k + h * dh, offsets(r) + j0, dh, a.scale);
+        }
+      }
+    }
+    // Softmax numerators; the 1/sum is applied to the P·V result.
+    for (int r = 0; r < n; ++r) {
+      if (limit[r] == 0) continue;
+      for (int h = 0; h < heads; ++h) {
+        scratch->inv[static_cast<size_t>(r) * heads + h] = SoftmaxNumerators(scores(r, h), limit[r]);
+      }
+    }
+    // P·V: up to kPvRows rows (with keys) x kPvChunks column chunks at a time.
+    int active[kBlockRows], na = 0;
+    for (int r = 0; r < n; ++r) {
+      if (limit[r] > 0) active[na++] = r;
+    }
+    for (int r0 = 0; r0 < na; r0 += kPvRows) {
+      const int rn = std::min(kPvRows, na - r0);
+      int lim[kPvRows];
+      const int64_t* offs[kPvRows];
+      int jmin = a.k_len, jhi = 0;
+      for (int x = 0; x < rn; ++x) {
+        const int r = active[r0 + x];
+        lim[x] = limit[r];
+        offs[x] = offsets(r);
+        jmin = std::min(jmin, lim[x]);
+        jhi = std::max(jhi, lim[x]);
+      }
+      for (int h = 0; h < heads; ++h) {
+        const float* probs[kPvRows];
+        float inv[kPvRows];
+        for (int x = 0; x < rn; ++x) {
+          probs[x] = scores(active[r0 + x], h);
+          inv[x] = scratch->inv[static_cast<size_t>(active[r0 + x]) * heads + h];
+        }
+        for (int c0 = 0; c0 < chunks; c0 += kPvChunks) {
+          const int cn = std::min(kPvChunks, chunks - c0);
+          float* dst[kPvRows];
+          for (int x = 0; x < rn; ++x) dst[x] = orow[active[r0 + x]] + h * dh + 16 * c0;
+          PickPv(rn, cn)(dst, probs, offs, lim, jmin, jhi, v + h * dh + 16 * c0,
+                         masks.data() + c0, inv);
+        }
+      }
+    }
+    row += n;
+  }
+}
+
+#endif  // __x86_64__
+
 }  // namespace
 
 void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
                         const float* v, int64_t ld_kv, int64_t kv_group_stride,
                         const AttentionArgs& a) {
+#if defined(__x86_64__)
+  if (UseAvx512()) {
+    ParallelFor(a.batch, [&](int64_t begin, int64_t end) {
+      thread_local Avx512Scratch scratch;  // per thread, reused: no allocation per call
+      AttentionGroupsAvx512(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a,
+                            static_cast<int>(begin), static_cast<int>(end), &scratch);
+    });
+    return;
+  }
+#endif
   ParallelFor(a.batch, [&](int64_t begin, int64_t end) {
     // Per thread, reused across calls: no allocation on the decode path.
     thread_local std::vector<float> scores;
     scores.resize(static_cast<size_t>(a.num_heads) * (a.k_len > 0 ? a.k_len : 1));
-    AttentionGroups(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a, static_cast<int>(begin),
-                    static_cast<int>(end), scores.data());
+    AttentionGroupsPortable(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a,
+                            static_cast<int>(begin), static_cast<int>(end), scores.data());
   });
 }
 

@@ -1,7 +1,11 @@
 // Checks MultiHeadAttention against a naive per-head softmax(QK^T*scale + mask)V in double.
+// Every test runs twice: on the portable path and on the AVX-512 path (skipped on CPUs
+// without AVX-512).
 #include "kernels/cpu/attention.h"
 
 #include <gtest/gtest.h>
+
+#include "kernels/cpu/cpu_features.h"
 
 #include <algorithm>
 #include <cmath>
@@ -21,8 +25,10 @@ constexpr float kSentinel = -12345.0f;  // fills memory the kernel must not writ
 struct Problem {
   AttentionArgs args;
   int kv_groups = 0;  // number of K/V groups stored
-  int64_t ld_q = 0, ld_out = 0, ld_kv = 0, kv_group_stride = 0;  // 0: tight
+  int64_t ld_q = 0, ld_out = 0, kv_group_stride = 0;  // 0: tight
+  int64_t ld_kv = -1;  // -1: tight (0 is meaningful: one key per stored group)
   std::vector<int32_t> kv_index, k_valid;  // empty: pass null
+  std::vector<int32_t> k_groups;           // empty: pass null (stride: args.k_groups_stride)
   std::vector<float> q, k, v;
 };
 
@@ -34,10 +40,11 @@ void Prepare(Problem& p, uint32_t seed) {
   if (p.kv_groups == 0) p.kv_groups = a.batch;
   if (p.ld_q == 0) p.ld_q = width;
   if (p.ld_out == 0) p.ld_out = width;
-  if (p.ld_kv == 0) p.ld_kv = width;
+  if (p.ld_kv < 0) p.ld_kv = width;
   if (p.kv_group_stride == 0) p.kv_group_stride = a.k_len * p.ld_kv;
   a.kv_index = p.kv_index.empty() ? nullptr : p.kv_index.data();
   a.k_valid = p.k_valid.empty() ? nullptr : p.k_valid.data();
+  a.k_groups = p.k_groups.empty() ? nullptr : p.k_groups.data();
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   p.q.resize(static_cast<size_t>(a.batch) * a.q_len * p.ld_q);
@@ -69,6 +76,11 @@ std::vector<double> Reference(const Problem& p) {
   for (int b = 0; b < a.batch; ++b) {
     const int g = a.kv_index ? a.kv_index[b] : b;
     const int valid = a.k_valid ? a.k_valid[g] : a.k_len;
+    // Element offset of key j of this group in k and v.
+    auto key = [&](int j) -> int64_t {
+      const int64_t stored = a.k_groups ? a.k_groups[g * a.k_groups_stride + j] : g;
+      return stored * p.kv_group_stride + j * p.ld_kv;
+    };
     for (int i = 0; i < a.q_len; ++i) {
       const int64_t row = static_cast<int64_t>(b) * a.q_len + i;
       for (int h = 0; h < a.num_heads; ++h) {
@@ -76,9 +88,8 @@ std::vector<double> Reference(const Problem& p) {
         for (int j = 0; j < a.k_len; ++j) {
           const bool masked = j >= valid || (a.causal_offset >= 0 && j > i + a.causal_offset);
           double dot = 0.0;
-          for (int c = 0; c < dh; ++c) {
-            dot += static_cast<double>(p.q[row * p.ld_q + h * dh + c]) *
-                   p.k[g * p.kv_group_stride + j * p.ld_kv + h * dh + c];
+          for (int c = 0; c < dh && !masked; ++c) {
+            dot += static_cast<double>(p.q[row * p.ld_q + h * dh + c]) * p.k[key(j) + h * dh + c];
           }
           s[j] = masked ? -INFINITY : dot * a.scale;
           mx = std::max(mx, s[j]);
@@ -91,8 +102,7 @@ std::vector<double> Reference(const Problem& p) {
         for (int j = 0; j < a.k_len; ++j) {
           const double w = std::exp(s[j] - mx) / sum;
           if (w == 0.0) continue;
-          for (int c = 0; c < dh; ++c)
-            o[c] += w * p.v[g * p.kv_group_stride + j * p.ld_kv + h * dh + c];
+          for (int c = 0; c < dh; ++c) o[c] += w * p.v[key(j) + h * dh + c];
         }
       }
     }
@@ -132,13 +142,28 @@ std::string Name(const Problem& p) {
          " d_head=" + std::to_string(a.d_head) + " causal=" + std::to_string(a.causal_offset);
 }
 
+// Runs every test on both implementations.
+class MultiHeadAttentionTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    SetAvx512ForTesting(GetParam());
+    if (GetParam() && !UseAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+  }
+  void TearDown() override { SetAvx512ForTesting(true); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Paths, MultiHeadAttentionTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Avx512" : "Portable");
+                         });
+
 struct Dims {
   int batch, q_len, k_len, heads, dh;
 };
 const Dims kDims[] = {{1, 1, 1, 1, 1},  {2, 3, 7, 2, 4},   {3, 7, 17, 4, 16},
                       {2, 17, 33, 8, 8}, {1, 5, 65, 2, 64}, {2, 3, 130, 3, 33}};
 
-TEST(MultiHeadAttention, NoMask) {
+TEST_P(MultiHeadAttentionTest, NoMask) {
   uint32_t seed = 1;
   for (const Dims& d : kDims) {
     Problem p = Make(d.batch, d.q_len, d.k_len, d.heads, d.dh);
@@ -147,14 +172,14 @@ TEST(MultiHeadAttention, NoMask) {
   }
 }
 
-TEST(MultiHeadAttention, ScaleIsApplied) {
+TEST_P(MultiHeadAttentionTest, ScaleIsApplied) {
   Problem p = Make(2, 3, 17, 2, 8);
   p.args.scale = 2.5f;  // not 1/sqrt(d_head): a kernel ignoring scale would differ
   Prepare(p, 40);
   ExpectMatchesReference(p, "scale 2.5");
 }
 
-TEST(MultiHeadAttention, LargeScoresDoNotOverflow) {
+TEST_P(MultiHeadAttentionTest, LargeScoresDoNotOverflow) {
   // Integer Q/K and a power-of-two scale make every score exact and up to about +-2000, far
   // beyond exp's float range: the softmax must subtract the row maximum.
   Problem p = Make(2, 3, 17, 2, 8);
@@ -167,7 +192,7 @@ TEST(MultiHeadAttention, LargeScoresDoNotOverflow) {
   ExpectMatchesReference(p, "large scores");
 }
 
-TEST(MultiHeadAttention, PaddingMaskPerGroup) {
+TEST_P(MultiHeadAttentionTest, PaddingMaskPerGroup) {
   uint32_t seed = 100;
   for (const Dims& d : kDims) {
     Problem p = Make(4, d.q_len, d.k_len, d.heads, d.dh);
@@ -177,7 +202,7 @@ TEST(MultiHeadAttention, PaddingMaskPerGroup) {
   }
 }
 
-TEST(MultiHeadAttention, CausalSelfAttention) {
+TEST_P(MultiHeadAttentionTest, CausalSelfAttention) {
   uint32_t seed = 200;
   for (int len : {1, 3, 7, 17, 33}) {
     Problem p = Make(2, len, len, 4, 8);
@@ -191,7 +216,7 @@ TEST(MultiHeadAttention, CausalSelfAttention) {
   }
 }
 
-TEST(MultiHeadAttention, CausalRowZeroSeesOnlyKeyZero) {
+TEST_P(MultiHeadAttentionTest, CausalRowZeroSeesOnlyKeyZero) {
   // With causal_offset 0 the first query attends only to key 0, so its output is exactly V[0].
   Problem p = Make(1, 5, 5, 2, 4);
   p.args.causal_offset = 0;
@@ -200,7 +225,7 @@ TEST(MultiHeadAttention, CausalRowZeroSeesOnlyKeyZero) {
   for (int c = 0; c < 8; ++c) EXPECT_FLOAT_EQ(out[c], p.v[c]) << c;
 }
 
-TEST(MultiHeadAttention, DecodeStepSingleQueryAtPositionT) {
+TEST_P(MultiHeadAttentionTest, DecodeStepSingleQueryAtPositionT) {
   // The K/V cache holds k_len slots; only slots 0..t are filled for the query at position t.
   // Unfilled slots hold huge values so that reading them would be obvious.
   const int k_len = 33;
@@ -226,7 +251,7 @@ TEST(MultiHeadAttention, DecodeStepSingleQueryAtPositionT) {
   }
 }
 
-TEST(MultiHeadAttention, KvIndexSharesGroupsAcrossBeams) {
+TEST_P(MultiHeadAttentionTest, KvIndexSharesGroupsAcrossBeams) {
   // Six query groups (2 sentences x 3 beams) read two K/V groups with different valid lengths.
   for (int q_len : {1, 3}) {
     Problem p = Make(6, q_len, 17, 2, 8);
@@ -255,7 +280,7 @@ TEST(MultiHeadAttention, KvIndexSharesGroupsAcrossBeams) {
   }
 }
 
-TEST(MultiHeadAttention, PaddedStrides) {
+TEST_P(MultiHeadAttentionTest, PaddedStrides) {
   uint32_t seed = 500;
   for (const Dims& d : kDims) {
     const int width = d.heads * d.dh;
@@ -274,7 +299,7 @@ TEST(MultiHeadAttention, PaddedStrides) {
   }
 }
 
-TEST(MultiHeadAttention, PackedKvBuffer) {
+TEST_P(MultiHeadAttentionTest, PackedKvBuffer) {
   // K and V interleaved in one [rows, 2*width] buffer (ld_kv = 2*width), as a fused projection
   // would produce; V starts width elements after K.
   Problem p = Make(2, 3, 17, 4, 8);
@@ -292,7 +317,7 @@ TEST(MultiHeadAttention, PackedKvBuffer) {
     ASSERT_NEAR(out[i], want[i], kTol + kTol * std::fabs(want[i])) << i;
 }
 
-TEST(MultiHeadAttention, ZeroValidKeysGivesZeros) {
+TEST_P(MultiHeadAttentionTest, ZeroValidKeysGivesZeros) {
   Problem p = Make(3, 2, 7, 2, 4);
   p.k_valid = {7, 0, 3};
   Prepare(p, 700);
@@ -301,7 +326,7 @@ TEST(MultiHeadAttention, ZeroValidKeysGivesZeros) {
   for (int i = 2 * 8; i < 4 * 8; ++i) EXPECT_EQ(out[i], 0.0f) << "group 1, element " << i - 16;
 }
 
-TEST(MultiHeadAttention, BatchInvariance) {
+TEST_P(MultiHeadAttentionTest, BatchInvariance) {
   // A group's output must be bit-identical alone (batch 1) and inside a larger batch whose
   // other groups have different valid lengths.
   const int q_len = 3, k_len = 33, heads = 4, dh = 16, width = heads * dh;
@@ -326,6 +351,169 @@ TEST(MultiHeadAttention, BatchInvariance) {
       const auto first = big_out.begin() + b * q_len * width;
       EXPECT_TRUE(std::equal(one_out.begin(), one_out.end(), first))
           << "group " << b << " causal " << causal;
+    }
+  }
+}
+
+// A KV cache laid out as engine/layers/decoder.cc keeps it: a pool of slots (one key/value row
+// each: ld_kv = 0, kv_group_stride = width), and per query group a table of the slot holding
+// each position. Built as beam search builds it: every step each row writes a new slot for its
+// position, then rows are replaced by copies of random parents of the same sentence, so beams
+// share the slots of their common prefix (and two beams may share every slot).
+struct BeamCache {
+  std::vector<int32_t> tables;  // [rows, stride]
+  std::vector<int32_t> valid;   // [rows]: positions written
+  int slots = 0;
+};
+
+BeamCache MakeBeamCache(const std::vector<int>& steps, int beam, int stride, std::mt19937& rng) {
+  const int sentences = static_cast<int>(steps.size());
+  BeamCache c;
+  c.tables.assign(static_cast<size_t>(sentences) * beam * stride, -1);
+  c.valid.assign(static_cast<size_t>(sentences) * beam, 0);
+  for (int s = 0; s < sentences; ++s) {
+    std::vector<std::vector<int32_t>> rows(1);  // one live hypothesis at position 0
+    for (int t = 0; t < steps[s]; ++t) {
+      for (auto& r : rows) r.push_back(c.slots++);
+      std::vector<std::vector<int32_t>> next;
+      std::uniform_int_distribution<size_t> parent(0, rows.size() - 1);
+      // Mostly the first parent (beams agreeing on a prefix), sometimes another one.
+      for (int b = 0; b < beam; ++b) next.push_back(rows[rng() % 3 == 0 ? parent(rng) : 0]);
+      rows = std::move(next);
+    }
+    for (int b = 0; b < beam; ++b) {
+      const int row = s * beam + b;
+      std::copy(rows[b].begin(), rows[b].end(), c.tables.begin() + static_cast<int64_t>(row) * stride);
+      c.valid[row] = steps[s];
+    }
+  }
+  return c;
+}
+
+// The decode step of self-attention over a beam cache: one query per row (q_len = 1), or the
+// last q_len positions of every row with the causal mask (rows at the same position).
+Problem SelfAttentionOverCache(const BeamCache& c, int rows, int stride, int q_len, int heads,
+                               int dh) {
+  Problem p = Make(rows, q_len, stride, heads, dh);
+  p.kv_groups = c.slots;
+  p.ld_kv = 0;
+  p.kv_group_stride = static_cast<int64_t>(heads) * dh;
+  p.k_groups = c.tables;
+  p.args.k_groups_stride = stride;
+  p.k_valid = c.valid;
+  if (q_len > 1) p.args.causal_offset = c.valid[0] - q_len;
+  return p;
+}
+
+// Every row computed alone (batch 1, its own table) equals its row of the batched result.
+void ExpectRowsAloneMatchBatch(const Problem& p, const std::string& what) {
+  const AttentionArgs& a = p.args;
+  const std::vector<float> batched = RunKernel(p);
+  for (int b = 0; b < a.batch; ++b) {
+    AttentionArgs one = a;
+    one.batch = 1;
+    const int g = a.kv_index ? a.kv_index[b] : b;
+    if (a.kv_index) {
+      one.kv_index = nullptr;
+      // Group g becomes group 0 of the single-row call: shift the tables and k_valid.
+    }
+    int32_t valid = a.k_valid ? a.k_valid[g] : a.k_len;
+    one.k_valid = &valid;
+    std::vector<int32_t> table;
+    if (a.k_groups) {
+      table.assign(a.k_groups + g * a.k_groups_stride, a.k_groups + (g + 1) * a.k_groups_stride);
+      one.k_groups = table.data();
+    }
+    const float* k = p.k.data();
+    const float* v = p.v.data();
+    if (!a.k_groups) {  // group g's rows become group 0
+      k += g * p.kv_group_stride;
+      v += g * p.kv_group_stride;
+    }
+    std::vector<float> out(static_cast<size_t>(a.q_len) * p.ld_out, kSentinel);
+    MultiHeadAttention(out.data(), p.ld_out, p.q.data() + static_cast<int64_t>(b) * a.q_len * p.ld_q,
+                       p.ld_q, k, v, p.ld_kv, p.kv_group_stride, one);
+    EXPECT_TRUE(std::equal(out.begin(), out.end(),
+                           batched.begin() + static_cast<int64_t>(b) * a.q_len * p.ld_out))
+        << what << ": row " << b << " alone differs from the batch";
+  }
+}
+
+TEST_P(MultiHeadAttentionTest, SelfAttentionOverSharedCacheSlots) {
+  std::mt19937 rng(900);
+  uint32_t seed = 900;
+  // Beam 4 (one block per sentence), 1 (no sharing), 10 (a sentence spans two blocks); one
+  // sentence per step count, so rows of one call are at different positions.
+  for (int beam : {4, 1, 10}) {
+    for (const Dims& d : {Dims{0, 0, 0, 8, 64}, Dims{0, 0, 0, 3, 33}, Dims{0, 0, 0, 2, 80}}) {
+      const std::vector<int> steps = {1, 16, 17, 5, 40};
+      const int stride = 45;
+      const BeamCache c = MakeBeamCache(steps, beam, stride, rng);
+      Problem p = SelfAttentionOverCache(c, static_cast<int>(c.valid.size()), stride, 1, d.heads, d.dh);
+      Prepare(p, seed++);
+      const std::string what = "beam " + std::to_string(beam) + " " + Name(p);
+      ExpectMatchesReference(p, what);
+      ExpectRowsAloneMatchBatch(p, what);
+    }
+  }
+}
+
+TEST_P(MultiHeadAttentionTest, SelfAttentionOverSharedCacheSeveralPositions) {
+  // Teacher forcing over the cache: the last q_len positions of each row, causal.
+  std::mt19937 rng(950);
+  for (int q_len : {2, 5}) {
+    const int stride = 23;
+    const BeamCache c = MakeBeamCache({19, 19, 19}, 4, stride, rng);
+    Problem p = SelfAttentionOverCache(c, 12, stride, q_len, 4, 16);
+    Prepare(p, 950 + q_len);
+    ExpectMatchesReference(p, "q_len " + std::to_string(q_len) + " " + Name(p));
+    ExpectRowsAloneMatchBatch(p, "q_len " + std::to_string(q_len));
+  }
+}
+
+TEST_P(MultiHeadAttentionTest, CrossAttentionBeamsShareSourceSlots) {
+  // Rows read their sentence's source (kv_index) through per-source slot tables, as the
+  // decoder's cross-attention does; sources of different lengths, beams of 4 and one of 9.
+  std::mt19937 rng(1000);
+  const std::vector<int> src_len = {20, 1, 33, 16, 7};
+  const std::vector<int> beams = {4, 4, 9, 4, 1};
+  const int stride = 33;
+  for (const Dims& d : {Dims{0, 0, 0, 8, 64}, Dims{0, 0, 0, 4, 8}, Dims{0, 0, 0, 3, 17}}) {
+    Problem p = Make(0, 1, stride, d.heads, d.dh);
+    int slots = 0;
+    for (size_t s = 0; s < src_len.size(); ++s) {
+      p.k_valid.push_back(src_len[s]);
+      for (int j = 0; j < stride; ++j) p.k_groups.push_back(j < src_len[s] ? slots++ : -1);
+      for (int b = 0; b < beams[s]; ++b) p.kv_index.push_back(static_cast<int32_t>(s));
+    }
+    // Slots in a shuffled order, so positions are not adjacent in memory.
+    std::vector<int32_t> perm(slots);
+    for (int i = 0; i < slots; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int32_t& x : p.k_groups) x = x < 0 ? x : perm[x];
+    p.args.batch = static_cast<int>(p.kv_index.size());
+    p.args.k_groups_stride = stride;
+    p.kv_groups = slots;
+    p.ld_kv = 0;
+    p.kv_group_stride = static_cast<int64_t>(d.heads) * d.dh;
+    Prepare(p, 1000 + d.dh);
+    ExpectMatchesReference(p, "cross " + Name(p));
+    ExpectRowsAloneMatchBatch(p, "cross " + Name(p));
+  }
+}
+
+TEST_P(MultiHeadAttentionTest, OddHeadSizesAndKeyCounts) {
+  // Head widths around the 16-float vector and the 64-column P·V pass, key counts around the
+  // 16-key score chunks; beams of 3 share one K/V group through kv_index.
+  uint32_t seed = 1100;
+  for (int dh : {1, 7, 15, 16, 31, 48, 65, 128}) {
+    for (int k_len : {1, 15, 16, 17, 32, 47}) {
+      Problem p = Make(6, 1, k_len, 3, dh);
+      p.kv_groups = 2;
+      p.kv_index = {0, 0, 0, 1, 1, 1};
+      p.k_valid = {k_len, std::max(1, k_len - 5)};
+      Prepare(p, seed++);
+      ExpectMatchesReference(p, "odd " + Name(p));
     }
   }
 }
