@@ -1,6 +1,7 @@
-"""cuda_library: compiles each .cu with nvcc (one genrule per file) and wraps the objects in a
-cc_library. Only buildable with --config=cuda; without it the targets are incompatible and
-`bazel build //...` / `bazel test //...` skip them, so the CPU build never needs nvcc."""
+"""cuda_library: compiles each .cu with nvcc (one genrule per file) and wraps the objects, with
+any host-only .cc sources (compiled by the C++ toolchain), in a cc_library. Only buildable with
+--config=cuda; without it the targets are incompatible and `bazel build //...` /
+`bazel test //...` skip them, so the CPU build never needs nvcc."""
 
 NVCC = "/usr/local/cuda/bin/nvcc"
 
@@ -16,17 +17,19 @@ CUDA_ONLY = select({
     "//conditions:default": ["//:cuda_build"],
 })
 
-def cuda_library(name, srcs, hdrs = [], deps = [], copts = []):
-    objs = []
-    for src in srcs:
+def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], nvcc_hdrs = []):
+    """nvcc_hdrs: headers of other packages that the .cu files include (nvcc runs in a genrule,
+    which sees only the files it is given)."""
+    objs = [src for src in srcs if not src.endswith(".cu")]
+    for src in [s for s in srcs if s.endswith(".cu")]:
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj.replace(".o", "_nvcc"),
-            srcs = [src] + hdrs,
+            srcs = [src] + hdrs + nvcc_hdrs,
             outs = [obj],
             cmd = " ".join([
                 NVCC,
-                "-c -O3 -std=c++17 -Xcompiler -fPIC -ccbin /usr/bin/g++ -I.",
+                "-c -O3 -std=c++17 -lineinfo -Xcompiler -fPIC -ccbin /usr/bin/g++ -I.",
             ] + GENCODE + copts + ["-o $@ $(location " + src + ")"]),
             target_compatible_with = CUDA_ONLY,
         )

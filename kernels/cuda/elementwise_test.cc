@@ -21,7 +21,7 @@ class CudaElementwiseTest : public ::testing::Test {
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-      GTEST_SKIP() << "no CUDA device: " << cudaGetErrorString(e);
+      GTEST_SKIP() << "SKIPPED: no CUDA device (" << cudaGetErrorString(e) << ")";
     }
   }
   float* ToDevice(const std::vector<float>& h) {

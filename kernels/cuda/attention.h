@@ -1,0 +1,33 @@
+// Fused multi-head attention on the GPU with the exact semantics of
+// kernels/cpu/attention.h (MultiHeadAttention): the same layouts and the same AttentionArgs
+// (slot tables per K/V group k_groups, kv_index, k_valid, causal_offset), float32. Meant for
+// the decode step reading the KV cache (q_len small); any q_len works.
+//
+// One thread block per (query row, head); the keys are split over the block's lanes and
+// combined with an online softmax (flash-decoding style), so scores never touch device
+// memory. Fast path for d_head in {32, 64, 128} with 16-byte aligned rows; a general path for
+// any d_head <= 256.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cpu/attention.h"
+
+namespace tnmt::kernels::cuda {
+
+// Same fields and meaning as the CPU's; every pointer in it (kv_index, k_valid, k_groups)
+// must point to device memory here.
+using AttentionArgs = cpu::AttentionArgs;
+
+// out: [batch * q_len, ld_out]; q: [batch * q_len, ld_q]; key j of K/V group g at
+// k + g' * kv_group_stride + j * ld_kv with g' = k_groups[g * stride + j] (or g). All device
+// pointers. A row with no visible key gets zeros (as on the CPU).
+absl::Status MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q,
+                                const float* k, const float* v, int64_t ld_kv,
+                                int64_t kv_group_stride, const AttentionArgs& args,
+                                cudaStream_t stream);
+
+}  // namespace tnmt::kernels::cuda

@@ -1,0 +1,232 @@
+// Training kernels; see train_ops.h.
+#include "kernels/cuda/train_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/check.h"
+
+namespace tnmt::kernels::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 512;
+
+// ---------------------------------------------------------------------------------------------
+// Label-smoothed cross-entropy
+
+// Block-wide online-softmax merge of (max, sum of exp(x - max)) and a plain sum.
+__device__ void BlockMaxSum(float* m, float* s, float* sx, float* shared /* 3 * 32 */) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  auto merge = [](float& m1, float& s1, float m2, float s2) {
+    if (m2 == -INFINITY) return;
+    if (m1 == -INFINITY) {
+      m1 = m2;
+      s1 = s2;
+      return;
+    }
+    const float mx = fmaxf(m1, m2);
+    s1 = s1 * expf(m1 - mx) + s2 * expf(m2 - mx);
+    m1 = mx;
+  };
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_down_sync(0xffffffffu, *m, o);
+    const float s2 = __shfl_down_sync(0xffffffffu, *s, o);
+    *sx += __shfl_down_sync(0xffffffffu, *sx, o);
+    merge(*m, *s, m2, s2);
+  }
+  if (lane == 0) {
+    shared[warp] = *m;
+    shared[32 + warp] = *s;
+    shared[64 + warp] = *sx;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = blockDim.x >> 5;
+    *m = lane < warps ? shared[lane] : -INFINITY;
+    *s = lane < warps ? shared[32 + lane] : 0.0f;
+    *sx = lane < warps ? shared[64 + lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_down_sync(0xffffffffu, *m, o);
+      const float s2 = __shfl_down_sync(0xffffffffu, *s, o);
+      *sx += __shfl_down_sync(0xffffffffu, *sx, o);
+      merge(*m, *s, m2, s2);
+    }
+    if (lane == 0) {
+      shared[0] = *m;
+      shared[32] = *s;
+      shared[64] = *sx;
+    }
+  }
+  __syncthreads();
+  *m = shared[0];
+  *s = shared[32];
+  *sx = shared[64];
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    CrossEntropyRows(float* logits, const int32_t* targets, int vocab, double on, double off,
+                     int32_t pad, double* row_out) {
+  __shared__ float shared[96];
+  const int64_t r = blockIdx.x;
+  float* row = logits + r * vocab;
+  const int32_t t = targets[r];
+  if (t == pad) {
+    for (int j = threadIdx.x; j < vocab; j += blockDim.x) row[j] = 0.0f;
+    if (threadIdx.x == 0) row_out[2 * r] = row_out[2 * r + 1] = 0.0;
+    return;
+  }
+  float m = -INFINITY, s = 0.0f, sx = 0.0f;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float x = row[j];
+    sx += x;
+    if (x > m) {
+      s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+  BlockMaxSum(&m, &s, &sx, shared);
+  const float lse = m + logf(s);
+  const float x_t = row[t], x_pad = row[pad];
+  if (threadIdx.x == 0) {
+    const double sum_logp = static_cast<double>(sx) - x_pad - static_cast<double>(vocab - 1) * lse;
+    const double logp_t = static_cast<double>(x_t) - lse;
+    row_out[2 * r] = -(on - off) * logp_t - off * sum_logp;
+    row_out[2 * r + 1] = -logp_t;
+  }
+  __syncthreads();  // x_t, x_pad read by every thread before the row is overwritten
+  const float offf = static_cast<float>(off);
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) row[j] = expf(row[j] - lse) - offf;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    row[pad] += offf;
+    row[t] -= static_cast<float>(on - off);
+  }
+}
+
+// sums = {sum of loss, sum of nll, count of non-pad targets}; fixed reduction order.
+__global__ void __launch_bounds__(1024)
+    CrossEntropySums(const double* row_out, const int32_t* targets, int64_t rows, int32_t pad,
+                     double* sums) {
+  __shared__ double sh[3][1024];
+  double loss = 0.0, nll = 0.0, count = 0.0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    loss += row_out[2 * r];
+    nll += row_out[2 * r + 1];
+    count += targets[r] != pad ? 1.0 : 0.0;
+  }
+  sh[0][threadIdx.x] = loss;
+  sh[1][threadIdx.x] = nll;
+  sh[2][threadIdx.x] = count;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) {
+      for (int c = 0; c < 3; ++c) sh[c][threadIdx.x] += sh[c][threadIdx.x + w];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    for (int c = 0; c < 3; ++c) sums[c] = sh[c][0];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dropout and Adam
+
+__device__ __forceinline__ float CounterUniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull ^ (stream + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
+  z += index * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+
+__global__ void DropoutKernel(float* x, int64_t count, float p, float keep_scale, uint64_t seed,
+                              uint64_t stream) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = CounterUniform(seed, stream, static_cast<uint64_t>(i)) >= p ? __fmul_rn(x[i], keep_scale)
+                                                                       : 0.0f;
+  }
+}
+
+__global__ void AdamKernel(float* w, float* m, float* v, const float* g, int64_t count,
+                           float grad_scale, float beta1, float beta2, float eps, float step_size,
+                           float inv_sqrt_bc2) {
+  const float one_b1 = 1.0f - beta1, one_b2 = 1.0f - beta2;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // The CPU's expression order, each operation rounded on its own (no FMA contraction).
+    const float gi = __fmul_rn(g[i], grad_scale);
+    const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(one_b1, gi));
+    const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(one_b2, gi), gi));
+    m[i] = mi;
+    v[i] = vi;
+    const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), inv_sqrt_bc2), eps);
+    w[i] = __fsub_rn(w[i], __fdiv_rn(__fmul_rn(step_size, mi), denom));
+  }
+}
+
+unsigned GridFor(int64_t count, int threads) {
+  return static_cast<unsigned>(std::min<int64_t>((count + threads - 1) / threads, 132 * 16));
+}
+
+}  // namespace
+
+absl::Status LabelSmoothedCrossEntropy(Context& ctx, float* logits, const int32_t* targets,
+                                       int64_t rows, int vocab, float eps, int32_t pad,
+                                       double* sums) {
+  if (rows < 0 || vocab < 1 || pad < 0 || pad >= vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda::LabelSmoothedCrossEntropy: rows ", rows,
+                                                   ", vocab ", vocab, ", pad ", pad));
+  }
+  if (rows > 0x7fffffff) {
+    return absl::InvalidArgumentError("cuda::LabelSmoothedCrossEntropy: too many rows");
+  }
+  absl::StatusOr<DeviceBuffer> scratch =
+      ctx.allocator().Buffer(sizeof(double) * 2 * std::max<int64_t>(rows, 1));
+  if (!scratch.ok()) return scratch.status();
+  const double off = vocab > 1 ? static_cast<double>(eps) / (vocab - 1) : 0.0;
+  const double on = 1.0 - eps + off;
+  if (rows > 0) {
+    CrossEntropyRows<<<static_cast<unsigned>(rows), kRowThreads, 0, ctx.stream()>>>(
+        logits, targets, vocab, on, off, pad, scratch->as<double>());
+    if (absl::Status s = TNMT_CUDA_LAUNCH_CHECK(); !s.ok()) return s;
+  }
+  CrossEntropySums<<<1, 1024, 0, ctx.stream()>>>(scratch->as<double>(), targets, rows, pad, sums);
+  // The scratch goes back to the allocator now; later work on this stream may reuse it, which
+  // stream order makes safe.
+  return TNMT_CUDA_LAUNCH_CHECK();
+}
+
+absl::Status Dropout(Context& ctx, float* x, int64_t count, float p, uint64_t seed,
+                     uint64_t stream_id) {
+  if (count < 0) return absl::InvalidArgumentError("cuda::Dropout: negative count");
+  if (p <= 0.0f || count == 0) return absl::OkStatus();
+  const float keep_scale = 1.0f / (1.0f - p);
+  DropoutKernel<<<GridFor(count, 256), 256, 0, ctx.stream()>>>(x, count, p, keep_scale, seed,
+                                                                stream_id);
+  return TNMT_CUDA_LAUNCH_CHECK();
+}
+
+absl::Status AdamUpdate(Context& ctx, float* w, float* m, float* v, const float* g, int64_t count,
+                        float grad_scale, const AdamOptions& o) {
+  if (count < 0) return absl::InvalidArgumentError("cuda::AdamUpdate: negative count");
+  if (count == 0) return absl::OkStatus();
+  // Host-side constants exactly as the CPU computes them.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(o.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.step));
+  const float step_size = static_cast<float>(o.lr / bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  AdamKernel<<<GridFor(count, 256), 256, 0, ctx.stream()>>>(w, m, v, g, count, grad_scale, o.beta1,
+                                                             o.beta2, o.eps, step_size,
+                                                             inv_sqrt_bc2);
+  return TNMT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace tnmt::kernels::cuda
