@@ -30,7 +30,10 @@ class Pool {
 
   void Run(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
     const int parts = static_cast<int>(std::min<int64_t>(target_, n));
-    if (parts <= 1) {
+    // One call at a time owns the workers; a call made meanwhile (another thread decoding, or
+    // a nested call) runs inline on its own thread instead of waiting or oversubscribing.
+    std::unique_lock<std::mutex> owner(run_mu_, std::defer_lock);
+    if (parts <= 1 || !owner.try_lock()) {
       fn(0, n);
       return;
     }
@@ -71,6 +74,7 @@ class Pool {
     }
   }
 
+  std::mutex run_mu_;  // held by the call that uses the workers
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   std::vector<std::thread> workers_;

@@ -13,7 +13,9 @@ void SetComputeThreads(int threads);
 int ComputeThreads();
 
 // Calls fn(begin, end) on disjoint chunks covering [0, n); returns when all are done.
-// Runs inline when n is small or one thread is configured. Not reentrant.
+// Runs inline when n is small or one thread is configured. Safe to call from several threads
+// and from inside fn: a call made while another one uses the workers runs inline, on its
+// caller's thread (as one chunk).
 void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
 }  // namespace tnmt::kernels::cpu
