@@ -4,6 +4,8 @@
 // (SetBlasThreads); kernels never change it.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
 
 namespace tnmt::kernels::cpu {
@@ -20,6 +22,38 @@ void GemmNN(int m, int n, int k, float alpha, const float* a, int lda, const flo
 // c: [m, n] = alpha * a^T · b + beta * c, with a stored [k, m] and b stored [k, n].
 void GemmTN(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
             float beta, float* c, int ldc);
+
+// A weight matrix b: [n, k] (torch Linear layout) packed once, for GemmPacked: panels of 32
+// output columns, each [k, 32] contiguous (the layout the AVX-512 kernel streams, so GEMMs
+// with it never re-pack b as cblas_sgemm does on every call). Immutable and cheap to copy
+// (copies share the data); it does not follow later changes to b.
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+  // Packs b ([n, k], row stride ldb). Empty when this CPU has no packed kernel (no AVX-512,
+  // see cpu_features.h) or memory is short: callers then use GemmNT on b.
+  static PackedMatrix Pack(int n, int k, const float* b, int ldb);
+
+  bool empty() const { return data_ == nullptr; }
+  int n() const { return n_; }
+  int k() const { return k_; }
+  int64_t bytes() const;  // memory held
+  const float* data() const { return data_.get(); }
+
+ private:
+  std::shared_ptr<const float> data_;
+  int n_ = 0, k_ = 0;
+};
+
+// c: [m, n] = a: [m, k] · b^T (+ bias[n] when bias is not null) (+ c when accumulate), with
+// b packed by PackedMatrix::Pack (not empty; a's width is b.k()). Splits output-column panels
+// over the compute threads (parallel.h); results do not depend on the split or on m.
+void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const float* bias,
+                bool accumulate, float* c, int ldc);
+
+// Whether GemmPacked is the faster choice for m rows times b (else GemmNT on the row-major
+// weights): measured per shape class, see gemm_packed.cc.
+bool PreferPacked(int m, const PackedMatrix& b);
 
 // Sets the BLAS thread pool size and the compute threads (parallel.h) for the whole process
 // (call once, before any GEMM): the one place that decides threads.
