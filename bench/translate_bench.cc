@@ -20,7 +20,10 @@
 //
 // GEMM: GFLOP/s of cblas_sgemm through kernels::cpu::GemmNT at the shapes decoding runs
 // (m = batch*beam = 128 rows per decoder step, m = batch*src_len = 640 rows in the encoder)
-// and at 2048^3 as "the BLAS's own peak", each repeated for at least --gemm-seconds.
+// and at 2048^3 as "the BLAS's own peak", each repeated for at least --gemm-seconds; and of
+// kernels::cpu::GemmPacked (weights packed once) at the same shapes, which is what the decoder
+// steps run on CPUs with AVX-512 (weights packed by ModelWeights::PackForInference).
+// --packed=false skips PackForInference (every GEMM through OpenBLAS, as before packing).
 //
 // Flags: --threads N  --sentences N  --batch N  --beam N  --src-len N  --out-len N  --seed N
 //        --export DIR  (writes config.json, model.safetensors, sources.txt: a peer engine
@@ -80,6 +83,7 @@ struct Flags {
   bool gemm = true;
   bool translate = true;
   bool export_only = false;
+  bool packed = true;
   std::string export_dir;
   std::string outputs_dir;
   std::string result_file;
@@ -105,6 +109,7 @@ Flags ParseFlags(int argc, char** argv) {
   args.AddBool("gemm", f.gemm, "run the GEMM section");
   args.AddBool("translate", f.translate, "run the translation section");
   args.AddBool("export-only", f.export_only, "only export the model (with --export)");
+  args.AddBool("packed", f.packed, "pack the decoder weights at load, as model loading does (false: GEMMs through OpenBLAS only)");
   args.AddString("export", f.export_dir, "write config.json, model.safetensors and the sources here");
   args.AddString("outputs", f.outputs_dir, "write the decoded ids here");
   args.AddString("result", f.result_file, "write key=value results here");
@@ -126,6 +131,7 @@ Flags ParseFlags(int argc, char** argv) {
   f.gemm = args.GetBool("gemm");
   f.translate = args.GetBool("translate");
   f.export_only = args.GetBool("export-only");
+  f.packed = args.GetBool("packed");
   f.export_dir = args.GetString("export");
   f.outputs_dir = args.GetString("outputs");
   f.result_file = args.GetString("result");
@@ -353,6 +359,29 @@ GemmResult TimeGemmNT(const std::string& label, int m, int n, int k, double min_
   return {label, m, n, k, 2.0 * m * n * k * iters / elapsed / 1e9, iters, elapsed};
 }
 
+// The same with the weights packed once (kernels::cpu::GemmPacked, what decode steps run on
+// CPUs with AVX-512); gflops 0 when this CPU has no packed kernel.
+GemmResult TimeGemmPacked(const std::string& label, int m, int n, int k, double min_seconds) {
+  std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(n) * k),
+      c(static_cast<size_t>(m) * n);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : a) x = u(rng);
+  for (float& x : b) x = u(rng);
+  const kernels::cpu::PackedMatrix packed = kernels::cpu::PackedMatrix::Pack(n, k, b.data(), k);
+  if (packed.empty()) return {label, m, n, k, 0.0, 0, 0.0};
+  kernels::cpu::GemmPacked(m, a.data(), k, packed, nullptr, false, c.data(), n);  // warm-up
+  int64_t iters = 0;
+  const auto t0 = Clock::now();
+  double elapsed = 0;
+  do {
+    kernels::cpu::GemmPacked(m, a.data(), k, packed, nullptr, false, c.data(), n);
+    ++iters;
+    elapsed = Seconds(t0, Clock::now());
+  } while (elapsed < min_seconds);
+  return {label, m, n, k, 2.0 * m * n * k * iters / elapsed / 1e9, iters, elapsed};
+}
+
 // ---------------------------------------------------------------------------------------------
 
 absl::Status WriteText(const std::string& path, const std::string& text) {
@@ -464,15 +493,25 @@ int Main(int argc, char** argv) {
     if (!map.ok()) return std::fprintf(stderr, "%s\n", map.status().ToString().c_str()), 1;
     auto built = ModelWeights::Build(config, *std::move(map), "random");
     if (!built.ok()) return std::fprintf(stderr, "%s\n", built.status().ToString().c_str()), 1;
-    const ModelWeights weights = *std::move(built);
+    ModelWeights packed_weights = *std::move(built);
     const auto sources = gen.Sources(config, f.sentences, f.src_len);
-    const int64_t params = ParamCount(weights);
+    const int64_t params = ParamCount(packed_weights);
+    // As LoadModelDirectory does: the decode-step weights packed once for GemmPacked.
+    const auto tp = Clock::now();
+    if (f.packed) packed_weights.PackForInference();
+    const double pack_s = Seconds(tp, Clock::now());
+    const ModelWeights weights = std::move(packed_weights);
     std::printf("model: %d+%d layers, d_model %d, d_ff %d, %d heads, vocab %d, %.1fM parameters "
                 "(%.0f MiB fp32), built in %.1f s\n",
                 config.encoder_layers, config.decoder_layers, config.d_model, config.d_ff,
                 config.num_heads, config.vocab_size, params / 1e6, params * 4.0 / 1048576.0,
                 Seconds(tb, Clock::now()));
     put("params", absl::StrCat(params));
+    std::printf("packed weights for the decode steps: %.0f MiB in %.2f s%s\n",
+                MiB(weights.PackedBytes() / 1024), pack_s,
+                f.packed ? (weights.PackedBytes() > 0 ? "" : " (no packed kernel on this CPU)")
+                         : " (--packed=false)");
+    put("packed_mib", absl::StrCat(MiB(weights.PackedBytes() / 1024)));
 
     if (!f.export_dir.empty()) {
       const std::string& dir = f.export_dir;
@@ -593,15 +632,26 @@ int Main(int argc, char** argv) {
         {"enc fc1", enc_rows, 2048, 512},    {"enc fc2", enc_rows, 512, 2048},
         {"BLAS peak 2048^3", 2048, 2048, 2048},
     };
-    std::vector<GemmResult> res;
+    std::vector<GemmResult> res, packed;
     for (const Shape& s : shapes) res.push_back(TimeGemmNT(s.label, s.m, s.n, s.k, f.gemm_seconds));
+    for (size_t i = 0; i + 1 < shapes.size(); ++i) {
+      const Shape& s = shapes[i];
+      packed.push_back(TimeGemmPacked(s.label, s.m, s.n, s.k, f.gemm_seconds));
+    }
     const double peak = res.back().gflops;
-    std::printf("\nGEMM (cblas_sgemm via GemmNT: C[m,n] = A[m,k] B[n,k]^T, fp32, %d thread%s, "
-                ">= %.1f s each)\n", f.threads, f.threads == 1 ? "" : "s", f.gemm_seconds);
-    std::printf("  %-24s %6s %6s %6s %10s %8s\n", "shape", "m", "n", "k", "GFLOP/s", "of peak");
-    for (const GemmResult& r : res) {
-      std::printf("  %-24s %6d %6d %6d %10.1f %7.0f%%\n", r.label.c_str(), r.m, r.n, r.k, r.gflops,
+    std::printf("\nGEMM (C[m,n] = A[m,k] B[n,k]^T, fp32, %d thread%s, >= %.1f s each): cblas_sgemm "
+                "via GemmNT, and GemmPacked (B packed once, as the decoder's weights are)\n",
+                f.threads, f.threads == 1 ? "" : "s", f.gemm_seconds);
+    std::printf("  %-24s %6s %6s %6s %10s %8s %10s %8s\n", "shape", "m", "n", "k", "GFLOP/s",
+                "of peak", "packed", "of peak");
+    for (size_t i = 0; i < res.size(); ++i) {
+      const GemmResult& r = res[i];
+      std::printf("  %-24s %6d %6d %6d %10.1f %7.0f%%", r.label.c_str(), r.m, r.n, r.k, r.gflops,
                   100.0 * r.gflops / peak);
+      if (i < packed.size() && packed[i].gflops > 0) {
+        std::printf(" %10.1f %7.0f%%", packed[i].gflops, 100.0 * packed[i].gflops / peak);
+      }
+      std::printf("\n");
     }
     // Decode-weighted GEMM rate: the decoder-step shapes weighted by their FLOPs per step
     // (6 layers x (qkv + out + cross q + cross out + fc1 + fc2) + logits).
@@ -616,6 +666,16 @@ int Main(int argc, char** argv) {
     const double dec_rate = flops / secs;
     std::printf("  decoder-step mix (m=%d, FLOP-weighted): %.1f GFLOP/s = %.0f%% of the 2048^3 "
                 "peak\n", rows, dec_rate, 100.0 * dec_rate / peak);
+    if (packed[0].gflops > 0) {
+      double psecs = 0;
+      for (int i = 0; i < 5; ++i) psecs += w_flops[i] / packed[i].gflops;
+      std::printf("  decoder-step mix, packed: %.1f GFLOP/s = %.0f%% of the 2048^3 peak\n",
+                  flops / psecs, 100.0 * flops / psecs / peak);
+      put("gemm_packed_decode_mix_gflops", absl::StrCat(flops / psecs));
+      for (const GemmResult& r : packed) {
+        put(absl::StrCat("gemmpacked_", r.m, "x", r.n, "x", r.k), absl::StrCat(r.gflops));
+      }
+    }
     put("gemm_peak_gflops", absl::StrCat(peak));
     put("gemm_decode_mix_gflops", absl::StrCat(dec_rate));
     for (size_t i = 0; i < res.size(); ++i) {

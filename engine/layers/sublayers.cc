@@ -15,6 +15,11 @@ namespace k = kernels::cpu;
 void ApplyLinear(float* y, const float* x, int64_t rows, const Linear& l) {
   const int out = static_cast<int>(l.weight.dim(0));
   const int in = static_cast<int>(l.weight.dim(1));
+  if (k::PreferPacked(static_cast<int>(rows), l.packed)) {  // weights packed at load: bias fused
+    k::GemmPacked(static_cast<int>(rows), x, in, l.packed, l.bias.empty() ? nullptr : l.bias.f32(),
+                  /*accumulate=*/false, y, out);
+    return;
+  }
   if (l.bias.empty()) {
     k::GemmNT(static_cast<int>(rows), out, in, 1.0f, x, in, l.weight.f32(), in, 0.0f, y, out);
     return;
@@ -47,9 +52,15 @@ absl::Status FeedForward(float* x, int64_t rows, const ModelConfig& c, const Lin
   TNMT_ASSIGN_OR_RETURN(float* y, ws->Get(Workspace::kY, rows * c.d_model));
   TNMT_ASSIGN_OR_RETURN(float* h, ws->Get(Workspace::kHidden, rows * c.d_ff));
   const float* in = SublayerInput(x, y, rows, c, ln);
-  k::GemmNT(static_cast<int>(rows), c.d_ff, c.d_model, 1.0f, in, c.d_model, fc1.weight.f32(),
-            c.d_model, 0.0f, h, c.d_ff);
-  k::BiasActivation(h, fc1.bias.f32(), rows, c.d_ff, c.activation);
+  if (k::PreferPacked(static_cast<int>(rows), fc1.packed)) {
+    k::GemmPacked(static_cast<int>(rows), in, c.d_model, fc1.packed,
+                  fc1.bias.empty() ? nullptr : fc1.bias.f32(), /*accumulate=*/false, h, c.d_ff);
+    k::BiasActivation(h, nullptr, rows, c.d_ff, c.activation);
+  } else {
+    k::GemmNT(static_cast<int>(rows), c.d_ff, c.d_model, 1.0f, in, c.d_model, fc1.weight.f32(),
+              c.d_model, 0.0f, h, c.d_ff);
+    k::BiasActivation(h, fc1.bias.f32(), rows, c.d_ff, c.activation);
+  }
   ApplyLinear(y, h, rows, fc2);
   FinishSublayer(x, y, rows, c, ln);
   return absl::OkStatus();

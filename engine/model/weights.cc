@@ -153,6 +153,42 @@ absl::StatusOr<ModelWeights> ModelWeights::Build(const ModelConfig& c, TensorMap
   return w;
 }
 
+namespace {
+
+void PackLinear(Linear* l) {
+  l->packed = kernels::cpu::PackedMatrix::Pack(static_cast<int>(l->weight.dim(0)),
+                                               static_cast<int>(l->weight.dim(1)), l->weight.f32(),
+                                               static_cast<int>(l->weight.dim(1)));
+}
+
+}  // namespace
+
+void ModelWeights::PackForInference() {
+  for (DecoderLayerWeights& l : decoder) {
+    for (Linear* x : {&l.self_qkv, &l.self_out, &l.cross_q, &l.cross_out, &l.fc1, &l.fc2}) {
+      PackLinear(x);
+    }
+  }
+  output_projection_packed = kernels::cpu::PackedMatrix::Pack(
+      static_cast<int>(output_projection.dim(0)), static_cast<int>(output_projection.dim(1)),
+      output_projection.f32(), static_cast<int>(output_projection.dim(1)));
+}
+
+int64_t ModelWeights::PackedBytes() const {
+  int64_t n = output_projection_packed.bytes();
+  auto add = [&](const Linear& l) { n += l.packed.bytes(); };
+  for (const EncoderLayerWeights& l : encoder) {
+    for (const Linear* x : {&l.self_qkv, &l.self_out, &l.fc1, &l.fc2}) add(*x);
+  }
+  for (const DecoderLayerWeights& l : decoder) {
+    for (const Linear* x : {&l.self_qkv, &l.self_out, &l.cross_q, &l.cross_kv, &l.cross_out,
+                            &l.fc1, &l.fc2}) {
+      add(*x);
+    }
+  }
+  return n;
+}
+
 std::map<std::string, Tensor> ModelWeights::ToTensors(const ModelConfig& c) const {
   const int64_t d = c.d_model;
   std::map<std::string, Tensor> out;
