@@ -54,6 +54,8 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std:
   TNMT_ASSIGN_OR_RETURN(TensorMap tensors, ReadSafetensors(weights_path));
   for (const auto& [name, t] : tensors) m->parameter_count += t.value.numel();
   TNMT_ASSIGN_OR_RETURN(m->weights, ModelWeights::Build(c, std::move(tensors), weights_path));
+  // Inference weights never change after loading: pack the decode-step GEMM operands once.
+  m->weights.PackForInference();
   return std::shared_ptr<const LoadedModel>(std::move(m));
 }
 
