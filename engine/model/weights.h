@@ -78,9 +78,9 @@ struct ModelWeights {
   // trainer (which updates weights in place) must not. The row-major tensors are kept: they
   // stay the model's weights for ToTensors, for sharing with a trainer and for the GemmNT
   // shapes where OpenBLAS is faster. The packed copies add 4 bytes per packed parameter
-  // (Transformer-base: 26M parameters, 100 MiB; the decode's peak RSS grows less, +21 MiB on
-  // bench/translate_bench, as OpenBLAS no longer copies these weights into its own buffers).
-  // Encoder and cross K/V linears (one GEMM per batch of sources, not per step) stay unpacked.
+  // (Transformer-base: 26M parameters, 100 MiB; bench/translate_bench's decode peak RSS
+  // 558 -> 659 MiB). Encoder and cross K/V linears (one GEMM per batch of sources, not per
+  // step) stay unpacked.
   void PackForInference();
   // Bytes held by the packed copies.
   int64_t PackedBytes() const;
