@@ -1,5 +1,6 @@
-// Single-precision GEMM on the CPU through OpenBLAS (the only BLAS tnmt uses; loaded at run
-// time, see gemm.cc).
+// Single-precision GEMM on the CPU: GemmNT/NN/TN through OpenBLAS (the only BLAS tnmt uses;
+// loaded at run time, see gemm.cc), and GemmPacked, tnmt's own AVX-512 kernel for a weight
+// operand packed once (gemm_packed.cc; the decoder steps' linears).
 // Row-major throughout. Thread count is process-wide and set once by the runtime
 // (SetBlasThreads); kernels never change it.
 #pragma once
