@@ -43,6 +43,7 @@
 #include "trainer/model/transformer_train.h"
 #include "trainer/optim/adam.h"
 #include "trainer/train_config.h"
+#include "trainer/train_loop.h"
 
 namespace tnmt::bench {
 namespace {
@@ -148,6 +149,7 @@ train::TrainBatch MakeBatch(const Flags& f, const ModelConfig& c) {
 }
 
 absl::Status Run(const Flags& f) {
+  train::KeepFreedMemory();  // as `tnmt train` does
   kernels::cpu::SetBlasThreads(f.threads);
   absl::StatusOr<ModelConfig> config = train::PresetModel(f.preset, f.vocab);
   if (!config.ok()) return config.status();

@@ -1,6 +1,7 @@
 // Training loop; see train_loop.h.
 #include "trainer/train_loop.h"
 
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -384,6 +385,11 @@ class Trainer {
 };
 
 }  // namespace
+
+void KeepFreedMemory() {
+  mallopt(M_MMAP_MAX, 0);                  // large blocks from the heap, not fresh mappings
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);      // and the heap is not returned to the system
+}
 
 absl::Status RunTraining(const TrainConfig& cfg, Collective* collective, const TrainHooks& hooks) {
   Trainer t(cfg, collective, hooks);

@@ -133,6 +133,7 @@ int TrainCommand(int argc, char** argv) {
   if (!cfg.ok()) return Fail("train", std::string(cfg.status().message()));
   int threads = cfg->threads > 0 ? cfg->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   kernels::cpu::SetBlasThreads(threads);
+  train::KeepFreedMemory();
 
   std::unique_ptr<train::Collective> collective;
   if (train::LaunchedByMpi()) {
