@@ -392,7 +392,9 @@ TEST_F(JobStoreTest, MigratesAVersion1DatabaseKeepingItsRows) {
   (*store)->SetMaxEventsPerJobForTest(4);
   ASSERT_TRUE((*store)->AppendEvent("job-000001", "log", "4").ok());
   std::vector<std::string> kept;
-  for (const JobEvent& e : *(*store)->Events("job-000001", 0, 100)) kept.push_back(e.json);
+  auto events = (*store)->Events("job-000001", 0, 100);  // named: a temporary's value would dangle
+  ASSERT_TRUE(events.ok()) << events.status();
+  for (const JobEvent& e : *events) kept.push_back(e.json);
   EXPECT_THAT(kept, testing::ElementsAre("1", "2", "3", "4"));
 }
 
@@ -436,9 +438,13 @@ TEST_F(JobStoreTest, EventsAppendReadAfterAndCapPerJob) {
   for (int i = 0; i < 5; ++i) {
     absl::StatusOr<int64_t> seq = store_->AppendEvent(a, "progress", absl::StrCat("a", i));
     ASSERT_TRUE(seq.ok()) << seq.status();
-    if (!seqs.empty()) EXPECT_GT(*seq, seqs.back());
+    if (!seqs.empty()) {
+      EXPECT_GT(*seq, seqs.back());
+    }
     seqs.push_back(*seq);
-    if (i < 2) ASSERT_TRUE(store_->AppendEvent(b, "log", absl::StrCat("b", i)).ok());
+    if (i < 2) {
+      ASSERT_TRUE(store_->AppendEvent(b, "log", absl::StrCat("b", i)).ok());
+    }
   }
   absl::StatusOr<std::vector<JobEvent>> events = store_->Events(a, 0, 100);
   ASSERT_TRUE(events.ok()) << events.status();
@@ -464,10 +470,14 @@ TEST_F(JobStoreTest, EventsAppendReadAfterAndCapPerJob) {
   store_->SetMaxEventsPerJobForTest(3);
   for (int i = 5; i < 8; ++i) ASSERT_TRUE(store_->AppendEvent(a, "log", absl::StrCat("a", i)).ok());
   std::vector<std::string> kept;
-  for (const JobEvent& e : *store_->Events(a, 0, 100)) kept.push_back(e.json);
+  auto events_a = store_->Events(a, 0, 100);  // named: a temporary's value would dangle
+  ASSERT_TRUE(events_a.ok()) << events_a.status();
+  for (const JobEvent& e : *events_a) kept.push_back(e.json);
   EXPECT_THAT(kept, testing::ElementsAre("a5", "a6", "a7"));
   kept.clear();
-  for (const JobEvent& e : *store_->Events(b, 0, 100)) kept.push_back(e.json);
+  auto events_b = store_->Events(b, 0, 100);
+  ASSERT_TRUE(events_b.ok()) << events_b.status();
+  for (const JobEvent& e : *events_b) kept.push_back(e.json);
   EXPECT_THAT(kept, testing::ElementsAre("b0", "b1"));
 }
 
