@@ -293,7 +293,7 @@ std::string Rfc3339(absl::Time t) {
 bool TranslationServiceImpl::Enter() {
   std::lock_guard<std::mutex> lock(idle_mu_);
   if (!accepting_) {
-    last_refusal_ = absl::Now();
+    last_activity_ = absl::Now();
     return false;
   }
   ++inflight_;
@@ -302,6 +302,7 @@ bool TranslationServiceImpl::Enter() {
 
 void TranslationServiceImpl::Leave() {
   std::lock_guard<std::mutex> lock(idle_mu_);
+  last_activity_ = absl::Now();  // its client may send the next call soon
   if (--inflight_ == 0) idle_cv_.notify_all();
 }
 
@@ -310,12 +311,14 @@ bool TranslationServiceImpl::WaitIdle(absl::Time deadline) {
   if (!idle_cv_.wait_until(lock, absl::ToChronoTime(deadline), [&] { return inflight_ == 0; })) {
     return false;
   }
-  // Then a short quiet period (no call refused for 200 ms, at most 1 s in all), so calls
-  // already on their way are refused by us rather than cut off by the transport; clients that
-  // retry at once never go quiet, hence the bound.
-  const absl::Time give_up = std::min(deadline, absl::Now() + absl::Seconds(1));
+  // Then a quiet period (no call finished or refused for 500 ms, at most 3 s in all), so the
+  // next calls of clients that just got a reply, already on their way, are refused by us with
+  // UNAVAILABLE rather than cut off by the transport (CANCELLED: ambiguous to a client); on a
+  // loaded machine a client can take a few hundred ms to send again. Clients that retry at
+  // once never go quiet, hence the bound.
+  const absl::Time give_up = std::min(deadline, absl::Now() + absl::Seconds(3));
   while (absl::Now() < give_up) {
-    const absl::Time calm_at = last_refusal_ + absl::Milliseconds(200);
+    const absl::Time calm_at = last_activity_ + absl::Milliseconds(500);
     if (absl::Now() >= calm_at) break;
     idle_cv_.wait_until(lock, absl::ToChronoTime(std::min(calm_at, give_up)));
   }

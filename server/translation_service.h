@@ -48,7 +48,7 @@ class TranslationServiceImpl final : public tnmt::v1::TranslationService::Callba
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;
   int inflight_ = 0;
-  absl::Time last_refusal_ = absl::InfinitePast();
+  absl::Time last_activity_ = absl::InfinitePast();  // last call finished or refused
   ModelRegistry* const registry_;
   ServerMetrics* const metrics_;
   const ServiceLimits limits_;
