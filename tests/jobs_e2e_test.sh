@@ -34,12 +34,7 @@ DATA="$TMP/data"
 STATE="$TMP/state"
 mkdir -p "$DATA/corpus" "$STATE"
 cp "$SPM" "$DATA/spm.model"
-awk -v n=400 -v seed=11 'BEGIN {
-  srand(seed); split("the a man woman dog cat runs sits on in red green big small house street ball child", w, " ");
-  split("der ein Mann Frau Hund Katze rennt sitzt auf in rot gruen gross klein Haus Strasse Ball Kind", g, " ");
-  for (i = 0; i < n; i++) { len = 3 + int(rand() * 6); s = ""; t = "";
-    for (j = 0; j < len; j++) { k = 1 + int(rand() * 18); s = s (j ? " " : "") w[k]; t = t (j ? " " : "") g[k]; }
-    print s > "'"$DATA"'/corpus/train.en"; print t > "'"$DATA"'/corpus/train.de"; } }'
+tests/tools/synthetic_corpus.sh 400 11 "$DATA/corpus/train.en" "$DATA/corpus/train.de"
 head -10 "$DATA/corpus/train.en" > "$DATA/corpus/dev.en"
 head -10 "$DATA/corpus/train.de" > "$DATA/corpus/dev.de"
 echo "outside the data root" > "$TMP/secret.txt"

@@ -14,15 +14,8 @@ check() {
   if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
 }
 
-# A synthetic parallel corpus: "sentences" over a small vocabulary, target = a deterministic
-# rewrite of the source, so there is something to learn.
-words=(the a man woman dog cat runs sits on in red green big small house street ball child)
-awk -v n=600 -v seed=7 'BEGIN {
-  srand(seed); split("the a man woman dog cat runs sits on in red green big small house street ball child", w, " ");
-  split("der ein Mann Frau Hund Katze rennt sitzt auf in rot gruen gross klein Haus Strasse Ball Kind", g, " ");
-  for (i = 0; i < n; i++) { len = 3 + int(rand() * 6); s = ""; t = "";
-    for (j = 0; j < len; j++) { k = 1 + int(rand() * 18); s = s (j ? " " : "") w[k]; t = t (j ? " " : "") g[k]; }
-    print s > "'"$TMP"'/train.en"; print t > "'"$TMP"'/train.de"; } }'
+# A synthetic parallel corpus with something to learn.
+tests/tools/synthetic_corpus.sh 600 7 "$TMP/train.en" "$TMP/train.de"
 head -20 "$TMP/train.en" > "$TMP/valid.en"
 head -20 "$TMP/train.de" > "$TMP/valid.de"
 
