@@ -5,7 +5,6 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <filesystem>
-
 #include <fstream>
 #include <sstream>
 
