@@ -168,9 +168,7 @@ absl::Status TranslationServer::PublishModel(const std::string& name, const std:
 
 std::string TranslationServer::MetricsText() {
   if (job_store_ != nullptr) {  // job counts are read from the store at scrape time
-    for (jobs::JobState state : {jobs::JobState::kQueued, jobs::JobState::kRunning, jobs::JobState::kCancelling,
-                                 jobs::JobState::kPublishing, jobs::JobState::kSucceeded, jobs::JobState::kFailed,
-                                 jobs::JobState::kCancelled}) {
+    for (jobs::JobState state : jobs::kAllJobStates) {
       const int64_t n = job_store_->CountInStates({state});
       if (n >= 0) metrics_->SetTrainingJobs(jobs::JobStateName(state), n);
     }

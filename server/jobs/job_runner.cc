@@ -382,29 +382,29 @@ void JobRunner::Finished(const std::string& id, const Child& child, int wait_sta
     const std::string last = LastLine(WorkDir(id) + "/train.log");
     SetState(&*job, JobState::kFailed,
              absl::StrCat("tnmt train ", Describe(wait_status), last.empty() ? "" : ": ", last));
-  } else if (spec.ok() && job->step < job->max_steps && spec->stop().max_epochs() == 0) {
+  } else if (!spec.ok()) {
+    SetState(&*job, JobState::kFailed, std::string(spec.status().message()));
+  } else if (job->step < job->max_steps && spec->stop().max_epochs() == 0) {
     SetState(&*job, JobState::kFailed,
              absl::StrCat("tnmt train stopped at step ", job->step, " of ", job->max_steps,
                           " without being asked to (signalled from outside the server?)"));
   } else {
-    Publish(&*job);
+    Publish(&*job, *spec);
   }
 }
 
-void JobRunner::Publish(JobRecord* job) {
+void JobRunner::Publish(JobRecord* job, const JobSpec& spec) {
   SetState(job, JobState::kPublishing);
-  auto spec = SpecOf(*job);
-  if (!spec.ok()) return SetState(job, JobState::kFailed, std::string(spec.status().message()));
-  const std::string name = PublishedModelName(*spec, job->id);
+  const std::string name = PublishedModelName(spec, job->id);
   const std::string dir = ModelDir(name);
   auto checkpoints = ListCheckpoints(TrainDir(job->id));
   if (!checkpoints.ok() || checkpoints->empty()) {
     return SetState(job, JobState::kFailed, "publish: the trainer left no checkpoint");
   }
-  const int want = spec->publish().average_last() > 0 ? spec->publish().average_last() : 5;
+  const int want = spec.publish().average_last() > 0 ? spec.publish().average_last() : 5;
   AverageOptions o;
   o.overwrite = true;
-  const std::string& dtype = spec->publish().dtype();
+  const std::string& dtype = spec.publish().dtype();
   o.stored_dtype = dtype == "float16" ? DType::kFloat16 : dtype == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
   absl::Status s = AverageLastCheckpoints(TrainDir(job->id), std::min<int>(want, checkpoints->size()), dir, o);
   if (s.ok()) {
@@ -413,8 +413,8 @@ void JobRunner::Publish(JobRecord* job) {
                                  {"step", job->step},
                                  {"dev_bleu", job->dev_bleu},
                                  {"averaged_checkpoints", std::min<int>(want, checkpoints->size())},
-                                 {"source_language", spec->data().source_language()},
-                                 {"target_language", spec->data().target_language()},
+                                 {"source_language", spec.data().source_language()},
+                                 {"target_language", spec.data().target_language()},
                                  {"spec", nlohmann::json::parse(job->spec_json, nullptr, false)}};
     s = WriteFileAtomically(dir + "/job.json", provenance.dump(2) + "\n", dir + "/job.json.tmp");
   }

@@ -89,7 +89,7 @@ class JobRunner {
   absl::Status Launch(JobRecord* job);
   void Follow(const std::string& id, Child* child);  // new metrics lines
   void Finished(const std::string& id, const Child& child, int wait_status);
-  void Publish(JobRecord* job);
+  void Publish(JobRecord* job, const tnmt::v1::JobSpec& spec);
   void SetState(JobRecord* job, JobState state, const std::string& error = "");
   void Notify(const std::string& kind, const JobRecord& job, double dev_loss = 0);
   std::string TrainDir(const std::string& id) const;

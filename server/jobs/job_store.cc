@@ -19,11 +19,6 @@ namespace tnmt::server::jobs {
 
 namespace {
 
-constexpr JobState kAllStates[] = {
-    JobState::kQueued,    JobState::kRunning, JobState::kCancelling, JobState::kPublishing,
-    JobState::kSucceeded, JobState::kFailed,  JobState::kCancelled,
-};
-
 // Schema migrations: kMigrations[v] takes a database from version v to v + 1. Only append;
 // never edit a step that has shipped (databases in the field have applied it already).
 constexpr const char* kMigrations[] = {
@@ -366,7 +361,7 @@ const char* JobStateName(JobState s) {
 
 absl::StatusOr<JobState> ParseJobState(absl::string_view name) {
   std::vector<std::string> names;
-  for (JobState s : kAllStates) {
+  for (JobState s : kAllJobStates) {
     if (name == JobStateName(s)) return s;
     names.push_back(JobStateName(s));
   }

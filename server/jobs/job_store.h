@@ -28,6 +28,12 @@ enum class JobState {
   kCancelled
 };
 
+// Every state, in lifecycle order.
+inline constexpr JobState kAllJobStates[] = {
+    JobState::kQueued,    JobState::kRunning, JobState::kCancelling, JobState::kPublishing,
+    JobState::kSucceeded, JobState::kFailed,  JobState::kCancelled,
+};
+
 // "QUEUED", "RUNNING", "CANCELLING", "PUBLISHING", "SUCCEEDED", "FAILED", "CANCELLED".
 const char* JobStateName(JobState s);
 // The inverse of JobStateName (exact, upper case); INVALID_ARGUMENT naming the bad value.
