@@ -4,6 +4,8 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 
 namespace tnmt::train {
@@ -22,6 +24,40 @@ const std::set<std::string>& ModelKeys() {
 }
 
 }  // namespace
+
+absl::StatusOr<TrainDevice> ParseTrainDevice(const std::string& device) {
+  TrainDevice d;
+  if (device == "cpu") return d;
+  d.cuda = true;
+  if (device == "cuda") return d;
+  int index = 0;
+  // "cuda:" and 1-4 digits.
+  if (absl::StartsWith(device, "cuda:") && device.size() > 5 && device.size() <= 9 &&
+      device.find_first_not_of("0123456789", 5) == std::string::npos &&
+      absl::SimpleAtoi(device.substr(5), &index)) {
+    d.index = index;
+    return d;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("\"device\" must be \"cpu\", \"cuda\" or \"cuda:N\" (got \"", device, "\")"));
+}
+
+absl::StatusOr<TrainPrecision> ParseTrainPrecision(const std::string& dtype) {
+  if (dtype == "float32") return TrainPrecision::kFloat32;
+  if (dtype == "float16") return TrainPrecision::kFloat16;
+  if (dtype == "bfloat16") return TrainPrecision::kBFloat16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("\"dtype\" must be \"float32\", \"float16\" or \"bfloat16\" (got \"", dtype, "\")"));
+}
+
+const char* TrainPrecisionName(TrainPrecision p) {
+  switch (p) {
+    case TrainPrecision::kFloat32: return "float32";
+    case TrainPrecision::kFloat16: return "float16";
+    case TrainPrecision::kBFloat16: return "bfloat16";
+  }
+  return "float32";
+}
 
 absl::StatusOr<ModelConfig> PresetModel(const std::string& preset, int vocab_size) {
   ModelConfig c;
@@ -77,7 +113,7 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const std::stri
       "max_length", "max_length_ratio", "preset", "max_tokens", "accum_steps", "warmup_steps",
       "lr_scale", "max_steps", "max_epochs", "clip_norm", "dropout", "seed", "save_dir",
       "save_every_steps", "save_every_minutes", "keep_last", "valid_every_steps", "valid_bleu",
-      "valid_beam_size", "valid_max_sentences", "metrics_file", "log_every_steps", "threads"};
+      "valid_beam_size", "valid_max_sentences", "metrics_file", "log_every_steps", "threads", "device", "dtype"};
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (!known.count(it.key()) && !ModelKeys().count(it.key())) unknown.push_back(it.key());
   }
@@ -99,7 +135,7 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const std::stri
                          integer("valid_beam_size", &t.valid_beam_size),
                          integer("valid_max_sentences", &t.valid_max_sentences),
                          str("metrics_file", &t.metrics_file), integer("log_every_steps", &t.log_every_steps),
-                         integer("threads", &t.threads)}) {
+                         integer("threads", &t.threads), str("device", &t.device), str("dtype", &t.dtype)}) {
     if (!s.ok()) return s;
   }
   if (t.train_source.empty() || t.train_target.empty()) {
@@ -125,6 +161,13 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const std::stri
   }
   if (t.valid_beam_size < 1 || t.valid_beam_size > 64) return bad("valid_beam_size", "must be in [1, 64]");
   if (t.threads < 0) return bad("threads", "must be >= 0");
+  auto device = ParseTrainDevice(t.device);
+  if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", device.status().message()));
+  auto precision = ParseTrainPrecision(t.dtype);
+  if (!precision.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", precision.status().message()));
+  if (!device->cuda && *precision != TrainPrecision::kFloat32) {
+    return bad("dtype", absl::StrCat(t.dtype, " needs a GPU (\"device\": \"cuda\"); training on \"cpu\" is float32"));
+  }
 
   auto preset = PresetModel(t.preset, t.vocab_size);
   if (!preset.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", preset.status().message()));
@@ -174,6 +217,8 @@ json TrainConfig::ToJson() const {
   j["metrics_file"] = metrics_file;
   j["log_every_steps"] = log_every_steps;
   j["threads"] = threads;
+  j["device"] = device;
+  j["dtype"] = dtype;
   return j;
 }
 

@@ -45,12 +45,31 @@ struct TrainConfig {
   // Observability and resources.
   std::string metrics_file;        // JSON lines; default save_dir/metrics.jsonl
   int64_t log_every_steps = 10;
-  int threads = 0;                 // 0: all cores
+  int threads = 0;                 // 0: all cores (CPU training)
+  // Device and precision. device: "cpu", "cuda" (GPU rank % visible GPUs: one process per GPU)
+  // or "cuda:N". dtype: "float32", or "float16" / "bfloat16" (mixed precision: float32 master
+  // weights, half-precision GEMM inputs; float16 with dynamic loss scaling), cuda only.
+  std::string device = "cpu";
+  std::string dtype = "float32";
 
   // Parses JSON (`source` names it in errors), validates, applies the preset.
   static absl::StatusOr<TrainConfig> FromJson(const nlohmann::json& j, const std::string& source);
   nlohmann::json ToJson() const;
 };
+
+enum class TrainPrecision { kFloat32, kFloat16, kBFloat16 };
+
+// A parsed `device` key.
+struct TrainDevice {
+  bool cuda = false;
+  int index = -1;  // cuda: the GPU ordinal; -1 ("cuda"): rank % the number of visible GPUs
+};
+
+// "cpu", "cuda", "cuda:N" (N >= 0). Errors name the key and the accepted forms.
+absl::StatusOr<TrainDevice> ParseTrainDevice(const std::string& device);
+// "float32", "float16", "bfloat16".
+absl::StatusOr<TrainPrecision> ParseTrainPrecision(const std::string& dtype);
+const char* TrainPrecisionName(TrainPrecision p);
 
 // The paper's base and big models, and smaller ones for CPUs and tests.
 absl::StatusOr<ModelConfig> PresetModel(const std::string& preset, int vocab_size);
