@@ -111,8 +111,7 @@ void Scheduler::Finish(Queued& q, SentenceResult r) {
 
 void Scheduler::Run() {
   Workspace ws;
-  const ModelConfig& c = model_->config;
-  absl::StatusOr<BeamDecoder> created = BeamDecoder::Create(c, model_->weights, &ws);
+  absl::StatusOr<BeamDecoder> created = NewBeamDecoder(*model_, &ws);
   std::unordered_map<int64_t, std::unique_ptr<Queued>> live;
   std::vector<BeamDecoder::Done> done;
   auto dropped = [](const Queued& q, absl::Time now) -> absl::Status {

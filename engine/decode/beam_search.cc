@@ -7,9 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
-#include "engine/layers/decoder.h"
-#include "engine/layers/encoder.h"
-#include "kernels/cpu/elementwise.h"
+#include "engine/decode/cpu_step_model.h"
 
 namespace tnmt {
 
@@ -52,28 +50,24 @@ struct TokenRules {
   }
 };
 
-// Appends to `out` the best `k` allowed tokens of one row of logits, best first
-// (ties: lower token id first).
-void TopK(const float* logits, int vocab, int k, const TokenRules& rules, int hyp,
-          double base, float lse, std::vector<Candidate>* out) {
+// Appends to `out` the best `k` allowed tokens of row `row` of the step's scores, best first
+// (ties: lower token id first). The scores hold k + 1 candidates other than pad, so removing
+// </s> (when not yet allowed) still leaves k.
+void TopK(const StepScores& s, int row, int k, const TokenRules& rules, int hyp, double base,
+          std::vector<Candidate>* out) {
+  const float lse = s.lse[row];
   if (rules.only_eos) {
-    out->push_back({base + logits[rules.eos] - lse, hyp, rules.eos});
+    out->push_back({base + s.eos_logit[row] - lse, hyp, rules.eos});
     return;
   }
-  std::vector<std::pair<float, int32_t>> best;  // sorted descending, size <= k
-  best.reserve(k + 1);
-  float threshold = -std::numeric_limits<float>::infinity();
-  for (int32_t tok = 0; tok < vocab; ++tok) {
-    const float v = logits[tok];
-    if (static_cast<int>(best.size()) == k && !(v > threshold)) continue;
-    if (!rules.Allowed(tok)) continue;
-    auto pos = std::upper_bound(best.begin(), best.end(), v,
-                                [](float x, const std::pair<float, int32_t>& e) { return x > e.first; });
-    best.insert(pos, {v, tok});
-    if (static_cast<int>(best.size()) > k) best.pop_back();
-    if (static_cast<int>(best.size()) == k) threshold = best.back().first;
+  const float* logit = s.top_logit.data() + static_cast<int64_t>(row) * s.k;
+  const int32_t* id = s.top_id.data() + static_cast<int64_t>(row) * s.k;
+  int taken = 0;
+  for (int i = 0; i < s.k && taken < k; ++i) {
+    if (!rules.Allowed(id[i])) continue;
+    out->push_back({base + logit[i] - lse, hyp, id[i]});
+    ++taken;
   }
-  for (const auto& [v, tok] : best) out->push_back({base + v - lse, hyp, tok});
 }
 
 }  // namespace
@@ -90,9 +84,8 @@ struct BeamDecoder::Sentence {
   std::vector<Finished> finished;
 };
 
-BeamDecoder::BeamDecoder(const ModelConfig& c, const ModelWeights& w, Workspace* ws,
-                         DecoderState state)
-    : c_(&c), w_(&w), ws_(ws), state_(std::move(state)) {}
+BeamDecoder::BeamDecoder(const ModelConfig& c, std::unique_ptr<StepModel> model)
+    : c_(&c), model_(std::move(model)) {}
 
 BeamDecoder::BeamDecoder(BeamDecoder&&) noexcept = default;
 BeamDecoder& BeamDecoder::operator=(BeamDecoder&&) noexcept = default;
@@ -100,8 +93,12 @@ BeamDecoder::~BeamDecoder() = default;
 
 absl::StatusOr<BeamDecoder> BeamDecoder::Create(const ModelConfig& c, const ModelWeights& w,
                                                 Workspace* ws) {
-  TNMT_ASSIGN_OR_RETURN(DecoderState state, DecoderState::Create(c, w, MaxPositions(c)));
-  return BeamDecoder(c, w, ws, std::move(state));
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<CpuStepModel> model, CpuStepModel::Create(c, w, ws));
+  return BeamDecoder(c, std::move(model));
+}
+
+BeamDecoder BeamDecoder::Create(const ModelConfig& c, std::unique_ptr<StepModel> model) {
+  return BeamDecoder(c, std::move(model));
 }
 
 int BeamDecoder::live_rows() const {
@@ -139,8 +136,8 @@ absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(
     std::copy(sources[b].begin(), sources[b].end(), ids.begin() + static_cast<size_t>(b) * src_max);
     lengths[b] = static_cast<int32_t>(sources[b].size());
   }
-  TNMT_ASSIGN_OR_RETURN(Tensor enc, Encode(c, *w_, ids.data(), lengths.data(), batch, src_max, ws_));
-  TNMT_ASSIGN_OR_RETURN(std::vector<int32_t> src_ids, state_.AddSources(enc, lengths.data()));
+  TNMT_ASSIGN_OR_RETURN(std::vector<int32_t> src_ids,
+                        model_->AddSources(ids.data(), lengths.data(), batch, src_max));
   std::vector<int64_t> handles(batch);
   for (int b = 0; b < batch; ++b) {
     auto s = std::make_unique<Sentence>();
@@ -155,7 +152,7 @@ absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(
   return handles;
 }
 
-absl::Status BeamDecoder::Release(Sentence& s) { return state_.ReleaseSource(s.source); }
+absl::Status BeamDecoder::Release(Sentence& s) { return model_->ReleaseSource(s.source); }
 
 bool BeamDecoder::Cancel(int64_t handle) {
   for (auto it = joining_.begin(); it != joining_.end(); ++it) {
@@ -181,7 +178,7 @@ bool BeamDecoder::Cancel(int64_t handle) {
   }
   step_ids_ = std::move(ids);
   // Rows and parents are valid by construction; a failure here would be a bug.
-  (void)state_.Reorder(parents);
+  (void)model_->Reorder(parents, {});
   (void)Release(*gone);
   return true;
 }
@@ -190,11 +187,11 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
   const ModelConfig& c = *c_;
   const int V = c.vocab_size;
   if (!joining_.empty()) {  // new sentences get one row each at position 0
-    const int old_rows = state_.rows();
+    const int old_rows = model_->rows();
     std::vector<int32_t> keep(old_rows), sources;
     for (int r = 0; r < old_rows; ++r) keep[r] = r;
     for (auto& s : joining_) sources.push_back(s->source);
-    TNMT_RETURN_IF_ERROR(state_.Reorder(keep, sources));
+    TNMT_RETURN_IF_ERROR(model_->Reorder(keep, sources));
     for (size_t i = 0; i < joining_.size(); ++i) {
       joining_[i]->live[0].row = old_rows + static_cast<int>(i);
       step_ids_.push_back(c.bos_id);
@@ -202,12 +199,14 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
     }
     joining_.clear();
   }
-  const int rows = state_.rows();
+  const int rows = model_->rows();
   if (rows == 0) return absl::OkStatus();
-  logits_.resize(static_cast<size_t>(rows) * V);
-  lse_.resize(rows);
-  TNMT_RETURN_IF_ERROR(DecoderForward(c, *w_, &state_, step_ids_.data(), 1, logits_.data(), ws_));
-  kernels::cpu::LogSumExp(lse_.data(), logits_.data(), rows, V);
+  // Candidates per row: the most any sentence's walk may need, plus one for a </s> that is not
+  // allowed yet; never more than the tokens other than pad.
+  int k = 1;
+  for (const auto& s : live_) k = std::max(k, s->opt.beam_size == 1 ? 1 : 2 * s->opt.beam_size);
+  k = std::min(k + 1, V - 1);
+  TNMT_RETURN_IF_ERROR(model_->Step(step_ids_.data(), k, &scores_));
 
   std::vector<int32_t> parents, next_ids;
   std::vector<Candidate> cands;
@@ -221,8 +220,7 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
     cands.clear();
     for (int h = 0; h < static_cast<int>(s.live.size()); ++h) {
       const Live& l = s.live[h];
-      TopK(logits_.data() + static_cast<int64_t>(l.row) * V, V, greedy ? 1 : 2 * K, rules, h,
-           l.score, lse_[l.row], &cands);
+      TopK(scores_, l.row, greedy ? 1 : 2 * K, rules, h, l.score, &cands);
     }
     std::sort(cands.begin(), cands.end(), Better);
     if (!greedy && static_cast<int>(cands.size()) > 2 * K) cands.resize(2 * K);
@@ -266,7 +264,7 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
   }
   live_ = std::move(still_live);
   step_ids_ = std::move(next_ids);
-  TNMT_RETURN_IF_ERROR(state_.Reorder(parents));
+  TNMT_RETURN_IF_ERROR(model_->Reorder(parents, {}));
 
   for (auto& sp : finished) {
     TNMT_RETURN_IF_ERROR(Release(*sp));
@@ -285,10 +283,17 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
 absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const ModelWeights& w,
                                                  const std::vector<std::vector<int32_t>>& sources,
                                                  const DecodeOptions& opt, Workspace* ws) {
+  TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, BeamDecoder::Create(c, w, ws));
+  return Decode(decoder, sources, opt);
+}
+
+absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder,
+                                                 const std::vector<std::vector<int32_t>>& sources,
+                                                 const DecodeOptions& opt) {
   TNMT_RETURN_IF_ERROR(opt.Validate());
   std::vector<DecodeResult> results(sources.size());
   if (sources.empty()) return results;
-  TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, BeamDecoder::Create(c, w, ws));
+  if (!decoder.empty()) return absl::FailedPreconditionError("Decode needs an idle decoder");
   TNMT_ASSIGN_OR_RETURN(std::vector<int64_t> handles, decoder.Add(sources, opt));
   std::vector<BeamDecoder::Done> done;
   while (!decoder.empty()) {

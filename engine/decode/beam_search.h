@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/decode/options.h"
-#include "engine/layers/decoder.h"
+#include "engine/decode/step_model.h"
 #include "engine/layers/workspace.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
@@ -24,8 +24,11 @@ namespace tnmt {
 // Not thread-safe; the model and workspace must outlive it.
 class BeamDecoder {
  public:
+  // On the CPU, with the weights `w` and scratch `ws`.
   static absl::StatusOr<BeamDecoder> Create(const ModelConfig& c, const ModelWeights& w,
                                             Workspace* ws);
+  // Over any device's StepModel (step_model.h) of a model with config `c`.
+  static BeamDecoder Create(const ModelConfig& c, std::unique_ptr<StepModel> model);
   BeamDecoder(BeamDecoder&&) noexcept;
   BeamDecoder& operator=(BeamDecoder&&) noexcept;
   ~BeamDecoder();
@@ -53,17 +56,15 @@ class BeamDecoder {
 
  private:
   struct Sentence;
-  BeamDecoder(const ModelConfig& c, const ModelWeights& w, Workspace* ws, DecoderState state);
+  BeamDecoder(const ModelConfig& c, std::unique_ptr<StepModel> model);
   absl::Status Release(Sentence& s);
 
   const ModelConfig* c_;
-  const ModelWeights* w_;
-  Workspace* ws_;
-  DecoderState state_;
+  std::unique_ptr<StepModel> model_;
   int64_t next_handle_ = 0;
   std::vector<std::unique_ptr<Sentence>> live_;  // in order of Add
   std::vector<std::unique_ptr<Sentence>> joining_;
-  std::vector<float> logits_, lse_;
+  StepScores scores_;
   std::vector<int32_t> step_ids_;
 };
 
@@ -72,6 +73,10 @@ class BeamDecoder {
 absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const ModelWeights& w,
                                                  const std::vector<std::vector<int32_t>>& sources,
                                                  const DecodeOptions& options, Workspace* ws);
+// The same with a decoder made by the caller (any device); it must be empty, and is empty after.
+absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder,
+                                                 const std::vector<std::vector<int32_t>>& sources,
+                                                 const DecodeOptions& options);
 
 // Length penalty lp(n) = ((5 + n) / 6)^alpha.
 double LengthPenalty(int length, double alpha);

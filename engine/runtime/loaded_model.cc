@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/model/safetensors.h"
 
 namespace tnmt {
@@ -22,7 +23,8 @@ absl::Status CheckFile(const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std::string& dir) {
+absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std::string& dir,
+                                                                      const Placement& placement) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return absl::NotFoundError(absl::StrCat(dir, ": model directory does not exist"));
@@ -54,9 +56,26 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std:
   TNMT_ASSIGN_OR_RETURN(TensorMap tensors, ReadSafetensors(weights_path));
   for (const auto& [name, t] : tensors) m->parameter_count += t.value.numel();
   TNMT_ASSIGN_OR_RETURN(m->weights, ModelWeights::Build(c, std::move(tensors), weights_path));
-  // Inference weights never change after loading: pack the decode-step GEMM operands once.
-  m->weights.PackForInference();
+  m->placement = placement;
+  if (placement.device == Device::kCuda) {
+    auto backend = MakeCudaBackend(c, m->weights, {placement.index, placement.dtype});
+    if (!backend.ok()) {
+      return absl::Status(backend.status().code(),
+                          absl::StrCat(dir, ": placing the model on ", placement.ToString(), ": ",
+                                       backend.status().message()));
+    }
+    m->device_backend = *std::move(backend);
+  } else {
+    // Inference weights never change after loading: pack the decode-step GEMM operands once.
+    m->weights.PackForInference();
+  }
   return std::shared_ptr<const LoadedModel>(std::move(m));
+}
+
+absl::StatusOr<BeamDecoder> NewBeamDecoder(const LoadedModel& model, Workspace* ws) {
+  if (model.device_backend == nullptr) return BeamDecoder::Create(model.config, model.weights, ws);
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> step, model.device_backend->NewStepModel());
+  return BeamDecoder::Create(model.config, std::move(step));
 }
 
 }  // namespace tnmt

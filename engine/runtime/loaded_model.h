@@ -6,8 +6,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "engine/decode/beam_search.h"
+#include "engine/decode/step_model.h"
+#include "engine/layers/workspace.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/placement.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace tnmt {
@@ -18,11 +22,19 @@ struct LoadedModel {
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
   int64_t parameter_count = 0;  // scalars stored in model.safetensors (shared tensors once)
+  Placement placement;
+  // The weights on a GPU (placement.device == kCuda); null on the CPU, which uses `weights`.
+  std::shared_ptr<const DecodeBackend> device_backend;
 };
+
+// A decoder for `model` on its device; ws: CPU scratch (one per thread, outliving the decoder).
+absl::StatusOr<BeamDecoder> NewBeamDecoder(const LoadedModel& model, Workspace* ws);
 
 // Loads `dir`/config.json, `dir`/model.safetensors and `dir`/spm.model. Every failure names
 // the file and the problem (missing file, bad JSON, truncated weights, wrong shape, missing
 // tensor, vocabulary size or special ids disagreeing between config.json and spm.model).
-absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std::string& dir);
+// With a CUDA placement the weights are also copied to that device.
+absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(
+    const std::string& dir, const Placement& placement = {});
 
 }  // namespace tnmt

@@ -59,6 +59,9 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
   std::stable_sort(todo.begin(), todo.end(),
                    [&](int a, int b) { return sources[a].size() > sources[b].size(); });
   int done = n - static_cast<int>(todo.size());
+  if (todo.empty()) return out;
+  // One decoder for every batch (on a GPU it owns a stream and scratch worth keeping).
+  TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, NewBeamDecoder(*model_, &workspace_));
   size_t pos = 0;
   while (pos < todo.size()) {
     const size_t longest = sources[todo[pos]].size();
@@ -67,7 +70,7 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
     std::vector<std::vector<int32_t>> batch;
     for (size_t k = 0; k < count; ++k) batch.push_back(sources[todo[pos + k]]);
     TNMT_ASSIGN_OR_RETURN(std::vector<DecodeResult> results,
-                          Decode(c, model_->weights, batch, opt.decode, &workspace_));
+                          Decode(decoder, batch, opt.decode));
     for (size_t k = 0; k < count; ++k) {
       TNMT_ASSIGN_OR_RETURN(out[todo[pos + k]]->hypotheses,
                             ToTextHypotheses(*model_->tokenizer, std::move(results[k])));

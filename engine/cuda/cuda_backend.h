@@ -1,0 +1,34 @@
+// The CUDA engine's entry point: a model's weights placed on one GPU in a chosen precision,
+// as a DecodeBackend (engine/decode/step_model.h) whose StepModels run the encoder, the
+// KV-cached decoder step, the log-softmax normalizer and the top-k on the device; only the
+// k candidates per row come back to the host for the beam search.
+//
+// Two implementations, chosen at build time (engine/cuda/BUILD): the real one with
+// --config=cuda, and a stub in CPU builds whose MakeCudaBackend says the build lacks CUDA.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "engine/core/tensor.h"
+#include "engine/decode/step_model.h"
+#include "engine/model/config.h"
+#include "engine/model/weights.h"
+
+namespace tnmt {
+
+struct CudaPlacement {
+  int device = 0;                    // CUDA device ordinal
+  DType dtype = DType::kFloat16;     // weight and GEMM precision: float32, float16 or bfloat16
+};
+
+// Copies `w` to the device in p.dtype (GEMMs accumulate in float32). The host weights are not
+// referenced afterwards. Errors name the device and the problem (no device, out of memory).
+absl::StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaBackend(const ModelConfig& c,
+                                                               const ModelWeights& w,
+                                                               const CudaPlacement& p);
+
+// Whether this binary was built with CUDA support.
+bool CudaBuild();
+
+}  // namespace tnmt

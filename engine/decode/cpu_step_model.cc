@@ -1,0 +1,84 @@
+// CpuStepModel; see cpu_step_model.h.
+#include "engine/decode/cpu_step_model.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/layers/encoder.h"
+#include "kernels/cpu/elementwise.h"
+
+namespace tnmt {
+
+namespace {
+
+// top_logit/top_id: the k largest entries of logits: [vocab] except `exclude`, best first;
+// equal values in increasing id (a later equal value never displaces an earlier one).
+void RowTopK(const float* logits, int vocab, int k, int32_t exclude, float* top_logit,
+             int32_t* top_id) {
+  int n = 0;
+  float threshold = -std::numeric_limits<float>::infinity();
+  for (int32_t tok = 0; tok < vocab; ++tok) {
+    const float v = logits[tok];
+    if (n == k && !(v > threshold)) continue;
+    if (tok == exclude) continue;
+    int pos = n == k ? k - 1 : n;  // insertion point: after every value >= v
+    while (pos > 0 && top_logit[pos - 1] < v) {
+      top_logit[pos] = top_logit[pos - 1];
+      top_id[pos] = top_id[pos - 1];
+      --pos;
+    }
+    top_logit[pos] = v;
+    top_id[pos] = tok;
+    if (n < k) ++n;
+    if (n == k) threshold = top_logit[k - 1];
+  }
+  for (; n < k; ++n) {  // fewer eligible tokens than k (tiny vocabularies)
+    top_logit[n] = -std::numeric_limits<float>::infinity();
+    top_id[n] = exclude;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuStepModel>> CpuStepModel::Create(const ModelConfig& c,
+                                                                   const ModelWeights& w,
+                                                                   Workspace* ws) {
+  TNMT_ASSIGN_OR_RETURN(DecoderState state, DecoderState::Create(c, w, MaxPositions(c)));
+  return std::unique_ptr<CpuStepModel>(new CpuStepModel(c, w, ws, std::move(state)));
+}
+
+absl::StatusOr<std::vector<int32_t>> CpuStepModel::AddSources(const int32_t* ids,
+                                                              const int32_t* lengths, int batch,
+                                                              int src_max) {
+  TNMT_ASSIGN_OR_RETURN(Tensor enc, Encode(c_, w_, ids, lengths, batch, src_max, ws_));
+  return state_.AddSources(enc, lengths);
+}
+
+absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
+  const int rows = state_.rows();
+  const int V = c_.vocab_size;
+  if (k < 1 || k >= V) {
+    return absl::InvalidArgumentError(absl::StrCat("step candidates k=", k, " outside [1, ", V, ")"));
+  }
+  logits_.resize(static_cast<size_t>(rows) * V);
+  TNMT_RETURN_IF_ERROR(DecoderForward(c_, w_, &state_, ids, 1, logits_.data(), ws_));
+  s->rows = rows;
+  s->k = k;
+  s->lse.resize(rows);
+  s->eos_logit.resize(rows);
+  s->top_logit.resize(static_cast<size_t>(rows) * k);
+  s->top_id.resize(static_cast<size_t>(rows) * k);
+  kernels::cpu::LogSumExp(s->lse.data(), logits_.data(), rows, V);
+  for (int r = 0; r < rows; ++r) {
+    const float* row = logits_.data() + static_cast<int64_t>(r) * V;
+    s->eos_logit[r] = row[c_.eos_id];
+    RowTopK(row, V, k, c_.pad_id, s->top_logit.data() + static_cast<int64_t>(r) * k,
+            s->top_id.data() + static_cast<int64_t>(r) * k);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tnmt

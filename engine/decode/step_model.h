@@ -1,0 +1,67 @@
+// The device seam of decoding. Beam search (beam_search.h) runs on the host and needs only
+// three things from a model placed on a device: encode sources and keep what the decoder needs
+// of them, follow the beams' parent choices, and score one step for every live row. StepModel
+// is that interface; CpuStepModel (cpu_step_model.h) implements it over engine/layers, the CUDA
+// engine (engine/cuda) over kernels/cuda. A DecodeBackend is a model's weights resident on one
+// device, from which any number of StepModels (one per concurrent decode) are made.
+//
+// Rows: a StepModel holds `rows()` hypothesis rows, each attending to one source and at its own
+// position; Reorder replaces them exactly as DecoderState::Reorder does (engine/layers/decoder.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tnmt {
+
+// One decoder step's scores, per row, as the beam search needs them: the log-softmax
+// normalizer, the raw logit of </s>, and the k best tokens other than pad.
+struct StepScores {
+  int rows = 0;
+  int k = 0;
+  std::vector<float> lse;        // [rows] log(sum(exp(logits))) of the row
+  std::vector<float> eos_logit;  // [rows] raw logit of eos_id
+  // [rows, k]: the k largest raw logits of the row, pad_id excluded, best first; equal values
+  // in increasing token id. The log-probability of a token is logit - lse.
+  std::vector<float> top_logit;
+  std::vector<int32_t> top_id;
+};
+
+class StepModel {
+ public:
+  virtual ~StepModel() = default;
+
+  // ids: [batch, src_max] (row b: lengths[b] >= 1 valid ids, then padding). Encodes the
+  // sources, keeps their cross-attention K/V and returns one source id each (a released id may
+  // be reused).
+  virtual absl::StatusOr<std::vector<int32_t>> AddSources(const int32_t* ids,
+                                                          const int32_t* lengths, int batch,
+                                                          int src_max) = 0;
+  // Frees a source; no live row may attend to it.
+  virtual absl::Status ReleaseSource(int32_t source) = 0;
+  // Row i becomes the current row parents[i] (same position and cached K/V, nothing copied
+  // that needn't be); then one new row at position 0 per new_sources entry.
+  virtual absl::Status Reorder(const std::vector<int32_t>& parents,
+                               const std::vector<int32_t>& new_sources) = 0;
+  virtual int rows() const = 0;
+  // ids: [rows()] the token at each row's next position. Runs the decoder one position for
+  // every row and fills `scores` with k candidates per row (1 <= k < vocab_size).
+  virtual absl::Status Step(const int32_t* ids, int k, StepScores* scores) = 0;
+};
+
+class DecodeBackend {
+ public:
+  virtual ~DecodeBackend() = default;
+  // A new, empty StepModel (its own stream and scratch); use each from one thread at a time.
+  virtual absl::StatusOr<std::unique_ptr<StepModel>> NewStepModel() const = 0;
+  // E.g. "cuda:0 float16".
+  virtual std::string Describe() const = 0;
+  // Device memory held by the weights.
+  virtual int64_t weight_bytes() const = 0;
+};
+
+}  // namespace tnmt
