@@ -25,7 +25,12 @@
 // steps run on CPUs with AVX-512 (weights packed by ModelWeights::PackForInference).
 // --packed=false skips PackForInference (every GEMM through OpenBLAS, as before packing).
 //
+// GPU: --device cuda[:N] --dtype float16|bfloat16|float32 decodes with the CUDA engine
+// (engine/cuda, CUDA builds) on the same random weights; add --no-gemm (the GEMM section
+// times the CPU's kernels). tests/gpu/check.sh runs it at batch 1, 32 and 256.
+//
 // Flags: --threads N  --sentences N  --batch N  --beam N  --src-len N  --out-len N  --seed N
+//        --vocab N (8000)  --device cpu|cuda[:N]  --dtype float16|bfloat16|float32
 //        --export DIR  (writes config.json, model.safetensors, sources.txt: a peer engine
 //                       can load the same model; --export-only stops there)
 //        --outputs DIR (writes tnmt_beam.txt and, for the first --check N sentences (8),
@@ -52,12 +57,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/tensor.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/decode/beam_search.h"
 #include "engine/decode/options.h"
 #include "engine/layers/workspace.h"
 #include "engine/model/config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/placement.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/tnmt/args.h"
 
@@ -87,6 +94,9 @@ struct Flags {
   std::string export_dir;
   std::string outputs_dir;
   std::string result_file;
+  int vocab = 8000;
+  std::string device = "cpu";  // or cuda[:N] (CUDA builds): the engine's GPU backend
+  std::string dtype;           // GPU precision (default float16)
 };
 
 [[noreturn]] void Usage(const std::string& error) {
@@ -113,6 +123,9 @@ Flags ParseFlags(int argc, char** argv) {
   args.AddString("export", f.export_dir, "write config.json, model.safetensors and the sources here");
   args.AddString("outputs", f.outputs_dir, "write the decoded ids here");
   args.AddString("result", f.result_file, "write key=value results here");
+  args.AddInt("vocab", f.vocab, "vocabulary size of the random model");
+  args.AddString("device", f.device, "cpu, cuda or cuda:N (the GPU engine; CUDA builds)");
+  args.AddString("dtype", f.dtype, "GPU precision: float16 (default), bfloat16 or float32");
   const absl::Status parsed = args.Parse(argc, argv, 1);
   if (!parsed.ok()) Usage(std::string(parsed.message()));
   if (args.help_requested()) {
@@ -135,8 +148,11 @@ Flags ParseFlags(int argc, char** argv) {
   f.export_dir = args.GetString("export");
   f.outputs_dir = args.GetString("outputs");
   f.result_file = args.GetString("result");
+  f.vocab = args.GetInt("vocab");
+  f.device = args.GetString("device");
+  f.dtype = args.GetString("dtype");
   if (f.threads < 1 || f.sentences < 1 || f.batch < 1 || f.beam < 1 || f.src_len < 1 ||
-      f.out_len < 1 || args.GetInt("seed") < 0 || f.check < 0) {
+      f.out_len < 1 || args.GetInt("seed") < 0 || f.check < 0 || f.vocab < 8) {
     Usage("a flag is out of range (counts and lengths >= 1, seed and check >= 0)");
   }
   return f;
@@ -183,9 +199,9 @@ double MiB(int64_t kib) { return kib / 1024.0; }
 // ---------------------------------------------------------------------------------------------
 // Random model
 
-ModelConfig BaseConfig() {
+ModelConfig BaseConfig(int vocab) {
   ModelConfig c;
-  c.vocab_size = 8000;
+  c.vocab_size = vocab;
   c.d_model = 512;
   c.num_heads = 8;
   c.d_ff = 2048;
@@ -422,16 +438,15 @@ std::string ScoredLines(const DecodeRun& run) {
   return os.str();
 }
 
-absl::StatusOr<DecodeRun> DecodeAll(const ModelConfig& c, const ModelWeights& w,
+absl::StatusOr<DecodeRun> DecodeAll(BeamDecoder& decoder,
                                     const std::vector<std::vector<int32_t>>& sources,
-                                    const DecodeOptions& opt, int batch, int out_len,
-                                    Workspace* ws) {
+                                    const DecodeOptions& opt, int batch, int out_len) {
   DecodeRun run;
   const auto t0 = Clock::now();
   for (size_t start = 0; start < sources.size(); start += batch) {
     const size_t end = std::min(sources.size(), start + batch);
     std::vector<std::vector<int32_t>> chunk(sources.begin() + start, sources.begin() + end);
-    auto results = Decode(c, w, chunk, opt, ws);
+    auto results = Decode(decoder, chunk, opt);
     if (!results.ok()) return results.status();
     for (const DecodeResult& r : *results) {
       if (r.hypotheses.empty()) return absl::InternalError("a sentence has no hypothesis");
@@ -486,7 +501,10 @@ int Main(int argc, char** argv) {
   put("blas_core", kernels::cpu::BlasCoreName());
 
   if (f.translate) {
-    const ModelConfig config = BaseConfig();
+    const ModelConfig config = BaseConfig(f.vocab);
+    absl::StatusOr<Placement> placement = Placement::Parse(f.device, f.dtype);
+    if (!placement.ok()) return std::fprintf(stderr, "%s\n", placement.status().ToString().c_str()), 1;
+    const bool gpu = placement->device == Device::kCuda;
     const auto tb = Clock::now();
     RandomModel gen(f.seed);
     auto map = gen.Build(config);
@@ -498,7 +516,7 @@ int Main(int argc, char** argv) {
     const int64_t params = ParamCount(packed_weights);
     // As LoadModelDirectory does: the decode-step weights packed once for GemmPacked.
     const auto tp = Clock::now();
-    if (f.packed) packed_weights.PackForInference();
+    if (f.packed && !gpu) packed_weights.PackForInference();
     const double pack_s = Seconds(tp, Clock::now());
     const ModelWeights weights = std::move(packed_weights);
     std::printf("model: %d+%d layers, d_model %d, d_ff %d, %d heads, vocab %d, %.1fM parameters "
@@ -509,8 +527,9 @@ int Main(int argc, char** argv) {
     put("params", absl::StrCat(params));
     std::printf("packed weights for the decode steps: %.0f MiB in %.2f s%s\n",
                 MiB(weights.PackedBytes() / 1024), pack_s,
-                f.packed ? (weights.PackedBytes() > 0 ? "" : " (no packed kernel on this CPU)")
-                         : " (--packed=false)");
+                gpu        ? " (not used on the GPU)"
+                : f.packed ? (weights.PackedBytes() > 0 ? "" : " (no packed kernel on this CPU)")
+                           : " (--packed=false)");
     put("packed_mib", absl::StrCat(MiB(weights.PackedBytes() / 1024)));
 
     if (!f.export_dir.empty()) {
@@ -537,6 +556,26 @@ int Main(int argc, char** argv) {
     if (auto s = opt.Validate(); !s.ok()) return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
 
     Workspace ws;
+    // The engine on its device: CPU (weights above) or the CUDA backend (weights copied once).
+    std::unique_ptr<DecodeBackend> backend;
+    if (gpu) {
+      const auto tu = Clock::now();
+      auto made = MakeCudaBackend(config, weights, {placement->index, placement->dtype});
+      if (!made.ok()) return std::fprintf(stderr, "%s\n", made.status().ToString().c_str()), 1;
+      backend = *std::move(made);
+      std::printf("device: %s, weights %.0f MiB on the device, uploaded in %.2f s\n",
+                  backend->Describe().c_str(), backend->weight_bytes() / 1048576.0,
+                  Seconds(tu, Clock::now()));
+    }
+    put("device", placement->ToString());
+    auto make_decoder = [&]() -> absl::StatusOr<BeamDecoder> {
+      if (backend == nullptr) return BeamDecoder::Create(config, weights, &ws);
+      absl::StatusOr<std::unique_ptr<StepModel>> step = backend->NewStepModel();
+      if (!step.ok()) return step.status();
+      return BeamDecoder::Create(config, *std::move(step));
+    };
+    absl::StatusOr<BeamDecoder> decoder = make_decoder();
+    if (!decoder.ok()) return std::fprintf(stderr, "%s\n", decoder.status().ToString().c_str()), 1;
     const int64_t rss_model_kib = ProcStatusKiB("VmRSS");
     const int64_t maxrss_build_kib = MaxRssKiB();
     // Warm-up (untimed): one short batch, so first-touch of the workspace and BLAS thread
@@ -546,13 +585,13 @@ int Main(int argc, char** argv) {
       warm.min_length = warm.max_length = 5;
       std::vector<std::vector<int32_t>> chunk(sources.begin(),
                                               sources.begin() + std::min<size_t>(f.batch, sources.size()));
-      auto r = Decode(config, weights, chunk, warm, &ws);
+      auto r = Decode(*decoder, chunk, warm);
       if (!r.ok()) return std::fprintf(stderr, "warm-up: %s\n", r.status().ToString().c_str()), 1;
     }
     const bool hwm_reset = ResetPeakRss();
 
     const double cpu0 = CpuSeconds();
-    auto run = DecodeAll(config, weights, sources, opt, f.batch, f.out_len, &ws);
+    auto run = DecodeAll(*decoder, sources, opt, f.batch, f.out_len);
     const double cpu_s = CpuSeconds() - cpu0;
     if (!run.ok()) return std::fprintf(stderr, "decode: %s\n", run.status().ToString().c_str()), 1;
     const int64_t decode_hwm_kib = ProcStatusKiB("VmHWM");
@@ -605,7 +644,7 @@ int Main(int argc, char** argv) {
         greedy.beam_size = 1;
         std::vector<std::vector<int32_t>> chunk(
             sources.begin(), sources.begin() + std::min<size_t>(f.check, sources.size()));
-        auto g = DecodeAll(config, weights, chunk, greedy, f.batch, f.out_len, &ws);
+        auto g = DecodeAll(*decoder, chunk, greedy, f.batch, f.out_len);
         if (!g.ok()) return std::fprintf(stderr, "greedy: %s\n", g.status().ToString().c_str()), 1;
         if (auto s = WriteText(f.outputs_dir + "/tnmt_greedy.txt", ScoredLines(*g)); !s.ok()) {
           return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
@@ -655,7 +694,7 @@ int Main(int argc, char** argv) {
     }
     // Decode-weighted GEMM rate: the decoder-step shapes weighted by their FLOPs per step
     // (6 layers x (qkv + out + cross q + cross out + fc1 + fc2) + logits).
-    const ModelConfig c = BaseConfig();
+    const ModelConfig c = BaseConfig(8000);
     const double L = c.decoder_layers;
     const double w_flops[] = {L * 1536, L * 3 * 512, L * 2048, L * 2048, 8000.0};  // per m*k/2 unit
     double flops = 0, secs = 0;

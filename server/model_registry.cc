@@ -39,15 +39,25 @@ ModelRegistry::ModelRegistry(SchedulerOptions options, ServerMetrics* metrics)
 
 ModelRegistry::~ModelRegistry() { DrainAll(); }
 
-bool ModelRegistry::Add(const std::string& name, const std::string& path) {
+bool ModelRegistry::Add(const std::string& name, const std::string& path,
+                        const Placement& placement) {
   std::lock_guard<std::mutex> lock(mu_);
   if (FindLocked(name) != nullptr) return false;
   auto e = std::make_unique<Entry>();
   e->status.name = name;
   e->status.path = path;
+  e->status.placement = placement;
   e->status.state = "loading";
   entries_.push_back(std::move(e));
   return true;
+}
+
+std::mutex* ModelRegistry::ComputeLock(const Placement& p) {
+  const std::string device = p.device == Device::kCpu ? "cpu" : absl::StrCat("cuda:", p.index);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<std::mutex>& m = compute_locks_[device];
+  if (m == nullptr) m = std::make_unique<std::mutex>();
+  return m.get();
 }
 
 ModelRegistry::Entry* ModelRegistry::FindLocked(const std::string& name) const {
@@ -62,12 +72,14 @@ absl::Status ModelRegistry::Load(const std::string& name) {
   // Entries are never removed, so the pointer stays valid; its fields are read under mu_.
   Entry* e = nullptr;
   std::string path;
+  Placement placement;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (drained_) return absl::UnavailableError("server is shutting down");
     e = FindLocked(name);
     if (e == nullptr) return absl::NotFoundError(absl::StrCat("no model named \"", name, "\""));
     path = e->status.path;
+    placement = e->status.placement;
   }
   auto fail = [&](const absl::Status& s) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -76,9 +88,9 @@ absl::Status ModelRegistry::Load(const std::string& name) {
     if (metrics_ != nullptr) metrics_->ModelLoadFailed(name);
     return absl::Status(s.code(), absl::StrCat("model \"", name, "\": ", s.message()));
   };
-  absl::StatusOr<std::shared_ptr<const LoadedModel>> model = LoadModelDirectory(path);
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> model = LoadModelDirectory(path, placement);
   if (!model.ok()) return fail(model.status());
-  auto scheduler = std::make_shared<Scheduler>(name, *model, options_, metrics_, &compute_lock_);
+  auto scheduler = std::make_shared<Scheduler>(name, *model, options_, metrics_, ComputeLock(placement));
   if (absl::Status s = WarmUp(*scheduler); !s.ok()) return fail(s);
   std::shared_ptr<Scheduler> old;
   uint64_t generation = 0;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/runtime/placement.h"
 #include "server/metrics.h"
 #include "server/scheduler.h"
 
@@ -20,6 +22,7 @@ namespace tnmt::server {
 struct ModelStatus {
   std::string name;
   std::string path;
+  Placement placement;  // where it is (to be) loaded
   std::string state;  // "loading", "ready", "failed"
   std::string error;  // why the last load failed
   uint64_t generation = 0;
@@ -32,8 +35,8 @@ class ModelRegistry {
   ModelRegistry(SchedulerOptions options, ServerMetrics* metrics);
   ~ModelRegistry();  // DrainAll()
 
-  // Declares a model (state "loading"); false if the name is taken.
-  bool Add(const std::string& name, const std::string& path);
+  // Declares a model (state "loading") to be loaded on `placement`; false if the name is taken.
+  bool Add(const std::string& name, const std::string& path, const Placement& placement = {});
   // Loads (or reloads) the model's directory and swaps it in after a warm-up translation.
   // On failure the serving generation, if any, keeps serving.
   absl::Status Load(const std::string& name);
@@ -59,7 +62,10 @@ class ModelRegistry {
   Entry* FindLocked(const std::string& name) const;
   const SchedulerOptions options_;
   ServerMetrics* const metrics_;
-  std::mutex compute_lock_;  // one decode step at a time across models
+  // One decode step at a time per device ("cpu", "cuda:0", ...) across models; mu_ guards
+  // the map, the mutexes live as long as the registry.
+  std::mutex* ComputeLock(const Placement& p);
+  std::map<std::string, std::unique_ptr<std::mutex>> compute_locks_;
   std::mutex load_mu_;       // one load at a time
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<Entry>> entries_;

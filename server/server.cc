@@ -30,7 +30,8 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
   s->registry_ = std::make_unique<ModelRegistry>(o.scheduler, s->metrics_.get());
   for (const auto& [name, dir] : o.models) {
     if (name.empty()) return absl::InvalidArgumentError(absl::StrCat("model directory ", dir, " has an empty name"));
-    if (!s->registry_->Add(name, dir)) {
+    auto device = o.model_devices.find(name);
+    if (!s->registry_->Add(name, dir, device == o.model_devices.end() ? o.device : device->second)) {
       return absl::InvalidArgumentError(absl::StrCat("model name \"", name, "\" given twice"));
     }
   }
@@ -147,14 +148,16 @@ absl::Status TranslationServer::StartJobs() {
   auto done = job_store_->ListByState({jobs::JobState::kSucceeded});
   if (!done.ok()) return done.status();
   for (const jobs::JobRecord& job : *done) {
-    if (!job.published_model.empty()) registry_->Add(job.published_model, job_runner_->ModelDir(job.published_model));
+    if (!job.published_model.empty()) {
+      registry_->Add(job.published_model, job_runner_->ModelDir(job.published_model), options_.device);
+    }
   }
   return absl::OkStatus();
 }
 
 absl::Status TranslationServer::PublishModel(const std::string& name, const std::string& dir) {
   if (stopping_) return absl::UnavailableError("server is shutting down");
-  if (!registry_->Add(name, dir)) {
+  if (!registry_->Add(name, dir, options_.device)) {
     for (const ModelStatus& m : registry_->List()) {
       if (m.name == name && m.path != dir) {
         return absl::AlreadyExistsError(absl::StrCat("model \"", name, "\" is already served from ", m.path));

@@ -5,6 +5,7 @@
 // reports NOT_SERVING / 503 until every model is loaded and has translated a warm-up sentence.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/runtime/placement.h"
 #include "server/http_server.h"
 #include "server/jobs/job_runner.h"
 #include "server/jobs/job_store.h"
@@ -43,6 +45,8 @@ struct ServerOptions {
   int port = 50051;       // gRPC; 0 picks a free port
   int http_port = 8080;   // HTTP; 0 picks a free port; -1 disables HTTP
   std::vector<std::pair<std::string, std::string>> models;  // (name, directory)
+  Placement device;                            // where models compute (also published ones)
+  std::map<std::string, Placement> model_devices;  // per-model overrides of `device`
   SchedulerOptions scheduler;
   ServiceLimits limits;
   int max_message_bytes = 4 << 20;  // largest request message; bigger: RESOURCE_EXHAUSTED

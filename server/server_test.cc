@@ -155,6 +155,7 @@ TEST_F(ServerTest, ListModelsHealthAndReflection) {
   EXPECT_EQ(models.models(0).name(), "tiny");
   EXPECT_EQ(models.models(0).state(), "ready");
   EXPECT_EQ(models.models(0).generation(), 1u);
+  EXPECT_EQ(models.models(0).device(), "cpu");
   EXPECT_GT(models.models(0).parameters(), 0);
   EXPECT_FALSE(models.models(0).loaded_at().empty());
 

@@ -54,7 +54,11 @@ check "unknown flag rejected" grep -q "unknown flag --bogus" "$TMP/e3"
 "$TNMT" translate --help > "$TMP/help.txt"
 check "--help lists --beam-size" grep -q -- "--beam-size" "$TMP/help.txt"
 "$TNMT" translate --model "$MODEL" --device cuda < /dev/null 2> "$TMP/e4"
-check "cuda device refused clearly in a CPU build" grep -q "cpu" "$TMP/e4"
+check "cuda device refused clearly in a CPU build" grep -q "no CUDA support" "$TMP/e4"
+"$TNMT" translate --model "$MODEL" --device tpu < /dev/null 2> "$TMP/e5"
+check "unknown device names --device" grep -q -- "--device tpu: expected cpu, cuda or cuda:N" "$TMP/e5"
+"$TNMT" translate --model "$MODEL" --dtype float16 < /dev/null 2> "$TMP/e6"
+check "half precision on the CPU refused" grep -q -- "--dtype float16: the CPU engine computes in float32" "$TMP/e6"
 
 echo "$fails failure(s)"
 test "$fails" -eq 0

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -15,6 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/runtime/placement.h"
 #include "kernels/cpu/gemm.h"
 #include "server/server.h"
 #include "tools/tnmt/args.h"
@@ -100,7 +103,9 @@ int ServeCommand(int argc, char** argv) {
   args.AddInt("port", 50051, "gRPC port (0: any free port)");
   args.AddInt("http-port", 8080, "HTTP port for /metrics, /healthz, /readyz (0: any; -1: off)");
   args.AddInt("threads", 0, "compute threads shared by all models (default: all cores)");
-  args.AddString("device", "cpu", "cpu (cuda needs a CUDA build of the engine)");
+  args.AddString("device", "cpu", "where models compute: cpu, cuda or cuda:N (CUDA builds)");
+  args.AddString("dtype", "", "GPU precision: float16 (default on cuda), bfloat16 or float32");
+  args.AddString("model-devices", "", "per-model placement: NAME=DEVICE[,NAME=DEVICE...] (DEVICE as --device)");
   args.AddInt("max-batch-rows", 256, "hypotheses (sentences x beam) decoded per step");
   args.AddInt("max-batch-tokens", 8192, "source tokens encoded per admission, padding included");
   args.AddInt("max-queue", 4096, "sentences waiting per model; beyond: RESOURCE_EXHAUSTED");
@@ -142,10 +147,14 @@ int ServeCommand(int argc, char** argv) {
     return 0;
   }
 
-  if (args.GetString("device") != "cpu") {
-    return Fail(absl::StrCat("--device ", args.GetString("device"), ": this build serves only on cpu"));
-  }
   server::ServerOptions o;
+  absl::StatusOr<Placement> device = Placement::Parse(args.GetString("device"), args.GetString("dtype"));
+  if (!device.ok()) return Fail(std::string(device.status().message()));
+  if (device->device == Device::kCuda && !CudaBuild()) {
+    return Fail(absl::StrCat("--device ", args.GetString("device"),
+                             ": this build has no CUDA support (rebuild with bazel build --config=cuda)"));
+  }
+  o.device = *device;
   o.host = args.GetString("host");
   o.port = args.GetInt("port");
   o.http_port = args.GetInt("http-port");
@@ -164,6 +173,19 @@ int ServeCommand(int argc, char** argv) {
       if (nd.first.empty()) nd.first = std::filesystem::path(nd.second).lexically_normal().parent_path().filename().string();
     }
     o.models.push_back(nd);
+  }
+  for (absl::string_view item : absl::StrSplit(args.GetString("model-devices"), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> nd = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    const bool known = std::any_of(o.models.begin(), o.models.end(),
+                                   [&](const auto& m) { return m.first == nd.first; });
+    if (!known) return Fail(absl::StrCat("--model-devices ", item, ": no model named \"", nd.first, "\""));
+    if (o.model_devices.count(nd.first)) return Fail(absl::StrCat("--model-devices: ", nd.first, " given twice"));
+    absl::StatusOr<Placement> p = Placement::Parse(nd.second, args.GetString("dtype"));
+    if (!p.ok()) return Fail(absl::StrCat("--model-devices ", item, ": ", p.status().message()));
+    if (p->device == Device::kCuda && !CudaBuild()) {
+      return Fail(absl::StrCat("--model-devices ", item, ": this build has no CUDA support (rebuild with bazel build --config=cuda)"));
+    }
+    o.model_devices[nd.first] = *p;
   }
   o.scheduler.max_batch_rows = args.GetInt("max-batch-rows");
   o.scheduler.max_batch_tokens = args.GetInt("max-batch-tokens");

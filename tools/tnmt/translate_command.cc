@@ -14,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/runtime/translator.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/runtime/placement.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/tnmt/args.h"
 #include "tools/tnmt/remote_translate.h"
@@ -56,7 +58,8 @@ int TranslateCommand(int argc, char** argv) {
   args.AddInt("max-batch-tokens", 4096, "source tokens per batch, padding included");
   args.AddInt("max-input-length", 1024, "longer lines (in pieces) are an error for that line");
   args.AddInt("threads", 0, "compute threads (default: all cores)");
-  args.AddString("device", "cpu", "cpu (cuda needs a CUDA build)");
+  args.AddString("device", "cpu", "cpu, cuda or cuda:N (CUDA builds)");
+  args.AddString("dtype", "", "GPU precision: float16 (default on cuda), bfloat16 or float32");
   args.AddString("server", "", "translate through a running `tnmt serve` at HOST:PORT instead of --model");
   args.AddString("model-name", "", "with --server: the served model's name (default: the server's default)");
   args.AddInt("timeout-seconds", 300, "with --server: deadline of each request");
@@ -67,7 +70,7 @@ int TranslateCommand(int argc, char** argv) {
     return 0;
   }
   if (!args.GetString("server").empty()) {
-    for (const char* local : {"model", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device"}) {
+    for (const char* local : {"model", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device", "dtype"}) {
       if (args.given(local)) return Fail(absl::StrCat("--", local, " applies to local translation, not with --server"));
     }
     RemoteTranslateOptions ro;
@@ -95,16 +98,18 @@ int TranslateCommand(int argc, char** argv) {
   }
   if (args.GetString("model").empty()) return Fail("--model (or --server) is required");
   if (args.given("model-name")) return Fail("--model-name needs --server");
-  if (args.GetString("device") != "cpu") {
+  absl::StatusOr<Placement> placement = Placement::Parse(args.GetString("device"), args.GetString("dtype"));
+  if (!placement.ok()) return Fail(std::string(placement.status().message()));
+  if (placement->device == Device::kCuda && !CudaBuild()) {
     return Fail(absl::StrCat("--device ", args.GetString("device"),
-                             ": this build supports only cpu"));
+                             ": this build has no CUDA support (rebuild with bazel build --config=cuda)"));
   }
   int threads = args.GetInt("threads");
   if (threads < 0) return Fail("--threads must be >= 0");
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   kernels::cpu::SetBlasThreads(threads);
 
-  auto model = LoadModelDirectory(args.GetString("model"));
+  auto model = LoadModelDirectory(args.GetString("model"), *placement);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   TranslationOptions opt;
   opt.decode = DecodeOptions::FromConfig((*model)->config);
