@@ -7,7 +7,7 @@
 #   tests/gpu/check.sh build/gpu-bundle
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-tests=(attention_test context_test convert_test decode_ops_test elementwise_test gemm_test train_ops_test)
+tests=(attention_test context_test convert_test decode_ops_test elementwise_test gemm_test train_backward_test train_ops_test)
 targets=()
 for t in "${tests[@]}"; do targets+=("//kernels/cuda:$t"); done
 targets+=(//trainer/collective:nccl_collective_test //bench/gpu:gpu_bench)
