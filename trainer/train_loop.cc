@@ -16,7 +16,6 @@
 #include "absl/strings/str_format.h"
 #include "engine/core/status_macros.h"
 #include "engine/runtime/translator.h"
-#include "kernels/cpu/gemm.h"
 #include "trainer/bleu.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/schedule.h"
@@ -24,7 +23,9 @@
 #include "trainer/data/dataset.h"
 #include "trainer/data/spm_trainer.h"
 #include "trainer/data/text_reader.h"
+#include "trainer/model/make_train_engine.h"
 #include "trainer/model/parameters.h"
+#include "trainer/model/train_engine.h"
 #include "trainer/model/transformer_train.h"
 #include "trainer/optim/adam.h"
 
@@ -59,28 +60,6 @@ uint64_t MixSeed(uint64_t seed, int64_t step, int micro, int rank) {
     z ^= z >> 31;
   }
   return z;
-}
-
-// Flattens every gradient tensor into one buffer, all-reduces it, and copies back.
-absl::Status AllReduceGradients(Collective* c, const ModelConfig& config, ModelWeights* grads,
-                                std::vector<float>* flat) {
-  if (c->world_size() == 1) return absl::OkStatus();
-  auto refs = TrainableParams(config, grads);
-  int64_t n = 0;
-  for (ParamRef& r : refs) n += r.tensor->numel();
-  flat->resize(n);
-  int64_t off = 0;
-  for (ParamRef& r : refs) {
-    std::copy(r.tensor->f32(), r.tensor->f32() + r.tensor->numel(), flat->data() + off);
-    off += r.tensor->numel();
-  }
-  TNMT_RETURN_IF_ERROR(c->AllReduceSum(flat->data(), n));
-  off = 0;
-  for (ParamRef& r : refs) {
-    std::copy(flat->data() + off, flat->data() + off + r.tensor->numel(), r.tensor->f32());
-    off += r.tensor->numel();
-  }
-  return absl::OkStatus();
 }
 
 absl::Status BroadcastParams(Collective* c, const ModelConfig& config, ModelWeights* params) {
@@ -190,10 +169,20 @@ class Trainer {
       return latest.status();
     }
     TNMT_RETURN_IF_ERROR(BroadcastParams(coll_, config_, &params_));
-    TNMT_ASSIGN_OR_RETURN(grads_, ZerosLike(config_, params_));
     Log(absl::StrCat("model: ", ParameterCount(config_, &params_), " parameters, d_model ", config_.d_model, ", ",
                      config_.encoder_layers, "+", config_.decoder_layers, " layers, vocab ", config_.vocab_size,
                      "; ", batches_->batches_per_epoch(), " batches per epoch per rank"));
+    TrainEngineOptions eopt;
+    TNMT_ASSIGN_OR_RETURN(eopt.device, ParseTrainDevice(cfg_.device));
+    TNMT_ASSIGN_OR_RETURN(eopt.precision, ParseTrainPrecision(cfg_.dtype));
+    eopt.collective = coll_;
+    // A float16 run resumes with its saved loss scale (other precisions save 1).
+    if (eopt.precision == TrainPrecision::kFloat16 && state_.loss_scale != 1.0 && state_.loss_scale > 0) {
+      eopt.initial_loss_scale = state_.loss_scale;
+    }
+    precision_ = eopt.precision;
+    TNMT_ASSIGN_OR_RETURN(engine_, MakeTrainEngine(config_, eopt, std::move(params_), std::move(adam_)));
+    Log(absl::StrCat("training on ", engine_->Describe()));
     if (rank0_) {
       metrics_.open(cfg_.metrics_file.empty() ? cfg_.save_dir + "/metrics.jsonl" : cfg_.metrics_file, std::ios::app);
       std::ofstream(cfg_.save_dir + "/train_config.json") << cfg_.ToJson().dump(2) << "\n";
@@ -231,16 +220,15 @@ class Trainer {
     const auto start = Clock::now();
     auto window_start = Clock::now();
     double window_tokens = 0, window_loss = 0, window_nll = 0, window_count = 0;
-    std::vector<float> flat;
     int64_t last_saved = state_.step;
+    bool stop = false;  // a rank asked to stop (learned with the previous update's reductions)
     while (state_.step < cfg_.max_steps) {
       if (cfg_.max_epochs > 0 && state_.epoch >= cfg_.max_epochs) break;
-      if (hooks_.stop != nullptr && hooks_.stop->load()) {
+      if (stop || (coll_->world_size() == 1 && StopRequested())) {
         Log("stop requested: writing a final checkpoint");
         break;
       }
-      ZeroAll(config_, &grads_);
-      double stats[3] = {0, 0, 0};  // loss, nll, tokens
+      TNMT_RETURN_IF_ERROR(engine_->BeginStep(cfg_.accum_steps));
       for (int a = 0; a < cfg_.accum_steps; ++a) {
         data::Batch b;
         TNMT_RETURN_IF_ERROR(batches_->Next(&b));
@@ -248,20 +236,35 @@ class Trainer {
         o.dropout = cfg_.dropout;
         o.label_smoothing = config_.label_smoothing;
         o.dropout_seed = MixSeed(cfg_.seed, state_.step, a, coll_->rank());
-        TNMT_ASSIGN_OR_RETURN(LossStats s, ForwardBackward(config_, params_, ToTrainBatch(std::move(b)), o, 1.0f, &grads_));
-        stats[0] += s.loss_sum, stats[1] += s.nll_sum, stats[2] += static_cast<double>(s.tokens);
+        TNMT_RETURN_IF_ERROR(engine_->ForwardBackward(ToTrainBatch(std::move(b)), o));
       }
-      TNMT_RETURN_IF_ERROR(AllReduceGradients(coll_, config_, &grads_, &flat));
-      TNMT_RETURN_IF_ERROR(coll_->AllReduceSum(stats, 3));
+      TNMT_ASSIGN_OR_RETURN(const StepTotals totals, engine_->AllReduce(StopRequested()));
+      stop = totals.stop;
+      const double stats[3] = {totals.loss_sum, totals.nll_sum, totals.tokens};
       const double tokens = std::max(1.0, stats[2]);
       float grad_scale = static_cast<float>(1.0 / tokens);
       double gnorm = 0;
       if (cfg_.clip_norm > 0) {
-        gnorm = GlobalGradNorm(config_, &grads_) * grad_scale;
+        TNMT_ASSIGN_OR_RETURN(const double norm, engine_->GradNorm());
+        gnorm = norm * grad_scale;
         if (gnorm > cfg_.clip_norm) grad_scale *= static_cast<float>(cfg_.clip_norm / gnorm);
       }
       const double lr = NoamLearningRate(state_.step + 1, config_.d_model, {cfg_.warmup_steps, cfg_.lr_scale});
-      adam_.Step(&params_, &grads_, lr, grad_scale);
+      const double scale_before = engine_->loss_scale();
+      TNMT_ASSIGN_OR_RETURN(const bool applied, engine_->AdamStep(lr, grad_scale));
+      if (!applied) {
+        // float16 gradients overflowed: no update (the step counter stays), the batches are
+        // consumed, the loss scale was halved.
+        const data::DataPosition pos = batches_->Position();
+        state_.epoch = pos.epoch;
+        state_.batch_in_epoch = pos.batch_in_epoch;
+        ++skipped_steps_;
+        Log(absl::StrCat("update ", state_.step + 1, " skipped: float16 gradients not finite at loss scale ",
+                         scale_before, "; the scale is now ", engine_->loss_scale()));
+        Metric({{"event", "overflow"}, {"step", state_.step}, {"loss_scale", engine_->loss_scale()},
+                {"skipped_steps", skipped_steps_}});
+        continue;
+      }
       ++state_.step;
       const data::DataPosition pos = batches_->Position();
       state_.epoch = pos.epoch;
@@ -282,6 +285,10 @@ class Trainer {
                   {"nll", nll}, {"ppl", std::exp(nll)}, {"lr", lr}, {"tokens_per_second", tps},
                   {"grad_norm", gnorm}, {"tokens_seen", state_.tokens_seen},
                   {"elapsed_seconds", state_.elapsed_seconds}, {"eta_seconds", eta}};
+        if (precision_ == TrainPrecision::kFloat16) {
+          m["loss_scale"] = engine_->loss_scale();
+          m["skipped_steps"] = skipped_steps_;
+        }
         Metric(m);
         if (hooks_.progress_line && rank0_) {
           std::fprintf(stderr, "\rstep %lld/%lld  epoch %lld  loss %.4f  ppl %.2f  lr %.3g  %.0f tok/s  ETA %s   ",
@@ -317,7 +324,7 @@ class Trainer {
     for (int64_t i = 0; i < it->batches_per_epoch(); ++i) {
       data::Batch b;
       TNMT_RETURN_IF_ERROR(it->Next(&b));
-      TNMT_ASSIGN_OR_RETURN(LossStats s, EvaluateLoss(config_, params_, ToTrainBatch(std::move(b)), config_.label_smoothing));
+      TNMT_ASSIGN_OR_RETURN(LossStats s, engine_->EvaluateLoss(ToTrainBatch(std::move(b)), config_.label_smoothing));
       loss += s.loss_sum, nll += s.nll_sum, tokens += static_cast<double>(s.tokens);
     }
     json m = {{"event", "validation"}, {"step", state_.step}, {"dev_loss", loss / std::max(1.0, tokens)},
@@ -326,7 +333,8 @@ class Trainer {
       auto model = std::make_shared<LoadedModel>();
       model->directory = cfg_.save_dir;
       model->config = config_;
-      model->weights = params_;  // shares storage; training is paused while translating
+      TNMT_ASSIGN_OR_RETURN(const HostState host, engine_->Snapshot());
+      model->weights = *host.params;  // shares storage; training is paused while translating
       TNMT_ASSIGN_OR_RETURN(model->tokenizer, Tokenizer::Load(spm_path_));
       Translator translator(std::move(model));
       TranslationOptions topt;
@@ -346,11 +354,16 @@ class Trainer {
 
   absl::Status Save() {
     if (rank0_) {
+      TNMT_ASSIGN_OR_RETURN(const HostState host, engine_->Snapshot());
+      if (host.adam_step != state_.step) {
+        return absl::InternalError(absl::StrCat("Adam has made ", host.adam_step, " updates, the trainer ", state_.step));
+      }
       Checkpoint ck;
       ck.config = config_;
-      ck.params = params_.ToTensors(config_);
-      ck.adam_m = adam_.m().ToTensors(config_);
-      ck.adam_v = adam_.v().ToTensors(config_);
+      ck.params = host.params->ToTensors(config_);
+      ck.adam_m = host.adam_m->ToTensors(config_);
+      ck.adam_v = host.adam_v->ToTensors(config_);
+      state_.loss_scale = engine_->loss_scale();
       ck.state = state_;
       ck.spm_model_path = spm_path_;
       TNMT_RETURN_IF_ERROR(SaveCheckpoint(cfg_.save_dir, ck, cfg_.keep_last));
@@ -358,6 +371,8 @@ class Trainer {
     }
     return Barrier(coll_);
   }
+
+  bool StopRequested() const { return hooks_.stop != nullptr && hooks_.stop->load(); }
 
   void Metric(const json& m) {
     if (!rank0_ || !metrics_.is_open()) return;
@@ -378,8 +393,11 @@ class Trainer {
   std::unique_ptr<data::Dataset> train_, valid_;
   std::unique_ptr<data::BatchIterator> batches_;
   std::vector<std::string> valid_src_lines_, valid_ref_lines_;
-  ModelWeights params_, grads_;
+  ModelWeights params_;  // until the engine takes them over (Setup)
   Adam adam_;
+  std::unique_ptr<TrainEngine> engine_;
+  TrainPrecision precision_ = TrainPrecision::kFloat32;
+  int64_t skipped_steps_ = 0;
   TrainerState state_;
   std::ofstream metrics_;
 };

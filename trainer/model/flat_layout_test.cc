@@ -1,0 +1,118 @@
+// FlatLayout on every tiny model variant: tensors aligned, disjoint and covering the array;
+// stages in backward order (shared embeddings last, an unshared output projection first);
+// buckets contiguous, covering, closing at stage boundaries, each tensor final by its bucket's
+// last stage; FlatModel offsets point at the right data; Gather/Scatter round-trip exactly.
+#include "trainer/model/flat_layout.h"
+
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "trainer/model/parameters.h"
+#include "trainer/model/train_test_util.h"
+
+namespace tnmt::train {
+namespace {
+
+TEST(FlatLayoutTest, LayoutStagesAndBuckets) {
+  for (const auto& variant : testing::TinyVariants()) {
+    SCOPED_TRACE(variant.name);
+    const ModelConfig& c = variant.config;
+    auto w = InitializeWeights(c, 3);
+    ASSERT_TRUE(w.ok());
+    for (int64_t bucket_bytes : {int64_t{1}, int64_t{20000}, int64_t{1} << 40}) {
+      auto L = FlatLayout::Create(c, *w, bucket_bytes);
+      ASSERT_TRUE(L.ok()) << L.status();
+      const auto refs = TrainableParams(c, &*w);
+      ASSERT_EQ(L->tensors().size(), refs.size());
+      std::vector<bool> seen(refs.size(), false);
+      int64_t end = 0;
+      int prev_stage = 0;
+      for (const FlatTensor& t : L->tensors()) {
+        EXPECT_EQ(t.offset % FlatLayout::kAlign, 0) << t.name;
+        EXPECT_GE(t.offset, end) << t.name;
+        EXPECT_LT(t.offset - end, FlatLayout::kAlign) << t.name;
+        EXPECT_GE(t.stage, prev_stage) << t.name;
+        ASSERT_FALSE(seen[t.param_index]) << t.name;
+        seen[t.param_index] = true;
+        EXPECT_EQ(t.name, refs[t.param_index].name);
+        EXPECT_EQ(t.numel, refs[t.param_index].tensor->numel());
+        end = t.offset + t.numel;
+        prev_stage = t.stage;
+      }
+      EXPECT_GE(L->size(), end);
+      EXPECT_LT(L->size() - end, FlatLayout::kAlign);
+
+      const BackwardStages& s = L->stages();
+      for (const FlatTensor& t : L->tensors()) {
+        if (t.name == "encoder.embed_tokens.weight") EXPECT_EQ(t.stage, s.encoder_embed());
+        if (t.name == "decoder.embed_tokens.weight") EXPECT_EQ(t.stage, s.decoder_embed());
+        if (t.name == "decoder.output_projection.weight") EXPECT_EQ(t.stage, s.output());
+        if (t.name == "decoder.layers.0.fc1.weight") EXPECT_EQ(t.stage, s.decoder_layer(0));
+        if (t.name == "encoder.layers.0.fc1.weight") EXPECT_EQ(t.stage, s.encoder_layer(0));
+      }
+      EXPECT_EQ(s.decoder_layer(c.decoder_layers - 1), s.decoder_final_ln() + 1);
+      EXPECT_EQ(s.decoder_layer(0), s.decoder_embed() - 1);
+      EXPECT_LT(s.decoder_embed(), s.encoder_layer(c.encoder_layers - 1));
+
+      int64_t off = 0;
+      int last = -1;
+      for (const GradBucket& b : L->buckets()) {
+        EXPECT_EQ(b.offset, off);
+        EXPECT_GT(b.count, 0);
+        EXPECT_GT(b.last_stage, last);
+        off += b.count;
+        last = b.last_stage;
+        for (const FlatTensor& t : L->tensors()) {
+          if (t.offset >= b.offset && t.offset < b.offset + b.count) {
+            EXPECT_LE(t.stage, b.last_stage) << t.name;
+            EXPECT_LE(t.offset + t.numel, b.offset + b.count) << t.name;
+            if (&b != &L->buckets().front()) EXPECT_GT(t.stage, (&b - 1)->last_stage) << t.name;
+          }
+        }
+      }
+      EXPECT_EQ(off, L->size());
+      if (bucket_bytes == (int64_t{1} << 40)) EXPECT_EQ(L->buckets().size(), 1u);
+      if (bucket_bytes == 1) EXPECT_GT(L->buckets().size(), static_cast<size_t>(c.encoder_layers + c.decoder_layers));
+
+      // Offsets of FlatModel point at the right tensors; Gather/Scatter round-trip.
+      std::vector<float> flat(L->size(), -1.0f);
+      ASSERT_TRUE(L->Gather(c, *w, flat.data()).ok());
+      const FlatModel& m = L->model();
+      auto same = [&](int64_t offset, const Tensor& t) {
+        ASSERT_GE(offset, 0);
+        for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(flat[offset + i], t.f32()[i]);
+      };
+      same(m.encoder_embed, w->encoder_embed);
+      same(m.decoder_embed, w->decoder_embed);
+      same(m.output_projection, w->output_projection);
+      same(m.decoder[0].cross_kv.weight, w->decoder[0].cross_kv.weight);
+      same(m.decoder[0].fc2.bias, w->decoder[0].fc2.bias);
+      same(m.encoder[c.encoder_layers - 1].final_ln.gamma, w->encoder[c.encoder_layers - 1].final_ln.gamma);
+      EXPECT_EQ(m.decoder[0].self_qkv.out, 3 * c.d_model);
+      EXPECT_EQ(m.decoder[0].fc1.out, c.d_ff);
+      EXPECT_EQ(m.decoder[0].fc1.in, c.d_model);
+      if (c.position_encoding == PositionEncoding::kLearned) {
+        same(m.encoder_positions, w->encoder_positions);
+      } else {
+        EXPECT_EQ(m.encoder_positions, -1);
+        EXPECT_EQ(m.decoder_positions, -1);
+      }
+      EXPECT_EQ(m.encoder_final_ln.gamma >= 0, c.normalize_before);
+      EXPECT_EQ(m.encoder_embed == m.decoder_embed, c.share_embeddings);
+      EXPECT_EQ(m.decoder_embed == m.output_projection, c.share_decoder_input_output_embed);
+
+      auto back = ZerosLike(c, *w);
+      ASSERT_TRUE(back.ok());
+      ASSERT_TRUE(L->Scatter(c, flat.data(), &*back).ok());
+      EXPECT_TRUE(testing::BitIdentical(c, *back, *w));
+      for (size_t t = 0; t + 1 < L->tensors().size(); ++t) {
+        const FlatTensor& a = L->tensors()[t];
+        for (int64_t i = a.offset + a.numel; i < L->tensors()[t + 1].offset; ++i) ASSERT_EQ(flat[i], 0.0f);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tnmt::train
