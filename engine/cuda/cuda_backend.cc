@@ -1,0 +1,76 @@
+// MakeCudaBackend in CUDA builds: the weights uploaded once (DeviceWeights), shared by the
+// CudaStepModels made from them; see cuda_backend.h.
+#include "engine/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/cuda/cuda_step_model.h"
+#include "engine/cuda/device_weights.h"
+
+namespace tnmt {
+
+namespace kc = kernels::cuda;
+
+namespace {
+
+class CudaDecodeBackend : public DecodeBackend {
+ public:
+  explicit CudaDecodeBackend(std::shared_ptr<const cuda_engine::DeviceWeights> w)
+      : w_(std::move(w)) {}
+
+  // Thread-safe: the weights are read-only; each StepModel gets its own Context.
+  absl::StatusOr<std::unique_ptr<StepModel>> NewStepModel() const override {
+    TNMT_ASSIGN_OR_RETURN(std::unique_ptr<CudaStepModel> m, CudaStepModel::Create(w_));
+    return std::unique_ptr<StepModel>(std::move(m));
+  }
+  std::string Describe() const override {
+    return absl::StrCat("cuda:", w_->device(), " ", kc::DTypeName(w_->dtype()));
+  }
+  int64_t weight_bytes() const override { return w_->bytes(); }
+
+ private:
+  std::shared_ptr<const cuda_engine::DeviceWeights> w_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaBackend(const ModelConfig& c,
+                                                               const ModelWeights& w,
+                                                               const CudaPlacement& p) {
+  kc::DType dtype;
+  switch (p.dtype) {
+    case DType::kFloat32: dtype = kc::DType::kFloat32; break;
+    case DType::kFloat16: dtype = kc::DType::kFloat16; break;
+    case DType::kBFloat16: dtype = kc::DType::kBFloat16; break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "weights in ", DTypeName(p.dtype), ": the CUDA engine takes float32, float16 or bfloat16"));
+  }
+  int count = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorName(e),
+                                                      " (", cudaGetErrorString(e), ")"));
+  }
+  if (p.device < 0 || p.device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", p.device,
+                                                   " does not exist: this machine has ", count,
+                                                   count == 1 ? " device" : " devices",
+                                                   count > 0 ? absl::StrCat(" (cuda:0 to cuda:", count - 1, ")") : ""));
+  }
+  absl::StatusOr<std::shared_ptr<const cuda_engine::DeviceWeights>> dw =
+      cuda_engine::DeviceWeights::Upload(c, w, p.device, dtype);
+  if (!dw.ok()) {
+    return absl::Status(dw.status().code(), absl::StrCat("cuda:", p.device, ": ", dw.status().message()));
+  }
+  return std::unique_ptr<DecodeBackend>(new CudaDecodeBackend(*std::move(dw)));
+}
+
+bool CudaBuild() { return true; }
+
+}  // namespace tnmt

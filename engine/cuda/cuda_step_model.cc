@@ -1,0 +1,460 @@
+// CudaStepModel; see cuda_step_model.h. Host bookkeeping mirrors engine/layers/decoder.cc
+// (DecoderState) step for step, so slot ids, reuse and errors behave as on the CPU.
+#include "engine/cuda/cuda_step_model.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/core/status_macros.h"
+#include "engine/cuda/step_kernels.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/decode_ops.h"
+
+namespace tnmt {
+
+namespace kc = kernels::cuda;
+using cuda_engine::Activations;
+using cuda_engine::DeviceDecoderLayer;
+using cuda_engine::DeviceLinear;
+
+absl::StatusOr<std::unique_ptr<CudaStepModel>> CudaStepModel::Create(
+    std::shared_ptr<const cuda_engine::DeviceWeights> weights) {
+  if (weights == nullptr) return absl::InvalidArgumentError("CudaStepModel: no weights");
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<kc::Context> ctx, kc::Context::Create(weights->device()));
+  return std::unique_ptr<CudaStepModel>(new CudaStepModel(std::move(weights), std::move(ctx)));
+}
+
+CudaStepModel::CudaStepModel(std::shared_ptr<const cuda_engine::DeviceWeights> weights,
+                             std::unique_ptr<kc::Context> ctx)
+    : w_(std::move(weights)),
+      c_(w_->config()),
+      ctx_(std::move(ctx)),
+      layers_(*ctx_, *w_),
+      max_steps_(w_->position_rows) {
+  self_.width = cross_.width = 2 * static_cast<int64_t>(c_.d_model);
+  self_.layers.resize(w_->decoder.size());
+  cross_.layers.resize(w_->decoder.size());
+}
+
+CudaStepModel::~CudaStepModel() {
+  // Nothing may still read or write a buffer (device or pinned) when it is freed.
+  (void)ctx_->Activate();
+  (void)ctx_->Synchronize();
+}
+
+kc::DeviceAllocator::Stats CudaStepModel::memory_stats() const { return ctx_->allocator().stats(); }
+
+int64_t CudaStepModel::slots_in_use() const {
+  return static_cast<int64_t>(self_.capacity) - static_cast<int64_t>(self_.free.size()) +
+         cross_.capacity - static_cast<int64_t>(cross_.free.size());
+}
+
+absl::Status CudaStepModel::EnsureBuffer(kc::DeviceBuffer& buffer, size_t bytes, const char* what) {
+  if (buffer.bytes() >= bytes) return absl::OkStatus();
+  buffer.Reset();  // stream order makes the old block safe to reuse at once
+  absl::StatusOr<kc::DeviceBuffer> b = ctx_->allocator().Buffer(bytes);
+  if (!b.ok()) {
+    return absl::Status(b.status().code(),
+                        absl::StrCat(what, " needs ", bytes, " bytes: ", b.status().message()));
+  }
+  buffer = *std::move(b);
+  return absl::OkStatus();
+}
+
+absl::Status CudaStepModel::Reserve(Pool& p, int64_t more, const char* name) {
+  if (static_cast<int64_t>(p.free.size()) >= more) return absl::OkStatus();
+  const int64_t need = static_cast<int64_t>(p.capacity) + more - static_cast<int64_t>(p.free.size());
+  const int64_t grown =
+      std::max<int64_t>(need, std::max<int64_t>(64, 2 * static_cast<int64_t>(p.capacity)));
+  if (grown > std::numeric_limits<int32_t>::max()) {
+    return absl::ResourceExhaustedError(absl::StrCat(name, " KV cache of ", grown, " slots is too large"));
+  }
+  const int64_t bytes = grown * p.width * static_cast<int64_t>(sizeof(float));
+  std::vector<kc::DeviceBuffer> bigger(p.layers.size());
+  for (kc::DeviceBuffer& b : bigger) {
+    absl::StatusOr<kc::DeviceBuffer> got = ctx_->allocator().Buffer(static_cast<size_t>(bytes));
+    if (!got.ok()) {
+      return absl::Status(got.status().code(),
+                          absl::StrCat(name, " KV cache of ", grown, " slots needs ", bytes,
+                                       " bytes per layer (", p.layers.size(), " layers): ",
+                                       got.status().message()));
+    }
+    b = *std::move(got);
+  }
+  if (p.capacity > 0) {
+    const size_t old_bytes = static_cast<size_t>(p.capacity) * p.width * sizeof(float);
+    for (size_t i = 0; i < p.layers.size(); ++i) {
+      TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(bigger[i].get(), p.layers[i].get(),
+                                                           old_bytes, cudaMemcpyDeviceToDevice,
+                                                           ctx_->stream())));
+    }
+  }
+  p.layers.swap(bigger);  // the old blocks go back to the cache; stream order protects them
+  for (int64_t id = grown - 1; id >= p.capacity; --id) p.free.push_back(static_cast<int32_t>(id));
+  p.capacity = static_cast<int>(grown);
+  return absl::OkStatus();
+}
+
+void CudaStepModel::Forget(int32_t source) {
+  Source& src = sources_[source];
+  self_.free.insert(self_.free.end(), src.self_slots.begin(), src.self_slots.end());
+  for (int j = 0; j < src_lengths_[source]; ++j) {
+    cross_.free.push_back(src_slots_[static_cast<int64_t>(source) * src_stride_ + j]);
+  }
+  src = Source{};
+  src_lengths_[source] = 0;
+  free_sources_.push_back(source);
+  --live_sources_;
+}
+
+absl::Status CudaStepModel::ReleaseSource(int32_t source) {
+  if (source < 0 || source >= static_cast<int32_t>(sources_.size()) || !sources_[source].live) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaStepModel: no live source ", source));
+  }
+  for (int32_t s : row_source_) {
+    if (s == source) return absl::FailedPreconditionError("CudaStepModel: source still has live rows");
+  }
+  Forget(source);
+  return absl::OkStatus();
+}
+
+absl::Status CudaStepModel::Reorder(const std::vector<int32_t>& parents,
+                                    const std::vector<int32_t>& new_sources) {
+  const int old_rows = rows();
+  for (int32_t p : parents) {
+    if (p < 0 || p >= old_rows) return absl::InvalidArgumentError("CudaStepModel::Reorder: bad parent");
+  }
+  for (int32_t s : new_sources) {
+    if (s < 0 || s >= static_cast<int32_t>(sources_.size()) || !sources_[s].live) {
+      return absl::InvalidArgumentError(absl::StrCat("CudaStepModel::Reorder: no live source ", s));
+    }
+  }
+  const size_t n = parents.size() + new_sources.size();
+  std::vector<int32_t> source(n), pos(n), map(n);
+  for (size_t i = 0; i < parents.size(); ++i) {
+    source[i] = row_source_[parents[i]];
+    pos[i] = row_pos_[parents[i]];
+    map[i] = row_map_[parents[i]];
+  }
+  for (size_t i = 0; i < new_sources.size(); ++i) {
+    source[parents.size() + i] = new_sources[i];
+    pos[parents.size() + i] = 0;
+    map[parents.size() + i] = -1;
+  }
+  row_source_ = std::move(source);
+  row_pos_ = std::move(pos);
+  row_map_ = std::move(map);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSources(const int32_t* ids,
+                                                               const int32_t* lengths, int batch,
+                                                               int src_max) {
+  absl::StatusOr<std::vector<int32_t>> r = AddSourcesImpl(ids, lengths, batch, src_max);
+  // On failure, work queued before it may still read the staging buffer: wait for it.
+  if (!r.ok()) (void)ctx_->Synchronize();
+  return r;
+}
+
+absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t* ids,
+                                                                   const int32_t* lengths,
+                                                                   int batch, int src_max) {
+  if (batch < 0) return absl::InvalidArgumentError(absl::StrCat("AddSources: batch ", batch));
+  if (batch == 0) return std::vector<int32_t>{};
+  if (src_max < 1 || src_max > w_->position_rows) {
+    return absl::InvalidArgumentError(absl::StrCat("source of ", src_max,
+                                                   " tokens exceeds the model's limit of ",
+                                                   w_->position_rows, " positions"));
+  }
+  const int64_t R = static_cast<int64_t>(batch) * src_max;  // encoder rows, padding included
+  if (R > INT_MAX) return absl::InvalidArgumentError(absl::StrCat("AddSources: ", R, " source rows"));
+  int64_t total = 0;
+  for (int b = 0; b < batch; ++b) {
+    if (lengths[b] < 1 || lengths[b] > src_max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("source length ", lengths[b], " outside [1, ", src_max, "]"));
+    }
+    total += lengths[b];
+    for (int j = 0; j < lengths[b]; ++j) {
+      const int32_t id = ids[static_cast<int64_t>(b) * src_max + j];
+      if (id < 0 || id >= c_.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("source token id ", id, " outside [0, ", c_.vocab_size, ")"));
+      }
+    }
+  }
+  TNMT_RETURN_IF_ERROR(ctx_->Activate());
+  // Device memory first: a failure here leaves the model as it was.
+  cuda_engine::ActivationBuffer enc;
+  TNMT_RETURN_IF_ERROR(enc.Ensure(ctx_->allocator(), c_, w_->dtype(), R, /*decoder=*/false));
+  TNMT_RETURN_IF_ERROR(Reserve(cross_, total, "cross-attention"));
+  // Upload: tokens [R], positions [R], lengths [batch], scatter rows [total], slots [total].
+  const int64_t words = 2 * R + batch + 2 * total;
+  TNMT_RETURN_IF_ERROR(upload_.Ensure(static_cast<size_t>(words) * sizeof(int32_t)));
+  kc::DeviceBuffer d_in;
+  TNMT_RETURN_IF_ERROR(EnsureBuffer(d_in, static_cast<size_t>(words) * sizeof(int32_t), "source upload"));
+
+  // Host bookkeeping, as DecoderState::AddSources.
+  if (src_max > src_stride_) {  // widen the per-source slot tables
+    std::vector<int32_t> wider(sources_.size() * static_cast<size_t>(src_max), 0);
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      std::copy_n(src_slots_.begin() + i * src_stride_, src_stride_, wider.begin() + i * src_max);
+    }
+    src_slots_ = std::move(wider);
+    src_stride_ = src_max;
+  }
+  std::vector<int32_t> out(batch);
+  int32_t* h = upload_.as<int32_t>();
+  int32_t* h_tok = h;
+  int32_t* h_pos = h + R;
+  int32_t* h_len = h + 2 * R;
+  int32_t* h_rows = h_len + batch;
+  int32_t* h_slots = h_rows + total;
+  int64_t t = 0;
+  for (int b = 0; b < batch; ++b) {
+    int32_t id;
+    if (!free_sources_.empty()) {
+      id = free_sources_.back();
+      free_sources_.pop_back();
+    } else {
+      id = static_cast<int32_t>(sources_.size());
+      sources_.emplace_back();
+      src_lengths_.push_back(0);
+      src_slots_.resize(sources_.size() * static_cast<size_t>(src_stride_), 0);
+    }
+    sources_[id].live = true;
+    src_lengths_[id] = lengths[b];
+    for (int j = 0; j < lengths[b]; ++j) {
+      const int32_t slot = cross_.free.back();  // Reserve made room for every position
+      cross_.free.pop_back();
+      src_slots_[static_cast<int64_t>(id) * src_stride_ + j] = slot;
+      h_rows[t] = static_cast<int32_t>(static_cast<int64_t>(b) * src_max + j);
+      h_slots[t] = slot;
+      ++t;
+    }
+    out[b] = id;
+    ++live_sources_;
+    for (int j = 0; j < src_max; ++j) {
+      const int64_t r = static_cast<int64_t>(b) * src_max + j;
+      h_tok[r] = j < lengths[b] ? ids[r] : c_.pad_id;  // padding: any valid id
+      h_pos[r] = j;
+    }
+    h_len[b] = lengths[b];
+  }
+  src_dirty_ = true;
+
+  auto device_work = [&]() -> absl::Status {
+    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(d_in.get(), h,
+                                                         static_cast<size_t>(words) * sizeof(int32_t),
+                                                         cudaMemcpyHostToDevice, ctx_->stream())));
+    const int32_t* d = d_in.as<int32_t>();
+    const int32_t* d_len = d + 2 * R;
+    const int32_t* d_rows = d_len + batch;
+    const int32_t* d_slots = d_rows + total;
+    const Activations& a = enc.get();
+    TNMT_RETURN_IF_ERROR(layers_.Encode(a, d, d + R, d_len, batch, src_max));
+    // Cross-attention K/V of every valid source position, into its slot.
+    for (size_t li = 0; li < w_->decoder.size(); ++li) {
+      TNMT_RETURN_IF_ERROR(layers_.Linear(a.qkv, a.x, R, w_->decoder[li].cross_kv, a.half));
+      TNMT_RETURN_IF_ERROR(cuda_engine::ScatterRows(cross_.layers[li].as<float>(), cross_.width,
+                                                    d_slots, a.qkv, cross_.width, d_rows, total,
+                                                    static_cast<int>(cross_.width), ctx_->stream()));
+    }
+    return ctx_->Synchronize();
+  };
+  if (absl::Status s = device_work(); !s.ok()) {
+    (void)ctx_->Synchronize();
+    for (int32_t id : out) Forget(id);
+    return s;
+  }
+  return out;
+}
+
+absl::Status CudaStepModel::Step(const int32_t* ids, int k, StepScores* scores) {
+  absl::Status s = StepImpl(ids, k, scores);
+  // On failure, work queued before it may still use the staging buffers: wait for it.
+  if (!s.ok()) (void)ctx_->Synchronize();
+  return s;
+}
+
+absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
+  const int n = rows();
+  const int V = c_.vocab_size;
+  if (k < 1 || k >= V) {
+    return absl::InvalidArgumentError(absl::StrCat("step candidates k=", k, " outside [1, ", V, ")"));
+  }
+  if (k > kc::kMaxTopK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step candidates k=", k, " above the CUDA top-k limit of ", kc::kMaxTopK));
+  }
+  s->rows = n;
+  s->k = k;
+  s->lse.resize(n);
+  s->eos_logit.resize(n);
+  s->top_logit.resize(static_cast<size_t>(n) * k);
+  s->top_id.resize(static_cast<size_t>(n) * k);
+  if (n == 0) return absl::OkStatus();
+  for (int r = 0; r < n; ++r) {
+    if (ids[r] < 0 || ids[r] >= V) {
+      return absl::InvalidArgumentError(absl::StrCat("step token id ", ids[r], " of row ", r,
+                                                     " outside [0, ", V, ")"));
+    }
+    if (row_pos_[r] + 1 > max_steps_) {
+      return absl::OutOfRangeError(absl::StrCat("decoder cache holds ", max_steps_,
+                                                " positions; position ", row_pos_[r] + 1,
+                                                " requested"));
+    }
+  }
+  TNMT_RETURN_IF_ERROR(ctx_->Activate());
+  // Device memory first (nothing below changes the host state before the launches).
+  TNMT_RETURN_IF_ERROR(act_.Ensure(ctx_->allocator(), c_, w_->dtype(), n, /*decoder=*/true));
+  const int spare = 1 - cur_;
+  TNMT_RETURN_IF_ERROR(EnsureBuffer(tables_[spare],
+                                    static_cast<size_t>(n) * max_steps_ * sizeof(int32_t),
+                                    "decoder slot tables"));
+  TNMT_RETURN_IF_ERROR(Reserve(self_, n, "self-attention"));
+  const size_t step_words = 6 * static_cast<size_t>(n);
+  TNMT_RETURN_IF_ERROR(EnsureBuffer(step_in_, step_words * sizeof(int32_t), "step inputs"));
+  const size_t result_words = static_cast<size_t>(n) * (2 + 2 * static_cast<size_t>(k));
+  TNMT_RETURN_IF_ERROR(EnsureBuffer(results_, result_words * sizeof(float), "step results"));
+  const bool upload_src = src_dirty_;
+  if (upload_src) {
+    TNMT_RETURN_IF_ERROR(EnsureBuffer(d_src_lengths_, src_lengths_.size() * sizeof(int32_t),
+                                      "source lengths"));
+    TNMT_RETURN_IF_ERROR(EnsureBuffer(d_src_slots_, src_slots_.size() * sizeof(int32_t),
+                                      "source slot tables"));
+  }
+  const size_t src_words = upload_src ? src_lengths_.size() + src_slots_.size() : 0;
+  TNMT_RETURN_IF_ERROR(upload_.Ensure((step_words + src_words) * sizeof(int32_t)));
+  TNMT_RETURN_IF_ERROR(download_.Ensure(result_words * sizeof(float)));
+
+  // Packed step inputs: ids, positions, new slots, sources, valid keys, table rows.
+  int32_t* h = upload_.as<int32_t>();
+  for (int r = 0; r < n; ++r) {
+    const int32_t slot = self_.free.back();  // Reserve made room for every row
+    self_.free.pop_back();
+    sources_[row_source_[r]].self_slots.push_back(slot);
+    h[r] = ids[r];
+    h[n + r] = row_pos_[r];
+    h[2 * n + r] = slot;
+    h[3 * n + r] = row_source_[r];
+    h[4 * n + r] = row_pos_[r] + 1;
+    h[5 * n + r] = row_map_[r];
+  }
+  cudaStream_t stream = ctx_->stream();
+  TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(step_in_.get(), h, step_words * sizeof(int32_t),
+                                                       cudaMemcpyHostToDevice, stream)));
+  if (upload_src) {
+    int32_t* hs = h + step_words;
+    std::copy(src_lengths_.begin(), src_lengths_.end(), hs);
+    std::copy(src_slots_.begin(), src_slots_.end(), hs + src_lengths_.size());
+    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(
+        cudaMemcpyAsync(d_src_lengths_.get(), hs, src_lengths_.size() * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, stream)));
+    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(
+        cudaMemcpyAsync(d_src_slots_.get(), hs + src_lengths_.size(),
+                        src_slots_.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream)));
+    src_dirty_ = false;
+  }
+  const int32_t* d = step_in_.as<int32_t>();
+  const int32_t *d_ids = d, *d_pos = d + n, *d_slot = d + 2 * n, *d_src = d + 3 * n,
+                *d_valid = d + 4 * n, *d_map = d + 5 * n;
+  TNMT_RETURN_IF_ERROR(cuda_engine::ReorderSlotTables(tables_[spare].as<int32_t>(),
+                                                      tables_[cur_].as<int32_t>(), max_steps_,
+                                                      d_map, d_pos, d_slot, n, stream));
+  cur_ = spare;
+  for (int r = 0; r < n; ++r) row_map_[r] = r;  // tables_[cur_] now holds the rows in order
+
+  TNMT_RETURN_IF_ERROR(Forward(n, d_ids, d_pos, d_slot, d_src, d_valid));
+  float* res = results_.as<float>();
+  float* lse = res;
+  float* eos = res + n;
+  float* values = res + 2 * static_cast<int64_t>(n);
+  int32_t* top_ids = reinterpret_cast<int32_t*>(values + static_cast<int64_t>(n) * k);
+  const float* logits = act_.get().logits;
+  TNMT_RETURN_IF_ERROR(cuda_engine::LogSumExpAndPick(lse, eos, logits, n, V, c_.eos_id, stream));
+  TNMT_RETURN_IF_ERROR(kc::TopK(values, top_ids, logits, n, V, k, c_.pad_id, stream));
+  TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(download_.as<float>(), res,
+                                                       result_words * sizeof(float),
+                                                       cudaMemcpyDeviceToHost, stream)));
+  TNMT_RETURN_IF_ERROR(ctx_->Synchronize());
+  // The host reads the results only now, after the sync.
+  const float* got = download_.as<float>();
+  const int64_t nk = static_cast<int64_t>(n) * k;
+  std::memcpy(s->lse.data(), got, sizeof(float) * n);
+  std::memcpy(s->eos_logit.data(), got + n, sizeof(float) * n);
+  std::memcpy(s->top_logit.data(), got + 2 * static_cast<int64_t>(n), sizeof(float) * nk);
+  std::memcpy(s->top_id.data(), got + 2 * static_cast<int64_t>(n) + nk, sizeof(int32_t) * nk);
+  for (int r = 0; r < n; ++r) ++row_pos_[r];
+  return absl::OkStatus();
+}
+
+absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* d_pos,
+                                    const int32_t* d_slot, const int32_t* d_src,
+                                    const int32_t* d_valid) {
+  const int d = c_.d_model;
+  const Activations& a = act_.get();
+  cudaStream_t stream = ctx_->stream();
+  const float emb_scale = c_.scale_embedding ? std::sqrt(static_cast<float>(d)) : 1.0f;
+  TNMT_RETURN_IF_ERROR(kc::EmbedTokens(a.x, d_ids, d_pos, n, w_->decoder_embed, w_->dtype(),
+                                       w_->decoder_positions, d, emb_scale, stream));
+  // Self-attention: row b's keys are its slots tables[b, 0:valid[b]) (ld_kv = 0: one slot per
+  // stored group); k_len only bounds valid[b].
+  kc::AttentionArgs self_args;
+  self_args.batch = n;
+  self_args.q_len = 1;
+  self_args.k_len = max_steps_;
+  self_args.num_heads = c_.num_heads;
+  self_args.d_head = c_.d_head();
+  self_args.scale = 1.0f / std::sqrt(static_cast<float>(c_.d_head()));
+  self_args.k_valid = d_valid;
+  self_args.k_groups = tables_[cur_].as<int32_t>();
+  self_args.k_groups_stride = max_steps_;
+  // Cross-attention: row b reads source src[b], its lengths[src] slots.
+  kc::AttentionArgs cross_args = self_args;
+  cross_args.k_len = src_stride_;
+  cross_args.kv_index = d_src;
+  cross_args.k_valid = d_src_lengths_.as<int32_t>();
+  cross_args.k_groups = d_src_slots_.as<int32_t>();
+  cross_args.k_groups_stride = src_stride_;
+
+  for (size_t li = 0; li < w_->decoder.size(); ++li) {
+    const DeviceDecoderLayer& l = w_->decoder[li];
+    TNMT_ASSIGN_OR_RETURN(const float* in, layers_.SublayerInput(a.x, a.y, n, l.self_ln));
+    TNMT_RETURN_IF_ERROR(layers_.Linear(a.qkv, in, n, l.self_qkv, a.half));
+    float* cache = self_.layers[li].as<float>();
+    // This step's K/V (columns d:3d of qkv) into the rows' new slots, then attend.
+    TNMT_RETURN_IF_ERROR(cuda_engine::ScatterRows(cache, self_.width, d_slot, a.qkv + d, 3 * d,
+                                                  nullptr, n, 2 * d, stream));
+    TNMT_RETURN_IF_ERROR(kc::MultiHeadAttention(a.attn, d, a.qkv, 3 * d, cache, cache + d, 0,
+                                                self_.width, self_args, stream));
+    TNMT_RETURN_IF_ERROR(layers_.Linear(a.y, a.attn, n, l.self_out, a.half));
+    TNMT_RETURN_IF_ERROR(layers_.FinishSublayer(a.x, a.y, n, l.self_ln));
+
+    TNMT_ASSIGN_OR_RETURN(in, layers_.SublayerInput(a.x, a.y, n, l.cross_ln));
+    TNMT_RETURN_IF_ERROR(layers_.Linear(a.cq, in, n, l.cross_q, a.half));
+    const float* kv = cross_.layers[li].as<float>();
+    TNMT_RETURN_IF_ERROR(kc::MultiHeadAttention(a.attn, d, a.cq, d, kv, kv + d, 0, cross_.width,
+                                                cross_args, stream));
+    TNMT_RETURN_IF_ERROR(layers_.Linear(a.y, a.attn, n, l.cross_out, a.half));
+    TNMT_RETURN_IF_ERROR(layers_.FinishSublayer(a.x, a.y, n, l.cross_ln));
+
+    TNMT_RETURN_IF_ERROR(layers_.FeedForward(a.x, n, l.fc1, l.fc2, l.final_ln, a));
+  }
+  if (c_.normalize_before) {
+    TNMT_RETURN_IF_ERROR(layers_.FinalLayerNorm(a.x, n, w_->decoder_final_ln));
+  }
+  DeviceLinear projection;
+  projection.weight = w_->output_projection;
+  projection.out = c_.vocab_size;
+  projection.in = d;
+  return layers_.Linear(a.logits, a.x, n, projection, a.half);
+}
+
+}  // namespace tnmt

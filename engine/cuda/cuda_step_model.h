@@ -1,0 +1,118 @@
+// StepModel on one GPU, with CpuStepModel's semantics (engine/decode/cpu_step_model.h): the
+// encoder, cross-attention K/V per source, the KV-cached decoder step, the per-row log-sum-exp,
+// the eos logit and the top k (pad excluded) all run on the device; one Step() copies
+// rows * (2 + 2k) numbers back to the host.
+//
+// Memory layout, as engine/layers DecoderState: K/V live in slot pools (one slot = one
+// position's K and V, [2 * d_model] float32, in every decoder layer); the self-attention pool
+// holds decoded positions, the cross pool source positions. Pools grow by doubling and keep
+// slot ids; slots belong to the source whose rows wrote them and are freed with it.
+//   - Host bookkeeping (authoritative): free lists, each source's slots and length, each row's
+//     source, position and `map` (which row of the device slot tables holds its ancestry).
+//   - Device slot tables [rows, max_steps] int32: row r's slot for each position. Reorder
+//     only composes `map` on the host; the next Step gathers the tables into the spare buffer
+//     by `map` (copying each row's valid prefix) and writes the new position's slot, in one
+//     kernel, then swaps the buffers. So Reorder, ReleaseSource and rows() never touch the GPU.
+//   - Source tables (each source's cross slots, [sources, src_stride], and lengths) are
+//     uploaded by the first Step after AddSources changed them.
+// Device work happens in AddSources (encoder + cross K/V; ends with a stream sync) and Step
+// (one packed upload, the decoder, one packed download, one sync). Each call makes the
+// model's device current on the calling thread, so a model may move between threads (one at
+// a time).
+//
+// Precision: see device_layers.h (float32 activations, GEMMs in the weights' dtype with
+// float32 accumulation and output). The KV cache, logits, log-sum-exp and top-k are float32.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/cuda/device_layers.h"
+#include "engine/cuda/device_weights.h"
+#include "engine/cuda/pinned_buffer.h"
+#include "engine/decode/step_model.h"
+#include "kernels/cuda/context.h"
+
+namespace tnmt {
+
+class CudaStepModel : public StepModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaStepModel>> Create(
+      std::shared_ptr<const cuda_engine::DeviceWeights> weights);
+  ~CudaStepModel() override;
+
+  absl::StatusOr<std::vector<int32_t>> AddSources(const int32_t* ids, const int32_t* lengths,
+                                                  int batch, int src_max) override;
+  absl::Status ReleaseSource(int32_t source) override;
+  absl::Status Reorder(const std::vector<int32_t>& parents,
+                       const std::vector<int32_t>& new_sources) override;
+  int rows() const override { return static_cast<int>(row_source_.size()); }
+  // k <= kernels::cuda::kMaxTopK (256) on the GPU.
+  absl::Status Step(const int32_t* ids, int k, StepScores* scores) override;
+
+  // This model's device allocator (KV pools, slot tables, scratch, the cuBLASLt workspace;
+  // not the shared weights).
+  kernels::cuda::DeviceAllocator::Stats memory_stats() const;
+  // K/V slots allocated (self + cross), as DecoderState::slots_in_use.
+  int64_t slots_in_use() const;
+
+ private:
+  // One pool of K/V slots: per decoder layer, [capacity, width] float32 on the device.
+  struct Pool {
+    int64_t width = 0;
+    int capacity = 0;
+    std::vector<kernels::cuda::DeviceBuffer> layers;
+    std::vector<int32_t> free;  // a stack: lowest ids handed out first
+  };
+  struct Source {
+    bool live = false;
+    std::vector<int32_t> self_slots;  // written by its rows
+  };
+
+  CudaStepModel(std::shared_ptr<const cuda_engine::DeviceWeights> weights,
+                std::unique_ptr<kernels::cuda::Context> ctx);
+  absl::StatusOr<std::vector<int32_t>> AddSourcesImpl(const int32_t* ids, const int32_t* lengths,
+                                                      int batch, int src_max);
+  absl::Status StepImpl(const int32_t* ids, int k, StepScores* scores);
+  // Grows the device pools so that `more` slots are free (ids kept, contents copied).
+  absl::Status Reserve(Pool& pool, int64_t more, const char* name);
+  // Makes `buffer` hold at least `bytes` (contents not kept when it grows).
+  absl::Status EnsureBuffer(kernels::cuda::DeviceBuffer& buffer, size_t bytes, const char* what);
+  // Frees a source's slots and id on the host (no row check).
+  void Forget(int32_t source);
+  // Queues the decoder for all rows: inputs on the device at step_in_, writes the logits.
+  absl::Status Forward(int n, const int32_t* d_ids, const int32_t* d_pos, const int32_t* d_slot,
+                       const int32_t* d_src, const int32_t* d_valid);
+
+  std::shared_ptr<const cuda_engine::DeviceWeights> w_;
+  const ModelConfig& c_;
+  // Declared before every device buffer: its allocator must outlive them.
+  std::unique_ptr<kernels::cuda::Context> ctx_;
+  cuda_engine::DeviceLayers layers_;
+  int max_steps_ = 0;  // slot-table width: most positions a row may decode
+
+  Pool self_, cross_;
+  std::vector<Source> sources_;
+  std::vector<int32_t> free_sources_;
+  int live_sources_ = 0;
+  int src_stride_ = 0;                // longest source the source tables hold
+  std::vector<int32_t> src_lengths_;  // per source id (0 when released)
+  std::vector<int32_t> src_slots_;    // [source id, src_stride_]: cross slot per position
+  bool src_dirty_ = false;            // host source tables changed since the last upload
+  kernels::cuda::DeviceBuffer d_src_lengths_, d_src_slots_;
+
+  std::vector<int32_t> row_source_, row_pos_;
+  // Row r's ancestry is row row_map_[r] of tables_[cur_] (-1: a new row at position 0).
+  std::vector<int32_t> row_map_;
+  kernels::cuda::DeviceBuffer tables_[2];  // [rows, max_steps_] int32 each
+  int cur_ = 0;
+
+  kernels::cuda::DeviceBuffer step_in_;  // [6, rows] int32: ids, pos, slot, src, valid, map
+  kernels::cuda::DeviceBuffer results_;  // lse [rows], eos [rows], values [rows, k], ids [rows, k]
+  cuda_engine::ActivationBuffer act_;
+  cuda_engine::PinnedBuffer upload_, download_;
+};
+
+}  // namespace tnmt
