@@ -21,57 +21,79 @@ absl::Status CudaStatus(cudaError_t e, const char* what) {
   return absl::InternalError(absl::StrCat(what, " failed: ", cudaGetErrorString(e)));
 }
 
-class Nccl : public Collective {
+class Nccl : public NcclCollective {
  public:
-  Nccl(ncclComm_t comm, int rank, int size, cudaStream_t stream)
-      : comm_(comm), rank_(rank), size_(size), stream_(stream) {}
+  Nccl(ncclComm_t comm, int rank, int size, int device, cudaStream_t stream)
+      : comm_(comm), rank_(rank), size_(size), device_(device), stream_(stream) {}
   ~Nccl() override { ncclCommDestroy(comm_); }
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
+  int device() const override { return device_; }
   absl::Status AllReduceSum(float* data, int64_t count) override {
-    return Finish(ncclAllReduce(data, data, count, ncclFloat32, ncclSum, comm_, stream_), "ncclAllReduce");
+    return Finish(AllReduceSumAsync(data, count, stream_));
   }
   absl::Status AllReduceSum(double* data, int64_t count) override {
-    return Finish(ncclAllReduce(data, data, count, ncclFloat64, ncclSum, comm_, stream_), "ncclAllReduce");
+    return Finish(AllReduceSumAsync(data, count, stream_));
   }
   absl::Status Broadcast(float* data, int64_t count, int root) override {
     if (root < 0 || root >= size_) return absl::InvalidArgumentError("broadcast root out of range");
-    return Finish(ncclBroadcast(data, data, count, ncclFloat32, root, comm_, stream_), "ncclBroadcast");
+    if (count < 0) return absl::InvalidArgumentError("broadcast: negative count");
+    return Finish(NcclStatus(ncclBroadcast(data, data, static_cast<size_t>(count), ncclFloat32, root, comm_, stream_),
+                             "ncclBroadcast"));
+  }
+  absl::Status AllReduceSumAsync(float* data, int64_t count, cudaStream_t stream) override {
+    return Reduce(data, count, ncclFloat32, stream);
+  }
+  absl::Status AllReduceSumAsync(double* data, int64_t count, cudaStream_t stream) override {
+    return Reduce(data, count, ncclFloat64, stream);
   }
 
  private:
-  absl::Status Finish(ncclResult_t r, const char* what) {
-    absl::Status s = NcclStatus(r, what);
-    if (!s.ok()) return s;
+  absl::Status Reduce(void* data, int64_t count, ncclDataType_t type, cudaStream_t stream) {
+    if (count < 0) return absl::InvalidArgumentError("all-reduce: negative count");
+    if (count == 0) return absl::OkStatus();
+    return NcclStatus(ncclAllReduce(data, data, static_cast<size_t>(count), type, ncclSum, comm_, stream),
+                      "ncclAllReduce");
+  }
+  absl::Status Finish(absl::Status queued) {
+    if (!queued.ok()) return queued;
     return CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
   ncclComm_t comm_;
-  int rank_, size_;
+  int rank_, size_, device_;
   cudaStream_t stream_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Collective>> MakeNcclCollective(Collective* bootstrap, int device,
-                                                               cudaStream_t stream) {
+absl::StatusOr<std::unique_ptr<NcclCollective>> MakeNcclCollective(Collective* bootstrap, int device,
+                                                                   cudaStream_t stream) {
   absl::Status s = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
   if (!s.ok()) return s;
-  // The 128-byte id is carried bit for bit as floats over the bootstrap broadcast.
+  // The 128-byte id travels one byte per float (small integers: exact through any bootstrap,
+  // including ones that print or sum their floats).
   ncclUniqueId id;
-  constexpr int kWords = (sizeof(ncclUniqueId) + sizeof(float) - 1) / sizeof(float);
-  float words[kWords] = {};
+  std::memset(&id, 0, sizeof(id));
+  float bytes[sizeof(ncclUniqueId)] = {};
   if (bootstrap->rank() == 0) {
     s = NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId");
     if (!s.ok()) return s;
-    std::memcpy(words, &id, sizeof(id));
+    const unsigned char* raw = reinterpret_cast<const unsigned char*>(&id);
+    for (size_t i = 0; i < sizeof(id); ++i) bytes[i] = static_cast<float>(raw[i]);
   }
-  s = bootstrap->Broadcast(words, kWords, 0);
+  s = bootstrap->Broadcast(bytes, static_cast<int64_t>(sizeof(id)), 0);
   if (!s.ok()) return s;
-  std::memcpy(&id, words, sizeof(id));
+  unsigned char* raw = reinterpret_cast<unsigned char*>(&id);
+  for (size_t i = 0; i < sizeof(id); ++i) {
+    if (!(bytes[i] >= 0.0f && bytes[i] <= 255.0f)) {
+      return absl::InternalError("MakeNcclCollective: the bootstrap broadcast garbled the NCCL id");
+    }
+    raw[i] = static_cast<unsigned char>(bytes[i]);
+  }
   ncclComm_t comm;
   s = NcclStatus(ncclCommInitRank(&comm, bootstrap->world_size(), id, bootstrap->rank()), "ncclCommInitRank");
   if (!s.ok()) return s;
-  return std::unique_ptr<Collective>(new Nccl(comm, bootstrap->rank(), bootstrap->world_size(), stream));
+  return std::unique_ptr<NcclCollective>(new Nccl(comm, bootstrap->rank(), bootstrap->world_size(), device, stream));
 }
 
 }  // namespace tnmt::train
