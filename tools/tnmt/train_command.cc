@@ -1,25 +1,37 @@
 // `tnmt train`: a JSON config (--config) with any key overridden by a flag of the same name
-// ('-' for '_'). SIGTERM/SIGINT write a final checkpoint and exit 0. Started by mpirun, it
-// trains data-parallel over MPI. `tnmt average`: average the last K checkpoints.
+// ('-' for '_'). SIGTERM/SIGINT write a final checkpoint and exit 0. Devices: one process
+// (--device, or --devices with one entry); several devices on this node (--devices cuda:0,1 or
+// cpu,cpu): this process becomes the launcher and runs one worker per device (the same binary,
+// told its rank by TNMT_RANK/TNMT_WORLD_SIZE/TNMT_BOOTSTRAP_DIR, see trainer/launch); started by
+// mpirun, it trains data-parallel over MPI (one device per process). `tnmt average`: average the
+// last K checkpoints.
 #include "tools/tnmt/train_command.h"
 
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/tnmt/args.h"
 #include "trainer/checkpoint/average.h"
 #include "trainer/collective/mpi_collective.h"
+#include "trainer/launch/cuda_devices.h"
+#include "trainer/launch/devices.h"
+#include "trainer/launch/file_collective.h"
+#include "trainer/launch/local_launch.h"
 #include "trainer/train_loop.h"
 
 namespace tnmt::cli {
@@ -75,7 +87,9 @@ const Key kKeys[] = {
     {"valid_max_sentences", Kind::kInt, "dev sentences translated for BLEU; 0: all"},
     {"metrics_file", Kind::kString, "JSON-lines metrics (default save_dir/metrics.jsonl)"},
     {"log_every_steps", Kind::kInt, "progress and metrics every N updates (default 10)"},
-    {"threads", Kind::kInt, "compute threads per process (default: all cores)"},
+    {"threads", Kind::kInt, "compute threads per process (default: all cores, shared by local workers)"},
+    {"device", Kind::kString, "cpu, cuda:N, or cuda (GPU rank mod visible GPUs); several: --devices"},
+    {"dtype", Kind::kString, "float32, or mixed precision float16 / bfloat16 (cuda only; default float32)"},
 };
 
 std::string FlagName(const char* key) { return absl::StrReplaceAll(key, {{"_", "-"}}); }
@@ -85,15 +99,74 @@ int Fail(const char* cmd, const std::string& message) {
   return 2;
 }
 
+// Trains in this process on `collective` (a launched worker, an MPI rank, or the only process).
+// Without --threads, the cores are shared by the `local_processes` workers of this node.
+int Train(const train::TrainConfig& cfg, std::unique_ptr<train::Collective> collective, int local_processes) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  kernels::cpu::SetBlasThreads(cfg.threads > 0 ? cfg.threads : std::max(1, cores / std::max(1, local_processes)));
+  train::KeepFreedMemory();
+  train::TrainHooks hooks;
+  hooks.stop = &g_stop;
+  hooks.progress_line = ::isatty(STDERR_FILENO) && collective->rank() == 0;
+  absl::Status s = train::RunTraining(cfg, collective.get(), hooks);
+  if (!s.ok()) return Fail("train", std::string(s.message()));
+  return 0;
+}
+
+// Launcher: one worker process per device, each this binary with the same arguments plus
+// --device; returns when all have exited (see trainer/launch/local_launch.h).
+int Launch(const train::TrainConfig& cfg, const train::DeviceList& devices, int argc, char** argv) {
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.save_dir, ec);
+  if (ec) return Fail("train", absl::StrCat(cfg.save_dir, ": cannot create save_dir: ", ec.message()));
+  train::LocalLaunchOptions o;
+  o.program = "/proc/self/exe";  // exactly this binary, even if its file is replaced meanwhile
+  o.args.assign(argv, argv + argc);
+  for (int i = 0; i < devices.size(); ++i) {
+    o.extra.push_back({"--device", devices.Name(i)});
+    o.names.push_back(devices.Name(i));
+  }
+  o.work_dir = cfg.save_dir;
+  o.stop = &g_stop;
+  std::cerr << "tnmt train: " << devices.size() << " workers on " << absl::StrJoin(o.names, ", ")
+            << "; rank 0 writes here, rank R > 0 to " << cfg.save_dir << "/worker-R.log\n";
+  if (g_stop.load()) return 0;
+  absl::Status s = train::LaunchLocalWorkers(o);
+  if (!s.ok()) return Fail("train", std::string(s.message()));
+  return 0;
+}
+
+// Under mpirun with --devices: this process's device from its local rank on the node.
+absl::StatusOr<std::string> MpiDevice(const train::DeviceList& devices, const std::string& flag_value) {
+  if (!devices.cuda) return std::string("cpu");
+  const std::optional<int> local = train::MpiLocalRank();
+  if (!local.has_value()) {
+    return absl::FailedPreconditionError(
+        "under mpirun, --devices cuda needs the local rank (OMPI_COMM_WORLD_LOCAL_RANK or MPI_LOCALRANKID)");
+  }
+  int visible = 0;
+  if (devices.all_visible) {
+    absl::StatusOr<int> n = train::VisibleCudaDevices();
+    if (!n.ok()) return n.status();
+    visible = *n;
+  }
+  return train::DeviceForLocalRank(devices, *local, visible, flag_value);
+}
+
 }  // namespace
 
 int TrainCommand(int argc, char** argv) {
   Args args("tnmt train",
             "Trains a Transformer on parallel text. Settings come from --config FILE (JSON, keys\n"
             "as the flags with '_' for '-'); flags override it. Resumes from the newest checkpoint\n"
-            "in --save-dir. SIGTERM or Ctrl-C writes a final checkpoint and exits 0. Under mpirun\n"
-            "every process trains on its shard and gradients are all-reduced over MPI.");
+            "in --save-dir. SIGTERM or Ctrl-C writes a final checkpoint and exits 0.\n"
+            "Data parallelism: --devices cuda:0,1,... (or cuda: every visible GPU; or cpu,cpu: CPU\n"
+            "processes) runs one worker process per device on this node and supervises them; under\n"
+            "mpirun every process trains on its shard and gradients are all-reduced (MPI, or NCCL\n"
+            "on GPUs). See docs/training.md.");
   args.AddString("config", "", "JSON file with training settings");
+  args.AddString("devices", "",
+                 "devices of this node, one worker process each: cuda:0,1,3 | cuda (all visible GPUs) | cpu,cpu");
   for (const Key& k : kKeys) {
     switch (k.kind) {
       case Kind::kString: args.AddString(FlagName(k.name), "", k.help); break;
@@ -129,28 +202,63 @@ int TrainCommand(int argc, char** argv) {
       case Kind::kBool: j[k.name] = args.GetBool(flag); break;
     }
   }
+
+  auto worker = train::WorkerEnvFromEnvironment();
+  if (!worker.ok()) return Fail("train", std::string(worker.status().message()));
+  const bool is_worker = worker->has_value();
+  const bool under_mpi = !is_worker && train::LaunchedByMpi();
+  std::optional<train::DeviceList> devices;
+  // A launched worker gets its own --device; the --devices it also sees was the launcher's.
+  if (args.given("devices") && !is_worker) {
+    const std::string value = args.GetString("devices");
+    if (args.given("device")) return Fail("train", "give --devices or --device, not both");
+    auto d = train::ParseDeviceList(value);
+    if (!d.ok()) return Fail("train", std::string(d.status().message()));
+    if (d->cuda && !train::BuiltWithCuda()) {
+      return Fail("train", absl::StrCat("--devices ", value, ": ", train::kNoCudaSupport));
+    }
+    if (under_mpi) {
+      auto device = MpiDevice(*d, value);
+      if (!device.ok()) return Fail("train", std::string(device.status().message()));
+      j["device"] = *device;
+    } else {
+      if (d->all_visible) {
+        auto visible = train::VisibleCudaDevices();
+        if (!visible.ok()) return Fail("train", absl::StrCat("--devices ", value, ": ", visible.status().message()));
+        absl::Status s = train::ResolveAllVisible(*visible, &*d);
+        if (!s.ok()) return Fail("train", std::string(s.message()));
+      }
+      j["device"] = d->Name(0);
+      devices = *d;
+    }
+  }
+  if (j.contains("device") && j["device"].is_string() && absl::StartsWith(j["device"].get<std::string>(), "cuda") &&
+      !train::BuiltWithCuda()) {
+    return Fail("train", absl::StrCat("device ", j["device"].get<std::string>(), ": ", train::kNoCudaSupport));
+  }
   auto cfg = train::TrainConfig::FromJson(j, source);
   if (!cfg.ok()) return Fail("train", std::string(cfg.status().message()));
-  int threads = cfg->threads > 0 ? cfg->threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  kernels::cpu::SetBlasThreads(threads);
-  train::KeepFreedMemory();
+
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  if (devices.has_value() && devices->size() > 1) return Launch(*cfg, *devices, argc, argv);
 
   std::unique_ptr<train::Collective> collective;
-  if (train::LaunchedByMpi()) {
+  int local_processes = 1;
+  if (is_worker) {
+    const train::WorkerEnv& w = **worker;
+    auto c = train::MakeFileCollective(w.bootstrap_dir, w.rank, w.world_size, w.collective_timeout);
+    if (!c.ok()) return Fail("train", std::string(c.status().message()));
+    collective = *std::move(c);
+    local_processes = w.world_size;
+  } else if (under_mpi) {
     auto mpi = train::MakeMpiCollective(&argc, &argv);
     if (!mpi.ok()) return Fail("train", std::string(mpi.status().message()));
     collective = *std::move(mpi);
   } else {
     collective = train::MakeSingleProcessCollective();
   }
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  train::TrainHooks hooks;
-  hooks.stop = &g_stop;
-  hooks.progress_line = ::isatty(STDERR_FILENO) && collective->rank() == 0;
-  absl::Status s = train::RunTraining(*cfg, collective.get(), hooks);
-  if (!s.ok()) return Fail("train", std::string(s.message()));
-  return 0;
+  return Train(*cfg, std::move(collective), local_processes);
 }
 
 int AverageCommand(int argc, char** argv) {

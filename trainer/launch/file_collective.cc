@@ -41,7 +41,7 @@ struct Header {
   int32_t kind;     // OpKind
   int64_t count;    // elements the caller passed
   int32_t root;     // Broadcast's root; -1 for sums
-  int32_t stop;     // the writer's stop request when it entered the operation
+  int32_t unused;
   int64_t payload;  // bytes after the header
 };
 
@@ -74,8 +74,8 @@ absl::Status ReadAll(int fd, void* data, size_t n, const std::string& path) {
 
 class FileCollective : public Collective {
  public:
-  FileCollective(std::string dir, int rank, int size, FileCollectiveOptions options)
-      : dir_(std::move(dir)), rank_(rank), size_(size), options_(options), fds_(size, -1) {}
+  FileCollective(std::string dir, int rank, int size, absl::Duration timeout)
+      : dir_(std::move(dir)), rank_(rank), size_(size), timeout_(timeout), fds_(size, -1) {}
   ~FileCollective() override { CloseAll(); }
 
   int rank() const override { return rank_; }
@@ -121,8 +121,7 @@ class FileCollective : public Collective {
   }
 
   // Writes this rank's file of the next operation (header + `payload`), waits for every peer's,
-  // opens them (fds_) and checks their headers against ours. Sets stop_agreed if any rank asked
-  // to stop.
+  // opens them (fds_) and checks their headers against ours.
   absl::Status Exchange(OpKind kind, int64_t count, int root, const void* payload) {
     ++op_;
     const int64_t bytes = PayloadBytes(kind, count, root, rank_);
@@ -134,7 +133,6 @@ class FileCollective : public Collective {
     h.kind = static_cast<int32_t>(kind);
     h.count = count;
     h.root = root;
-    h.stop = options_.stop_request != nullptr && options_.stop_request->load() ? 1 : 0;
     h.payload = bytes;
     const std::string path = PathOf(op_, rank_);
     const std::string tmp = absl::StrCat(dir_, "/.tmp.op-", op_, ".rank-", rank_);
@@ -150,7 +148,6 @@ class FileCollective : public Collective {
 
     s = WaitForPeers();
     if (!s.ok()) return s;
-    bool stop = false;
     for (int r = 0; r < size_; ++r) {
       Header p;
       const std::string ppath = PathOf(op_, r);
@@ -170,15 +167,13 @@ class FileCollective : public Collective {
       if (p.payload != want) {
         return absl::DataLossError(absl::StrCat(ppath, ": payload of ", p.payload, " bytes, expected ", want));
       }
-      stop = stop || p.stop != 0;
     }
-    if (stop && options_.stop_agreed != nullptr) options_.stop_agreed->store(true);
     return absl::OkStatus();
   }
 
   // Polls until every rank's file of op_ can be opened, with backoff from 20 us to 2 ms.
   absl::Status WaitForPeers() {
-    const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(options_.timeout);
+    const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout_);
     auto pause = std::chrono::microseconds(20);
     while (true) {
       std::vector<int> missing;
@@ -195,7 +190,7 @@ class FileCollective : public Collective {
       if (std::chrono::steady_clock::now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             "file collective in ", dir_, ": rank", missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
-            " did not arrive at operation ", op_, " within ", absl::FormatDuration(options_.timeout),
+            " did not arrive at operation ", op_, " within ", absl::FormatDuration(timeout_),
             " (rank ", rank_, " waiting)"));
       }
       std::this_thread::sleep_for(pause);
@@ -225,7 +220,7 @@ class FileCollective : public Collective {
 
   const std::string dir_;
   const int rank_, size_;
-  const FileCollectiveOptions options_;
+  const absl::Duration timeout_;
   int64_t op_ = 0;
   std::vector<int> fds_;  // peers' files of the current operation, by rank
 };
@@ -233,13 +228,10 @@ class FileCollective : public Collective {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Collective>> MakeFileCollective(const std::string& dir, int rank, int world_size,
-                                                               const FileCollectiveOptions& options) {
+                                                               absl::Duration timeout) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(absl::StrCat("file collective: rank ", rank, " of world size ", world_size,
                                                    " is out of range"));
-  }
-  if ((options.stop_request == nullptr) != (options.stop_agreed == nullptr)) {
-    return absl::InvalidArgumentError("file collective: give both stop_request and stop_agreed, or neither");
   }
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return absl::NotFoundError(absl::StrCat(dir, ": cannot open the collective's directory: ", ErrnoText()));
@@ -254,7 +246,7 @@ absl::StatusOr<std::unique_ptr<Collective>> MakeFileCollective(const std::string
     return absl::FailedPreconditionError(absl::StrCat(dir, ": already holds files of rank ", rank,
                                                       " (another run?); use a fresh directory"));
   }
-  return std::unique_ptr<Collective>(new FileCollective(dir, rank, world_size, options));
+  return std::unique_ptr<Collective>(new FileCollective(dir, rank, world_size, timeout));
 }
 
 }  // namespace tnmt::train

@@ -18,7 +18,6 @@
 // One object per rank; not thread-safe (ranks may be threads of one process, each with its own).
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <string>
 
@@ -28,20 +27,9 @@
 
 namespace tnmt::train {
 
-struct FileCollectiveOptions {
-  // How long one operation waits for the slowest peer before failing.
-  absl::Duration timeout = absl::Minutes(30);
-  // Stop agreement (optional, both or neither). Every operation carries whether `stop_request`
-  // was set when this rank entered it; after the operation, if any rank's was, `stop_agreed` is
-  // set on every rank. So between two operations all ranks see the same `stop_agreed`, and a
-  // training loop that checks it there stops after the same step on every rank (a signal that
-  // reaches the ranks at slightly different moments cannot split them).
-  const std::atomic<bool>* stop_request = nullptr;
-  std::atomic<bool>* stop_agreed = nullptr;
-};
-
 // `dir` must exist and hold no file of this rank (a fresh directory per run). 0 <= rank < world_size.
+// `timeout`: how long one operation waits for the slowest peer before failing.
 absl::StatusOr<std::unique_ptr<Collective>> MakeFileCollective(const std::string& dir, int rank, int world_size,
-                                                               const FileCollectiveOptions& options = {});
+                                                               absl::Duration timeout = absl::Minutes(30));
 
 }  // namespace tnmt::train

@@ -1,7 +1,6 @@
 // File collective: sums and broadcasts across 1-4 threads and across forked processes equal the
 // rank-order sum bit for bit; only the last operation's files remain; a peer that never arrives
-// is a timeout naming it; mismatched calls are named; stale directories are refused; the stop
-// request is agreed on by every rank at the same operation.
+// is a timeout naming it; mismatched calls are named; stale directories are refused.
 #include "trainer/launch/file_collective.h"
 
 #include <dirent.h>
@@ -112,13 +111,11 @@ TEST(FileCollectiveTest, ForkedProcesses) {
 
 TEST(FileCollectiveTest, MissingPeerTimesOutNamingIt) {
   const std::string dir = FreshDir();
-  FileCollectiveOptions o;
-  o.timeout = absl::Milliseconds(300);
   std::vector<absl::Status> got(3);
   std::vector<std::thread> threads;
   for (int r : {0, 2}) {
     threads.emplace_back([&, r] {
-      auto c = MakeFileCollective(dir, r, 3, o);
+      auto c = MakeFileCollective(dir, r, 3, absl::Milliseconds(300));
       ASSERT_TRUE(c.ok());
       double x = 1;
       got[r] = (*c)->AllReduceSum(&x, 1);
@@ -171,33 +168,6 @@ TEST(FileCollectiveTest, StaleDirectoryAndBadArguments) {
   EXPECT_NE(again.status().message().find("already holds files of rank 0"), std::string::npos);
   EXPECT_FALSE(MakeFileCollective(dir, 2, 2).ok());
   EXPECT_FALSE(MakeFileCollective(dir + "/missing", 0, 1).ok());
-}
-
-TEST(FileCollectiveTest, StopRequestIsAgreedAtTheSameOperation) {
-  const std::string dir = FreshDir();
-  std::atomic<bool> request[2] = {false, false}, agreed[2] = {false, false};
-  bool after1[2], after2[2];
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      FileCollectiveOptions o;
-      o.stop_request = &request[r];
-      o.stop_agreed = &agreed[r];
-      auto c = MakeFileCollective(dir, r, 2, o);
-      ASSERT_TRUE(c.ok());
-      double x = 0;
-      ASSERT_TRUE((*c)->AllReduceSum(&x, 1).ok());
-      after1[r] = agreed[r].load();
-      if (r == 1) request[1].store(true);  // only rank 1 is asked, between operations 1 and 2
-      ASSERT_TRUE((*c)->AllReduceSum(&x, 1).ok());
-      after2[r] = agreed[r].load();
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_FALSE(after1[0]);
-  EXPECT_FALSE(after1[1]);
-  EXPECT_TRUE(after2[0]);
-  EXPECT_TRUE(after2[1]);
 }
 
 }  // namespace

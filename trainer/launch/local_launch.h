@@ -44,7 +44,9 @@ struct LocalLaunchOptions {
   std::vector<std::string> names;               // one per worker, for messages, e.g. "cuda:1"
   std::string work_dir;                         // must exist: logs and the bootstrap directory go here
   const std::atomic<bool>* stop = nullptr;      // forwarded to the workers as SIGTERM
-  absl::Duration grace = absl::Seconds(30);     // after a failure, SIGTERM → SIGKILL of the others
+  // After a failure, SIGTERM → SIGKILL of the others. Short: a worker whose peer is gone
+  // cannot finish a step (nor a checkpoint) anyway; SIGTERM only lets it flush its output.
+  absl::Duration grace = absl::Seconds(5);
 };
 
 // Runs the workers to completion (see supervisor.h). OK when every worker exits 0; otherwise an

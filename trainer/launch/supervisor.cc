@@ -59,13 +59,14 @@ std::string Describe(int wait_status) {
   return "ended";
 }
 
-// The last `n` non-empty lines of a log file (its last 64 KiB), each cut to 300 characters.
-std::vector<std::string> Tail(const std::string& path, int n) {
+// The last `n` non-empty lines written to a log file after byte `from` (at most its last 64 KiB),
+// each cut to 300 characters.
+std::vector<std::string> Tail(const std::string& path, int64_t from, int n) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return {};
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
-  const std::streamoff start = std::max<std::streamoff>(0, size - 65536);
+  const std::streamoff start = std::max<std::streamoff>(from, size - 65536);
   in.seekg(start);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::string> lines;
@@ -73,12 +74,13 @@ std::vector<std::string> Tail(const std::string& path, int n) {
     line = absl::StripAsciiWhitespace(line);
     if (!line.empty()) lines.emplace_back(line.substr(0, 300));
   }
-  if (start > 0 && !lines.empty()) lines.erase(lines.begin());  // probably cut mid-line
+  if (start > from && !lines.empty()) lines.erase(lines.begin());  // probably cut mid-line
   if (static_cast<int>(lines.size()) > n) lines.erase(lines.begin(), lines.end() - n);
   return lines;
 }
 
 struct Running {
+  int64_t log_start = 0;  // size of the log when the worker started: its output follows
   pid_t pid = -1;
   bool done = false;
   int status = 0;
@@ -121,6 +123,7 @@ class Supervisor {
       const std::string header = absl::StrCat("==== ", w.name, " started at ", absl::FormatTime(absl::Now()), ": ",
                                               absl::StrJoin(w.argv, " "), "\n");
       (void)!::write(log, header.data(), header.size());
+      running_[i].log_start = ::lseek(log, 0, SEEK_END);
     }
     const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (devnull < 0) {
@@ -209,8 +212,8 @@ class Supervisor {
     const std::string how = absl::StrCat(w.name, " ", Describe(running_[failed_].status));
     const std::string stopped = others_running_ > 0 ? "; the other workers were stopped" : "";
     if (w.log_path.empty()) return absl::AbortedError(absl::StrCat(how, " (its output is above)", stopped));
-    const std::vector<std::string> tail = Tail(w.log_path, o_.tail_lines);
-    if (tail.empty()) return absl::AbortedError(absl::StrCat(how, " (", w.log_path, " is empty)", stopped));
+    const std::vector<std::string> tail = Tail(w.log_path, running_[failed_].log_start, o_.tail_lines);
+    if (tail.empty()) return absl::AbortedError(absl::StrCat(how, " (no output in ", w.log_path, ")", stopped));
     return absl::AbortedError(absl::StrCat("last lines of ", w.log_path, ":\n    ", absl::StrJoin(tail, "\n    "),
                                            "\n", how, " (", tail.back(), ")", stopped));
   }

@@ -9,7 +9,7 @@
 //   worker once, as SIGTERM to its process group; workers are expected to checkpoint and exit 0.
 // - When a worker exits non-zero or is killed by a signal, every other worker gets SIGTERM and,
 //   `grace` later, SIGKILL; RunWorkers returns once all are reaped, with an error naming the
-//   first failed worker, how it ended, and the tail of its log.
+//   first failed worker, how it ended, and the tail of what it wrote to its log.
 // - Output: a worker with an empty log_path shares this process's stdout/stderr; the others
 //   append both streams to their log_path (a header line marks each start). stdin is /dev/null.
 #pragma once
@@ -34,7 +34,7 @@ struct WorkerSpec {
 
 struct SupervisorOptions {
   const std::atomic<bool>* stop = nullptr;              // see the header comment
-  absl::Duration grace = absl::Seconds(30);             // SIGTERM → SIGKILL after a failure
+  absl::Duration grace = absl::Seconds(5);              // SIGTERM → SIGKILL after a failure
   absl::Duration poll_interval = absl::Milliseconds(20);
   int tail_lines = 10;                                  // log lines quoted in a failure
 };

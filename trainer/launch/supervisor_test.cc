@@ -126,6 +126,14 @@ TEST(SupervisorTest, ProgramThatCannotRun) {
   EXPECT_NE(s.message().find("cannot execute"), std::string::npos) << s;
 }
 
+TEST(SupervisorTest, TailIsThisRunsOutputOnly) {
+  const std::string dir = FreshDir();
+  WorkerSpec w = Sh(dir, 1, "exit 5");
+  std::ofstream(w.log_path) << "old run: something bad\n";
+  absl::Status s = RunWorkers({w}, {});
+  EXPECT_EQ(s.message(), "rank 1 exited with status 5 (no output in " + w.log_path + ")");
+}
+
 TEST(SupervisorTest, InheritedOutputSaysSo) {
   const std::string dir = FreshDir();
   WorkerSpec w = Sh(dir, 0, "exit 4");
