@@ -48,8 +48,12 @@ spm=(--spm-model "$TMP/two/spm.model" --max-steps 4 --save-every-steps 4)
 check "two workers equal one process with --accum-steps 2 (fp32 tolerance)" \
   "$COMPARE" "$TMP/single/step-00000004" "$TMP/two/step-00000004" 1e-5
 if command -v mpirun > /dev/null; then
-  mpirun --allow-run-as-root --oversubscribe -np 2 "$TNMT" train "${common[@]}" "${spm[@]}" \
+  # TCP, not shared memory: Open MPI names its shared-memory segments after PIDs, which collide
+  # between concurrent runs in Bazel's PID namespaces (a segfault in MPI_Bcast).
+  mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp -np 2 "$TNMT" train "${common[@]}" "${spm[@]}" \
     --save-dir "$TMP/mpi" > "$TMP/mpi.log" 2>&1
+  rc=$?
+  if [ "$rc" -ne 0 ]; then echo "mpirun exited with $rc:"; tail -20 "$TMP/mpi.log"; fi
   check "two workers equal mpirun -np 2 bit for bit" "$COMPARE" "$TMP/mpi/step-00000004" "$TMP/two/step-00000004" 0
 else
   echo "skip: mpirun not installed"
