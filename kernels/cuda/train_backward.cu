@@ -394,8 +394,9 @@ __global__ void AttentionBackwardKeyKernel(float* dk, float* dv, int64_t ld_dkv,
 // Embedding
 
 __global__ void IotaKernel(int32_t* x, int count) {
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
-    x[i] = i;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = static_cast<int32_t>(i);
   }
 }
 
@@ -573,6 +574,9 @@ absl::Status EmbeddingBackward(Context& ctx, float* dtable, float* dpos, const f
   TB_RETURN_IF_ERROR(CheckCount("EmbeddingBackward", count));
   if (d < 0) return absl::InvalidArgumentError(absl::StrCat("cuda::EmbeddingBackward: d ", d));
   if (count > INT_MAX) return absl::InvalidArgumentError("cuda::EmbeddingBackward: count too large");
+  if (dpos != nullptr && positions == nullptr) {
+    return absl::InvalidArgumentError("cuda::EmbeddingBackward: dpos given without positions");
+  }
   if (count == 0 || d == 0) return absl::OkStatus();
   const int n = static_cast<int>(count);
   absl::StatusOr<DeviceBuffer> ints = Scratch(ctx, sizeof(int32_t) * 3 * static_cast<size_t>(n));
