@@ -92,7 +92,8 @@ rc=$?
 elapsed=$(( $(date +%s) - start ))
 check "killed worker: the launcher exits non-zero ($rc)" test "$rc" -ne 0
 check "killed worker: within 15 s ($elapsed s)" test "$elapsed" -le 15
-check "killed worker: the error names rank 1 and the signal" grep -q "rank 1 (cpu) was killed by signal 9" "$TMP/kill.log"
+check "killed worker: the error names rank 1 and the signal" \
+  grep -q "rank 1 (cpu) was killed by signal 9" "$TMP/kill.log"
 check "killed worker: rank 0 is gone too" test ! -e "/proc/${w0:-0}/status"
 
 # Flag and environment errors (exit 2, naming the flag or variable).

@@ -44,7 +44,8 @@ TEST(DevicesTest, ErrorsNameTheFlagAndValue) {
   EXPECT_EQ(message("").rfind("--devices : expected", 0), 0u);
   EXPECT_EQ(message("cpu,"), "--devices cpu,: expected cpu or cuda[:N], got \"\" (e.g. cpu,cpu or cuda:0,1 or cuda)");
   EXPECT_EQ(message("cpu,cuda:0"), "--devices cpu,cuda:0: cannot mix cpu and cuda devices");
-  EXPECT_EQ(message("cuda,cuda:1"), "--devices cuda,cuda:1: \"cuda\" (every visible GPU) cannot be combined with a list");
+  EXPECT_EQ(message("cuda,cuda:1"),
+            "--devices cuda,cuda:1: \"cuda\" (every visible GPU) cannot be combined with a list");
   EXPECT_EQ(message("cuda,1").rfind("--devices cuda,1: expected", 0), 0u);
 }
 
@@ -54,7 +55,8 @@ TEST(DevicesTest, DeviceForLocalRank) {
   EXPECT_EQ(*DeviceForLocalRank(*ParseDeviceList("cpu"), 7, 0, "cpu"), "cpu");
   auto short_list = DeviceForLocalRank(*ParseDeviceList("cuda:0,1"), 2, 8, "cuda:0,1");
   ASSERT_FALSE(short_list.ok());
-  EXPECT_NE(short_list.status().message().find("--devices cuda:0,1: lists 2 device(s) but this process is local rank 2"),
+  EXPECT_NE(short_list.status().message().find(
+                "--devices cuda:0,1: lists 2 device(s) but this process is local rank 2"),
             std::string::npos);
   EXPECT_FALSE(DeviceForLocalRank(*ParseDeviceList("cuda"), 0, 0, "cuda").ok());
 }

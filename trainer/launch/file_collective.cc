@@ -173,7 +173,9 @@ class FileCollective : public Collective {
 
   // Polls until every rank's file of op_ can be opened, with backoff from 20 us to 2 ms.
   absl::Status WaitForPeers() {
-    const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout_);
+    const bool forever = timeout_ >= absl::Hours(24 * 365);
+    const auto deadline =
+        std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(forever ? absl::Hours(1) : timeout_);
     auto pause = std::chrono::microseconds(20);
     while (true) {
       std::vector<int> missing;
@@ -187,7 +189,7 @@ class FileCollective : public Collective {
         missing.push_back(r);
       }
       if (missing.empty()) return absl::OkStatus();
-      if (std::chrono::steady_clock::now() >= deadline) {
+      if (!forever && std::chrono::steady_clock::now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             "file collective in ", dir_, ": rank", missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
             " did not arrive at operation ", op_, " within ", absl::FormatDuration(timeout_),
@@ -234,7 +236,9 @@ absl::StatusOr<std::unique_ptr<Collective>> MakeFileCollective(const std::string
                                                    " is out of range"));
   }
   DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return absl::NotFoundError(absl::StrCat(dir, ": cannot open the collective's directory: ", ErrnoText()));
+  if (d == nullptr) {
+    return absl::NotFoundError(absl::StrCat(dir, ": cannot open the collective's directory: ", ErrnoText()));
+  }
   const std::string mine = absl::StrCat(".rank-", rank);
   bool stale = false;
   while (dirent* e = ::readdir(d)) {

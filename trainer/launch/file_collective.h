@@ -28,7 +28,8 @@
 namespace tnmt::train {
 
 // `dir` must exist and hold no file of this rank (a fresh directory per run). 0 <= rank < world_size.
-// `timeout`: how long one operation waits for the slowest peer before failing.
+// `timeout`: how long one operation waits for the slowest peer before failing (a year or more,
+// e.g. absl::InfiniteDuration(): forever).
 absl::StatusOr<std::unique_ptr<Collective>> MakeFileCollective(const std::string& dir, int rank, int world_size,
                                                                absl::Duration timeout = absl::Minutes(30));
 
