@@ -20,12 +20,13 @@ namespace {
 
 class CudaDecodeBackend : public DecodeBackend {
  public:
-  explicit CudaDecodeBackend(std::shared_ptr<const cuda_engine::DeviceWeights> w)
-      : w_(std::move(w)) {}
+  CudaDecodeBackend(std::shared_ptr<const cuda_engine::DeviceWeights> w,
+                    const CudaStepOptions& options)
+      : w_(std::move(w)), options_(options) {}
 
   // Thread-safe: the weights are read-only; each StepModel gets its own Context.
   absl::StatusOr<std::unique_ptr<StepModel>> NewStepModel() const override {
-    TNMT_ASSIGN_OR_RETURN(std::unique_ptr<CudaStepModel> m, CudaStepModel::Create(w_));
+    TNMT_ASSIGN_OR_RETURN(std::unique_ptr<CudaStepModel> m, CudaStepModel::Create(w_, options_));
     return std::unique_ptr<StepModel>(std::move(m));
   }
   std::string Describe() const override {
@@ -35,6 +36,7 @@ class CudaDecodeBackend : public DecodeBackend {
 
  private:
   std::shared_ptr<const cuda_engine::DeviceWeights> w_;
+  const CudaStepOptions options_;
 };
 
 }  // namespace
@@ -68,7 +70,9 @@ absl::StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaBackend(const ModelConfig
   if (!dw.ok()) {
     return absl::Status(dw.status().code(), absl::StrCat("cuda:", p.device, ": ", dw.status().message()));
   }
-  return std::unique_ptr<DecodeBackend>(new CudaDecodeBackend(*std::move(dw)));
+  CudaStepOptions options;
+  options.cuda_graphs = p.cuda_graphs;
+  return std::unique_ptr<DecodeBackend>(new CudaDecodeBackend(*std::move(dw), options));
 }
 
 bool CudaBuild() { return true; }

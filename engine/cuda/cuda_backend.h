@@ -20,6 +20,9 @@ namespace tnmt {
 struct CudaPlacement {
   int device = 0;                    // CUDA device ordinal
   DType dtype = DType::kFloat16;     // weight and GEMM precision: float32, float16 or bfloat16
+  // Replay each decode step as a CUDA graph (engine/cuda/cuda_step_model.h). Off by default
+  // until measured on a GPU.
+  bool cuda_graphs = false;
 };
 
 // Copies `w` to the device in p.dtype (GEMMs accumulate in float32). The host weights are not

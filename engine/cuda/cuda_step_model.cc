@@ -24,19 +24,21 @@ using cuda_engine::DeviceDecoderLayer;
 using cuda_engine::DeviceLinear;
 
 absl::StatusOr<std::unique_ptr<CudaStepModel>> CudaStepModel::Create(
-    std::shared_ptr<const cuda_engine::DeviceWeights> weights) {
+    std::shared_ptr<const cuda_engine::DeviceWeights> weights, const CudaStepOptions& options) {
   if (weights == nullptr) return absl::InvalidArgumentError("CudaStepModel: no weights");
   TNMT_ASSIGN_OR_RETURN(std::unique_ptr<kc::Context> ctx, kc::Context::Create(weights->device()));
-  return std::unique_ptr<CudaStepModel>(new CudaStepModel(std::move(weights), std::move(ctx)));
+  return std::unique_ptr<CudaStepModel>(
+      new CudaStepModel(std::move(weights), std::move(ctx), options));
 }
 
 CudaStepModel::CudaStepModel(std::shared_ptr<const cuda_engine::DeviceWeights> weights,
-                             std::unique_ptr<kc::Context> ctx)
+                             std::unique_ptr<kc::Context> ctx, const CudaStepOptions& options)
     : w_(std::move(weights)),
       c_(w_->config()),
       ctx_(std::move(ctx)),
       layers_(*ctx_, *w_),
-      max_steps_(w_->position_rows) {
+      max_steps_(w_->position_rows),
+      options_(options) {
   self_.width = cross_.width = 2 * static_cast<int64_t>(c_.d_model);
   self_.layers.resize(w_->decoder.size());
   cross_.layers.resize(w_->decoder.size());
@@ -51,8 +53,9 @@ CudaStepModel::~CudaStepModel() {
 kc::DeviceAllocator::Stats CudaStepModel::memory_stats() const { return ctx_->allocator().stats(); }
 
 int64_t CudaStepModel::slots_in_use() const {
-  return static_cast<int64_t>(self_.capacity) - static_cast<int64_t>(self_.free.size()) +
-         cross_.capacity - static_cast<int64_t>(cross_.free.size());
+  return static_cast<int64_t>(self_.capacity) - static_cast<int64_t>(self_.free.size()) -
+         static_cast<int64_t>(pad_slots_.size()) + cross_.capacity -
+         static_cast<int64_t>(cross_.free.size());
 }
 
 absl::Status CudaStepModel::EnsureBuffer(kc::DeviceBuffer& buffer, size_t bytes, const char* what) {
@@ -283,6 +286,20 @@ absl::Status CudaStepModel::Step(const int32_t* ids, int k, StepScores* scores) 
   return s;
 }
 
+namespace {
+
+// Rows a step computes: n itself, or with graphs n rounded up to a bucket, so that a decode's
+// shrinking row count reuses a few graphs.
+int Bucket(int n, bool graphs) {
+  if (!graphs) return n;
+  const int64_t unit = n <= 256 ? 16 : 64;
+  return static_cast<int>((n + unit - 1) / unit * unit);
+}
+
+uint64_t Word(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
+
+}  // namespace
+
 absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   const int n = rows();
   const int V = c_.vocab_size;
@@ -311,17 +328,19 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
                                                 " requested"));
     }
   }
+  const int B = Bucket(n, options_.cuda_graphs);  // rows computed: n real, B - n padding
   TNMT_RETURN_IF_ERROR(ctx_->Activate());
   // Device memory first (nothing below changes the host state before the launches).
-  TNMT_RETURN_IF_ERROR(act_.Ensure(ctx_->allocator(), c_, w_->dtype(), n, /*decoder=*/true));
+  TNMT_RETURN_IF_ERROR(act_.Ensure(ctx_->allocator(), c_, w_->dtype(), B, /*decoder=*/true));
   const int spare = 1 - cur_;
   TNMT_RETURN_IF_ERROR(EnsureBuffer(tables_[spare],
-                                    static_cast<size_t>(n) * max_steps_ * sizeof(int32_t),
+                                    static_cast<size_t>(B) * max_steps_ * sizeof(int32_t),
                                     "decoder slot tables"));
-  TNMT_RETURN_IF_ERROR(Reserve(self_, n, "self-attention"));
-  const size_t step_words = 6 * static_cast<size_t>(n);
+  const int64_t pads_missing = std::max<int64_t>(0, B - n - static_cast<int64_t>(pad_slots_.size()));
+  TNMT_RETURN_IF_ERROR(Reserve(self_, n + pads_missing, "self-attention"));
+  const size_t step_words = 6 * static_cast<size_t>(B);
   TNMT_RETURN_IF_ERROR(EnsureBuffer(step_in_, step_words * sizeof(int32_t), "step inputs"));
-  const size_t result_words = static_cast<size_t>(n) * (2 + 2 * static_cast<size_t>(k));
+  const size_t result_words = static_cast<size_t>(B) * (2 + 2 * static_cast<size_t>(k));
   TNMT_RETURN_IF_ERROR(EnsureBuffer(results_, result_words * sizeof(float), "step results"));
   const bool upload_src = src_dirty_;
   if (upload_src) {
@@ -334,18 +353,27 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   TNMT_RETURN_IF_ERROR(upload_.Ensure((step_words + src_words) * sizeof(int32_t)));
   TNMT_RETURN_IF_ERROR(download_.Ensure(result_words * sizeof(float)));
 
-  // Packed step inputs: ids, positions, new slots, sources, valid keys, table rows.
-  int32_t* h = upload_.as<int32_t>();
-  for (int r = 0; r < n; ++r) {
-    const int32_t slot = self_.free.back();  // Reserve made room for every row
+  // Packed step inputs [6, B]: ids, positions, new slots, sources, valid keys, table rows.
+  for (int64_t i = 0; i < pads_missing; ++i) {  // Reserve made room
+    pad_slots_.push_back(self_.free.back());
     self_.free.pop_back();
-    sources_[row_source_[r]].self_slots.push_back(slot);
-    h[r] = ids[r];
-    h[n + r] = row_pos_[r];
-    h[2 * n + r] = slot;
-    h[3 * n + r] = row_source_[r];
-    h[4 * n + r] = row_pos_[r] + 1;
-    h[5 * n + r] = row_map_[r];
+  }
+  int32_t* h = upload_.as<int32_t>();
+  for (int r = 0; r < B; ++r) {
+    int32_t slot;
+    if (r < n) {
+      slot = self_.free.back();  // Reserve made room for every row
+      self_.free.pop_back();
+      sources_[row_source_[r]].self_slots.push_back(slot);
+    } else {
+      slot = pad_slots_[r - n];
+    }
+    h[r] = r < n ? ids[r] : c_.pad_id;
+    h[B + r] = r < n ? row_pos_[r] : 0;
+    h[2 * B + r] = slot;
+    h[3 * B + r] = row_source_[r < n ? r : 0];  // padding attends to a live source
+    h[4 * B + r] = (r < n ? row_pos_[r] : 0) + 1;
+    h[5 * B + r] = r < n ? row_map_[r] : -1;
   }
   cudaStream_t stream = ctx_->stream();
   TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(step_in_.get(), h, step_words * sizeof(int32_t),
@@ -362,42 +390,70 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
                         src_slots_.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream)));
     src_dirty_ = false;
   }
-  const int32_t* d = step_in_.as<int32_t>();
-  const int32_t *d_ids = d, *d_pos = d + n, *d_slot = d + 2 * n, *d_src = d + 3 * n,
-                *d_valid = d + 4 * n, *d_map = d + 5 * n;
-  TNMT_RETURN_IF_ERROR(cuda_engine::ReorderSlotTables(tables_[spare].as<int32_t>(),
-                                                      tables_[cur_].as<int32_t>(), max_steps_,
-                                                      d_map, d_pos, d_slot, n, stream));
+  int32_t* tables = tables_[spare].as<int32_t>();
+  const int32_t* from = tables_[cur_].as<int32_t>();
+  if (options_.cuda_graphs) {
+    TNMT_RETURN_IF_ERROR(graphs_.Run(GraphKey(B, k, tables, from), stream,
+                                     [&]() { return EnqueueStep(B, k, tables, from); }));
+  } else {
+    TNMT_RETURN_IF_ERROR(EnqueueStep(B, k, tables, from));
+  }
   cur_ = spare;
   for (int r = 0; r < n; ++r) row_map_[r] = r;  // tables_[cur_] now holds the rows in order
-
-  TNMT_RETURN_IF_ERROR(Forward(n, d_ids, d_pos, d_slot, d_src, d_valid));
-  float* res = results_.as<float>();
-  float* lse = res;
-  float* eos = res + n;
-  float* values = res + 2 * static_cast<int64_t>(n);
-  int32_t* top_ids = reinterpret_cast<int32_t*>(values + static_cast<int64_t>(n) * k);
-  const float* logits = act_.get().logits;
-  TNMT_RETURN_IF_ERROR(cuda_engine::LogSumExpAndPick(lse, eos, logits, n, V, c_.eos_id, stream));
-  TNMT_RETURN_IF_ERROR(kc::TopK(values, top_ids, logits, n, V, k, c_.pad_id, stream));
-  TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(download_.as<float>(), res,
+  TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(download_.as<float>(), results_.get(),
                                                        result_words * sizeof(float),
                                                        cudaMemcpyDeviceToHost, stream)));
   TNMT_RETURN_IF_ERROR(ctx_->Synchronize());
-  // The host reads the results only now, after the sync.
+  // The host reads the results only now, after the sync. Layout: lse [B], eos [B],
+  // values [B, k], ids [B, k]; the first n rows of each are real.
   const float* got = download_.as<float>();
   const int64_t nk = static_cast<int64_t>(n) * k;
+  const int64_t values_at = 2 * static_cast<int64_t>(B);
+  const int64_t ids_at = values_at + static_cast<int64_t>(B) * k;
   std::memcpy(s->lse.data(), got, sizeof(float) * n);
-  std::memcpy(s->eos_logit.data(), got + n, sizeof(float) * n);
-  std::memcpy(s->top_logit.data(), got + 2 * static_cast<int64_t>(n), sizeof(float) * nk);
-  std::memcpy(s->top_id.data(), got + 2 * static_cast<int64_t>(n) + nk, sizeof(int32_t) * nk);
+  std::memcpy(s->eos_logit.data(), got + B, sizeof(float) * n);
+  std::memcpy(s->top_logit.data(), got + values_at, sizeof(float) * nk);
+  std::memcpy(s->top_id.data(), got + ids_at, sizeof(int32_t) * nk);
   for (int r = 0; r < n; ++r) ++row_pos_[r];
   return absl::OkStatus();
 }
 
+std::vector<uint64_t> CudaStepModel::GraphKey(int rows, int k, const int32_t* tables,
+                                              const int32_t* from) const {
+  const Activations& a = act_.get();
+  std::vector<uint64_t> key = {static_cast<uint64_t>(rows), static_cast<uint64_t>(k),
+                               static_cast<uint64_t>(src_stride_), Word(tables), Word(from),
+                               Word(step_in_.get()), Word(results_.get()),
+                               Word(d_src_lengths_.get()), Word(d_src_slots_.get()), Word(a.x),
+                               Word(a.y), Word(a.qkv), Word(a.attn), Word(a.cq), Word(a.hidden),
+                               Word(a.logits), Word(a.half)};
+  for (const kc::DeviceBuffer& b : self_.layers) key.push_back(Word(b.get()));
+  for (const kc::DeviceBuffer& b : cross_.layers) key.push_back(Word(b.get()));
+  return key;
+}
+
+absl::Status CudaStepModel::EnqueueStep(int B, int k, int32_t* tables, const int32_t* from) {
+  cudaStream_t stream = ctx_->stream();
+  const int32_t* d = step_in_.as<int32_t>();
+  const int32_t *d_ids = d, *d_pos = d + B, *d_slot = d + 2 * B, *d_src = d + 3 * B,
+                *d_valid = d + 4 * B, *d_map = d + 5 * B;
+  TNMT_RETURN_IF_ERROR(cuda_engine::ReorderSlotTables(tables, from, max_steps_, d_map, d_pos,
+                                                      d_slot, B, stream));
+  TNMT_RETURN_IF_ERROR(Forward(B, d_ids, d_pos, d_slot, d_src, d_valid, tables));
+  float* res = results_.as<float>();
+  float* lse = res;
+  float* eos = res + B;
+  float* values = res + 2 * static_cast<int64_t>(B);
+  int32_t* top_ids = reinterpret_cast<int32_t*>(values + static_cast<int64_t>(B) * k);
+  const float* logits = act_.get().logits;
+  TNMT_RETURN_IF_ERROR(cuda_engine::LogSumExpAndPick(lse, eos, logits, B, c_.vocab_size, c_.eos_id,
+                                                     stream));
+  return kc::TopK(values, top_ids, logits, B, c_.vocab_size, k, c_.pad_id, stream);
+}
+
 absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* d_pos,
                                     const int32_t* d_slot, const int32_t* d_src,
-                                    const int32_t* d_valid) {
+                                    const int32_t* d_valid, const int32_t* tables) {
   const int d = c_.d_model;
   const Activations& a = act_.get();
   cudaStream_t stream = ctx_->stream();
@@ -414,7 +470,7 @@ absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* 
   self_args.d_head = c_.d_head();
   self_args.scale = 1.0f / std::sqrt(static_cast<float>(c_.d_head()));
   self_args.k_valid = d_valid;
-  self_args.k_groups = tables_[cur_].as<int32_t>();
+  self_args.k_groups = tables;
   self_args.k_groups_stride = max_steps_;
   // Cross-attention: row b reads source src[b], its lengths[src] slots.
   kc::AttentionArgs cross_args = self_args;

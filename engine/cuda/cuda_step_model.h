@@ -22,6 +22,14 @@
 //
 // Precision: see device_layers.h (float32 activations, GEMMs in the weights' dtype with
 // float32 accumulation and output). The KV cache, logits, log-sum-exp and top-k are float32.
+//
+// CUDA graphs (CudaStepOptions::cuda_graphs, off by default): the step's kernels (table
+// reorder, decoder, log-sum-exp, top-k) are captured once per (row bucket, k, buffers) and
+// replayed (graph_cache.h). Rows are padded to a bucket (a multiple of 16, of 64 above 256
+// rows) so a decode's shrinking row count reuses graphs; padded rows decode pad_id at
+// position 0 against a live source, write their K/V to reserved slots of their own, and are
+// never returned. Every per-step input is uploaded to fixed device addresses before the
+// launch, so a replay computes exactly what an eager run of the same bucket would.
 #pragma once
 
 #include <cstdint>
@@ -31,16 +39,23 @@
 #include "absl/status/statusor.h"
 #include "engine/cuda/device_layers.h"
 #include "engine/cuda/device_weights.h"
+#include "engine/cuda/graph_cache.h"
 #include "engine/cuda/pinned_buffer.h"
 #include "engine/decode/step_model.h"
 #include "kernels/cuda/context.h"
 
 namespace tnmt {
 
+struct CudaStepOptions {
+  // Capture and replay the decode step as CUDA graphs (see above).
+  bool cuda_graphs = false;
+};
+
 class CudaStepModel : public StepModel {
  public:
   static absl::StatusOr<std::unique_ptr<CudaStepModel>> Create(
-      std::shared_ptr<const cuda_engine::DeviceWeights> weights);
+      std::shared_ptr<const cuda_engine::DeviceWeights> weights,
+      const CudaStepOptions& options = {});
   ~CudaStepModel() override;
 
   absl::StatusOr<std::vector<int32_t>> AddSources(const int32_t* ids, const int32_t* lengths,
@@ -55,8 +70,10 @@ class CudaStepModel : public StepModel {
   // This model's device allocator (KV pools, slot tables, scratch, the cuBLASLt workspace;
   // not the shared weights).
   kernels::cuda::DeviceAllocator::Stats memory_stats() const;
-  // K/V slots allocated (self + cross), as DecoderState::slots_in_use.
+  // K/V slots allocated (self + cross), as DecoderState::slots_in_use (the padded rows'
+  // reserved slots not counted).
   int64_t slots_in_use() const;
+  const cuda_engine::GraphCache::Stats& graph_stats() const { return graphs_.stats(); }
 
  private:
   // One pool of K/V slots: per decoder layer, [capacity, width] float32 on the device.
@@ -72,7 +89,7 @@ class CudaStepModel : public StepModel {
   };
 
   CudaStepModel(std::shared_ptr<const cuda_engine::DeviceWeights> weights,
-                std::unique_ptr<kernels::cuda::Context> ctx);
+                std::unique_ptr<kernels::cuda::Context> ctx, const CudaStepOptions& options);
   absl::StatusOr<std::vector<int32_t>> AddSourcesImpl(const int32_t* ids, const int32_t* lengths,
                                                       int batch, int src_max);
   absl::Status StepImpl(const int32_t* ids, int k, StepScores* scores);
@@ -82,9 +99,14 @@ class CudaStepModel : public StepModel {
   absl::Status EnsureBuffer(kernels::cuda::DeviceBuffer& buffer, size_t bytes, const char* what);
   // Frees a source's slots and id on the host (no row check).
   void Forget(int32_t source);
-  // Queues the decoder for all rows: inputs on the device at step_in_, writes the logits.
-  absl::Status Forward(int n, const int32_t* d_ids, const int32_t* d_pos, const int32_t* d_slot,
-                       const int32_t* d_src, const int32_t* d_valid);
+  // Queues one step for `rows` rows (inputs at step_in_, [6, rows]): the slot tables from
+  // `from` into `tables`, the decoder, and the results (layout of results_) for k candidates.
+  absl::Status EnqueueStep(int rows, int k, int32_t* tables, const int32_t* from);
+  // Queues the decoder for `rows` rows, reading slot tables `tables`; writes the logits.
+  absl::Status Forward(int rows, const int32_t* d_ids, const int32_t* d_pos, const int32_t* d_slot,
+                       const int32_t* d_src, const int32_t* d_valid, const int32_t* tables);
+  // The graph key of a step over `rows` rows: sizes and every buffer the step touches.
+  std::vector<uint64_t> GraphKey(int rows, int k, const int32_t* tables, const int32_t* from) const;
 
   std::shared_ptr<const cuda_engine::DeviceWeights> w_;
   const ModelConfig& c_;
@@ -113,6 +135,10 @@ class CudaStepModel : public StepModel {
   kernels::cuda::DeviceBuffer results_;  // lse [rows], eos [rows], values [rows, k], ids [rows, k]
   cuda_engine::ActivationBuffer act_;
   cuda_engine::PinnedBuffer upload_, download_;
+
+  const CudaStepOptions options_;
+  std::vector<int32_t> pad_slots_;  // self slots of padded rows (graphs only), never freed
+  cuda_engine::GraphCache graphs_;
 };
 
 }  // namespace tnmt

@@ -28,10 +28,12 @@ struct Case {
   const char* model;
   DType dtype;
   double tolerance;  // max |gpu - cpu| / (1 + |cpu|) over every score
+  bool graphs = false;
 };
 
 std::string Name(const ::testing::TestParamInfo<Case>& info) {
-  return std::string(info.param.model) + "_" + DTypeName(info.param.dtype);
+  return std::string(info.param.model) + "_" + DTypeName(info.param.dtype) +
+         (info.param.graphs ? "_graphs" : "");
 }
 
 class CudaStepModelTest : public ::testing::TestWithParam<Case> {
@@ -42,7 +44,8 @@ class CudaStepModelTest : public ::testing::TestWithParam<Case> {
     auto m = LoadModelDirectory(std::string("tests/golden/data/") + GetParam().model);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = *m;
-    auto backend = MakeCudaBackend(c(), model_->weights, {0, GetParam().dtype});
+    auto backend =
+        MakeCudaBackend(c(), model_->weights, {0, GetParam().dtype, GetParam().graphs});
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = std::move(*backend);
     auto cpu = CpuStepModel::Create(c(), model_->weights, &ws_);
@@ -233,13 +236,75 @@ TEST_P(CudaStepModelTest, ErrorsAsOnTheCpu) {
   EXPECT_EQ(s.rows, 1);
 }
 
+// With graphs on and 16 rows (a whole bucket: no padding), replayed steps must give exactly
+// the eager model's bits: same kernels, same shapes, same inputs.
+TEST(CudaStepGraphTest, ReplaysGiveTheEagerStepsBits) {
+  const std::string reason = kernels::cuda::testing::NoDeviceReason();
+  if (!reason.empty()) GTEST_SKIP() << "SKIPPED: no CUDA device (" << reason << ")";
+  auto m = LoadModelDirectory("tests/golden/data/tiny");
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = (*m)->config;
+  auto eager_backend = MakeCudaBackend(c, (*m)->weights, {0, DType::kFloat32, false});
+  auto graph_backend = MakeCudaBackend(c, (*m)->weights, {0, DType::kFloat32, true});
+  ASSERT_TRUE(eager_backend.ok() && graph_backend.ok());
+  auto eager = (*eager_backend)->NewStepModel();
+  auto graph = (*graph_backend)->NewStepModel();
+  ASSERT_TRUE(eager.ok() && graph.ok());
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> tok(4, c.vocab_size - 1);
+  const std::vector<int32_t> lengths = {6, 9, 3, 9};
+  std::vector<int32_t> ids(4 * 9, c.pad_id);
+  for (int b = 0; b < 4; ++b) {
+    for (int j = 0; j + 1 < lengths[b]; ++j) ids[b * 9 + j] = tok(rng);
+    ids[b * 9 + lengths[b] - 1] = c.eos_id;
+  }
+  std::vector<int32_t> sources;
+  for (auto* model : {&*eager, &*graph}) {
+    auto s = (*model)->AddSources(ids.data(), lengths.data(), 4, 9);
+    ASSERT_TRUE(s.ok()) << s.status();
+    sources = *s;
+  }
+  std::vector<int32_t> joining;
+  for (int32_t s : sources) joining.insert(joining.end(), 4, s);  // 16 rows, 4 per source
+  for (auto* model : {&*eager, &*graph}) ASSERT_TRUE((*model)->Reorder({}, joining).ok());
+  std::vector<int32_t> step_ids(16, c.bos_id);
+  const int k = 9;
+  for (int t = 0; t < 20; ++t) {
+    StepScores a, b;
+    ASSERT_TRUE((*eager)->Step(step_ids.data(), k, &a).ok());
+    const absl::Status sb = (*graph)->Step(step_ids.data(), k, &b);
+    ASSERT_TRUE(sb.ok()) << sb;
+    EXPECT_EQ(a.lse, b.lse) << "step " << t;
+    EXPECT_EQ(a.eos_logit, b.eos_logit) << "step " << t;
+    EXPECT_EQ(a.top_logit, b.top_logit) << "step " << t;
+    EXPECT_EQ(a.top_id, b.top_id) << "step " << t;
+    // Each source's 4 rows continue from random parents of the same source.
+    std::vector<int32_t> parents(16);
+    for (int r = 0; r < 16; ++r) {
+      parents[r] = (r / 4) * 4 + static_cast<int32_t>(rng() % 4);
+      step_ids[r] = a.top_id[static_cast<size_t>(parents[r]) * k + rng() % k];
+    }
+    for (auto* model : {&*eager, &*graph}) ASSERT_TRUE((*model)->Reorder(parents, {}).ok());
+  }
+  const auto& stats = dynamic_cast<CudaStepModel&>(**graph).graph_stats();
+  std::printf("graphs: %lld eager, %lld captured, %lld replayed, %lld failed captures\n",
+              static_cast<long long>(stats.eager), static_cast<long long>(stats.captures),
+              static_cast<long long>(stats.replays), static_cast<long long>(stats.failed));
+  EXPECT_EQ(stats.failed, 0);
+  EXPECT_GE(stats.captures, 2);
+  EXPECT_GE(stats.replays, 4);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Models, CudaStepModelTest,
     ::testing::Values(Case{"tiny", DType::kFloat32, 1e-4}, Case{"tiny", DType::kFloat16, 2e-2},
                       Case{"tiny", DType::kBFloat16, 5e-2},
                       Case{"tiny_prenorm", DType::kFloat32, 1e-4},
                       Case{"tiny_prenorm", DType::kFloat16, 2e-2},
-                      Case{"tiny_prenorm", DType::kBFloat16, 5e-2}),
+                      Case{"tiny_prenorm", DType::kBFloat16, 5e-2},
+                      // Graphs: rows padded to a bucket, steps captured and replayed.
+                      Case{"tiny", DType::kFloat32, 1e-4, true},
+                      Case{"tiny_prenorm", DType::kFloat16, 2e-2, true}),
     Name);
 
 }  // namespace
