@@ -160,7 +160,9 @@ TEST(CpuTrainEngineTest, FactoryRefusesHalfPrecisionOnCpuAndExplainsCuda) {
   e = MakeTrainEngine(c, o, *init, *Adam::Create(c, *init));
 #ifdef TNMT_CUDA_BUILD
   // With CUDA: an engine when there is a GPU, else an error from the CUDA runtime.
-  if (!e.ok()) EXPECT_EQ(std::string(e.status().message()).find("--config=cuda"), std::string::npos);
+  if (!e.ok()) {
+    EXPECT_EQ(std::string(e.status().message()).find("--config=cuda"), std::string::npos);
+  }
 #else
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);

@@ -45,11 +45,21 @@ TEST(FlatLayoutTest, LayoutStagesAndBuckets) {
 
       const BackwardStages& s = L->stages();
       for (const FlatTensor& t : L->tensors()) {
-        if (t.name == "encoder.embed_tokens.weight") EXPECT_EQ(t.stage, s.encoder_embed());
-        if (t.name == "decoder.embed_tokens.weight") EXPECT_EQ(t.stage, s.decoder_embed());
-        if (t.name == "decoder.output_projection.weight") EXPECT_EQ(t.stage, s.output());
-        if (t.name == "decoder.layers.0.fc1.weight") EXPECT_EQ(t.stage, s.decoder_layer(0));
-        if (t.name == "encoder.layers.0.fc1.weight") EXPECT_EQ(t.stage, s.encoder_layer(0));
+        if (t.name == "encoder.embed_tokens.weight") {
+          EXPECT_EQ(t.stage, s.encoder_embed());
+        }
+        if (t.name == "decoder.embed_tokens.weight") {
+          EXPECT_EQ(t.stage, s.decoder_embed());
+        }
+        if (t.name == "decoder.output_projection.weight") {
+          EXPECT_EQ(t.stage, s.output());
+        }
+        if (t.name == "decoder.layers.0.fc1.weight") {
+          EXPECT_EQ(t.stage, s.decoder_layer(0));
+        }
+        if (t.name == "encoder.layers.0.fc1.weight") {
+          EXPECT_EQ(t.stage, s.encoder_layer(0));
+        }
       }
       EXPECT_EQ(s.decoder_layer(c.decoder_layers - 1), s.decoder_final_ln() + 1);
       EXPECT_EQ(s.decoder_layer(0), s.decoder_embed() - 1);
@@ -67,13 +77,19 @@ TEST(FlatLayoutTest, LayoutStagesAndBuckets) {
           if (t.offset >= b.offset && t.offset < b.offset + b.count) {
             EXPECT_LE(t.stage, b.last_stage) << t.name;
             EXPECT_LE(t.offset + t.numel, b.offset + b.count) << t.name;
-            if (&b != &L->buckets().front()) EXPECT_GT(t.stage, (&b - 1)->last_stage) << t.name;
+            if (&b != &L->buckets().front()) {
+              EXPECT_GT(t.stage, (&b - 1)->last_stage) << t.name;
+            }
           }
         }
       }
       EXPECT_EQ(off, L->size());
-      if (bucket_bytes == (int64_t{1} << 40)) EXPECT_EQ(L->buckets().size(), 1u);
-      if (bucket_bytes == 1) EXPECT_GT(L->buckets().size(), static_cast<size_t>(c.encoder_layers + c.decoder_layers));
+      if (bucket_bytes == (int64_t{1} << 40)) {
+        EXPECT_EQ(L->buckets().size(), 1u);
+      }
+      if (bucket_bytes == 1) {
+        EXPECT_GT(L->buckets().size(), static_cast<size_t>(c.encoder_layers + c.decoder_layers));
+      }
 
       // Offsets of FlatModel point at the right tensors; Gather/Scatter round-trip.
       std::vector<float> flat(L->size(), -1.0f);
