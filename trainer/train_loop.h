@@ -1,7 +1,10 @@
 // The training loop: data → batches → forward/backward → gradient all-reduce → Adam, with
 // validation (dev loss and dev BLEU through the engine's beam search), atomic checkpoints and
-// exact resume (parameters, Adam moments, step, data position; dropout masks are a function
-// of (seed, step, micro-batch, rank), so no RNG state needs saving).
+// exact resume (parameters, Adam moments, step, data position, float16 loss scale; dropout
+// masks are a function of (seed, step, micro-batch, rank), so no RNG state needs saving).
+// The step itself runs in a TrainEngine (trainer/model/train_engine.h) for cfg.device and
+// cfg.dtype: the CPU, or a GPU (with several ranks, NCCL over the collective's ranks does the
+// per-step reductions; the collective then only bootstraps NCCL and syncs checkpoints).
 #pragma once
 
 #include <atomic>
