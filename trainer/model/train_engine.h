@@ -50,8 +50,11 @@ struct TrainEngineOptions {
   Collective* collective = nullptr;
   // float16 only: dynamic loss scaling. The scale starts here, halves (and the update is
   // skipped) when the gradients are not finite, and doubles after `loss_scale_window`
-  // consecutive good updates.
-  double initial_loss_scale = 32768.0;
+  // consecutive good updates. The loss is summed over the batch's tokens (not averaged), so
+  // each token's logit gradient is O(1) before scaling, as large as a mean-loss trainer's
+  // gradient times its token count: a small start (2^3) keeps float16 activation gradients
+  // finite from the first update, where 2^15 would overflow and skip about a dozen updates.
+  double initial_loss_scale = 8.0;
   int loss_scale_window = 2000;
   // Multi-GPU: gradients are all-reduced in buckets of about this many bytes, each started as
   // soon as the backward has finished the layers it covers.
