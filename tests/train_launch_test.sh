@@ -59,6 +59,13 @@ else
   echo "skip: mpirun not installed"
 fi
 
+# Time-based checkpoints with two ranks: each rank reads its own clock; the ranks must agree on
+# when to save (they did not: one rank saved alone and the collectives desynchronized).
+"$TNMT" train "${common[@]}" --spm-model "$TMP/two/spm.model" --max-steps 12 --save-every-steps 0 \
+  --save-every-minutes 0.0003 --devices cpu,cpu --save-dir "$TMP/timed" 2> "$TMP/timed.log"
+check "--save-every-minutes with two ranks exits 0" test $? -eq 0
+check "time-based checkpoints were written" bash -c "ls $TMP/timed | grep -c '^step-' | grep -qv '^[01]$'"
+
 # One device: no launcher.
 "$TNMT" train "${common[@]}" "${spm[@]}" --devices cpu --max-steps 2 --save-dir "$TMP/one" 2> "$TMP/one.log"
 check "--devices cpu trains in one process" \

@@ -238,7 +238,12 @@ class Trainer {
         o.dropout_seed = MixSeed(cfg_.seed, state_.step, a, coll_->rank());
         TNMT_RETURN_IF_ERROR(engine_->ForwardBackward(ToTrainBatch(std::move(b)), o));
       }
-      TNMT_ASSIGN_OR_RETURN(const StepTotals totals, engine_->AllReduce(StopRequested()));
+      // Whether the coming update is due for a checkpoint; with several ranks each reads its own
+      // clock, and the reduction makes them agree (a rank saving alone would desynchronize the
+      // collectives).
+      const double now_elapsed = start_elapsed + std::chrono::duration<double>(Clock::now() - start).count();
+      const bool save_due = timer.Due(state_.step + 1, now_elapsed);
+      TNMT_ASSIGN_OR_RETURN(const StepTotals totals, engine_->AllReduce(StopRequested(), save_due));
       stop = totals.stop;
       const double stats[3] = {totals.loss_sum, totals.nll_sum, totals.tokens};
       const double tokens = std::max(1.0, stats[2]);
@@ -300,7 +305,7 @@ class Trainer {
         window_tokens = window_loss = window_nll = window_count = 0;
       }
       if (cfg_.valid_every_steps > 0 && state_.step % cfg_.valid_every_steps == 0) TNMT_RETURN_IF_ERROR(Validate());
-      if (timer.Due(state_.step, state_.elapsed_seconds)) {
+      if (totals.save) {
         TNMT_RETURN_IF_ERROR(Save());
         timer.Saved(state_.step, state_.elapsed_seconds);
         last_saved = state_.step;

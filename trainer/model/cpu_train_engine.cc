@@ -58,12 +58,13 @@ class CpuTrainEngine : public TrainEngine {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<StepTotals> AllReduce(bool stop) override {
+  absl::StatusOr<StepTotals> AllReduce(bool stop, bool save) override {
     TNMT_RETURN_IF_ERROR(AllReduceGradients(coll_, c_, &grads_, &flat_));
-    double s[4] = {sums_.loss_sum, sums_.nll_sum, static_cast<double>(sums_.tokens), stop ? 1.0 : 0.0};
-    TNMT_RETURN_IF_ERROR(coll_->AllReduceSum(s, 4));
+    double s[5] = {sums_.loss_sum, sums_.nll_sum, static_cast<double>(sums_.tokens), stop ? 1.0 : 0.0,
+                   save ? 1.0 : 0.0};
+    TNMT_RETURN_IF_ERROR(coll_->AllReduceSum(s, 5));
     StepTotals t;
-    t.loss_sum = s[0], t.nll_sum = s[1], t.tokens = s[2], t.stop = s[3] > 0;
+    t.loss_sum = s[0], t.nll_sum = s[1], t.tokens = s[2], t.stop = s[3] > 0, t.save = s[4] > 0;
     return t;
   }
 

@@ -3,7 +3,7 @@
 // Device state: flat float32 arrays (flat_layout.h) for the parameters, gradients and both Adam
 // moments; in mixed precision a float16/bfloat16 copy of the parameters, refreshed after every
 // update; the sinusoid tables; double[3] loss sums of the current micro-batch and double[4]
-// update totals {loss, nll, tokens, stop}.
+// update totals {loss, nll, tokens, stop, save}.
 //
 // Streams: everything computes on the Context's stream. With several ranks a second stream
 // carries NCCL: when the backward of the update's last micro-batch finishes a bucket's last
@@ -73,7 +73,7 @@ class CudaTrainEngine : public TrainEngine {
     TNMT_ASSIGN_OR_RETURN(m_, alloc.Buffer(bytes));
     TNMT_ASSIGN_OR_RETURN(v_, alloc.Buffer(bytes));
     TNMT_ASSIGN_OR_RETURN(sums_, alloc.Buffer(sizeof(double) * 3));
-    TNMT_ASSIGN_OR_RETURN(totals_, alloc.Buffer(sizeof(double) * 4));
+    TNMT_ASSIGN_OR_RETURN(totals_, alloc.Buffer(sizeof(double) * 5));
     TNMT_ASSIGN_OR_RETURN(norm_, alloc.Buffer(sizeof(double)));
     if (precision_ != TrainPrecision::kFloat32) {
       TNMT_ASSIGN_OR_RETURN(half_, alloc.Buffer(2 * static_cast<size_t>(n)));
@@ -120,7 +120,7 @@ class CudaTrainEngine : public TrainEngine {
   absl::Status BeginStep(int micro_batches) override {
     TNMT_RETURN_IF_ERROR(
         TNMT_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, sizeof(float) * layout_.size(), ctx_->stream())));
-    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemsetAsync(totals_.get(), 0, sizeof(double) * 4, ctx_->stream())));
+    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemsetAsync(totals_.get(), 0, sizeof(double) * 5, ctx_->stream())));
     micro_batches_ = micro_batches;
     micro_done_ = 0;
     next_bucket_ = 0;
@@ -141,23 +141,24 @@ class CudaTrainEngine : public TrainEngine {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<StepTotals> AllReduce(bool stop) override {
+  absl::StatusOr<StepTotals> AllReduce(bool stop, bool save) override {
     double* totals = totals_.as<double>();
     TNMT_RETURN_IF_ERROR(cuda::StoreDouble(totals + 3, stop ? 1.0 : 0.0, ctx_->stream()));
+    TNMT_RETURN_IF_ERROR(cuda::StoreDouble(totals + 4, save ? 1.0 : 0.0, ctx_->stream()));
     if (nccl_ != nullptr) {
       TNMT_RETURN_IF_ERROR(LaunchBuckets(INT_MAX));  // any not started during a backward
       TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaEventRecord(totals_ready_, ctx_->stream())));
       TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaStreamWaitEvent(comm_, totals_ready_, 0)));
-      TNMT_RETURN_IF_ERROR(nccl_->AllReduceSumAsync(totals, 4, comm_));
+      TNMT_RETURN_IF_ERROR(nccl_->AllReduceSumAsync(totals, 5, comm_));
       TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaEventRecord(comm_done_, comm_)));
       TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaStreamWaitEvent(ctx_->stream(), comm_done_, 0)));
     }
-    double host[4];
+    double host[5];
     TNMT_RETURN_IF_ERROR(
         TNMT_CUDA_CHECK(cudaMemcpyAsync(host, totals, sizeof(host), cudaMemcpyDeviceToHost, ctx_->stream())));
     TNMT_RETURN_IF_ERROR(ctx_->Synchronize());
     StepTotals t;
-    t.loss_sum = host[0], t.nll_sum = host[1], t.tokens = host[2], t.stop = host[3] > 0;
+    t.loss_sum = host[0], t.nll_sum = host[1], t.tokens = host[2], t.stop = host[3] > 0, t.save = host[4] > 0;
     return t;
   }
 
@@ -306,7 +307,7 @@ class CudaTrainEngine : public TrainEngine {
 
   DeviceBuffer params_, grads_, m_, v_, half_, enc_sinusoid_, dec_sinusoid_;
   DeviceBuffer sums_;    // double[3]: the current micro-batch's loss sums
-  DeviceBuffer totals_;  // double[4]: the update's {loss, nll, tokens, stop}
+  DeviceBuffer totals_;  // double[5]: the update's {loss, nll, tokens, stop, save}
   DeviceBuffer norm_;    // double[1]: sum of squares of the gradients
   std::vector<float> staging_;  // host copy of one flat array
   ModelWeights host_params_, host_m_, host_v_;

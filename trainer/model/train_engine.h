@@ -32,6 +32,7 @@ struct StepTotals {
   double nll_sum = 0.0;
   double tokens = 0.0;    // non-pad target tokens
   bool stop = false;      // some rank asked to stop (AllReduce's `stop` on any rank)
+  bool save = false;      // some rank found a checkpoint due (AllReduce's `save` on any rank)
 };
 
 // Host views of the training state, owned by the engine; valid until its next call.
@@ -76,8 +77,10 @@ class TrainEngine {
   // the device has finished (errors of queued work surface at the next synchronizing call).
   virtual absl::Status ForwardBackward(const TrainBatch& batch, const TrainStepOptions& options) = 0;
 
-  // Sums the gradients and loss sums over the ranks, with the stop requests; returns the totals.
-  virtual absl::StatusOr<StepTotals> AllReduce(bool stop) = 0;
+  // Sums the gradients and loss sums over the ranks, with the stop requests and the ranks'
+  // "checkpoint due" flags (each rank reads its own clock; this makes them agree); returns the
+  // totals.
+  virtual absl::StatusOr<StepTotals> AllReduce(bool stop, bool save = false) = 0;
 
   // sqrt(sum of squares) of the summed gradients (after AllReduce; not scaled by a loss
   // scale). Not finite when the gradients are not.
