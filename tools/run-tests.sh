@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole tnmt test suite on a fresh Debian machine: installs what is missing (apt),
 # builds everything, runs every test, and ends with one line "N passed, N failed" (Bazel test
-# targets). Exits non-zero if any test failed or did not build.
+# targets; with nvcc present the CUDA build and its tests count too). Exits non-zero if any
+# test failed or did not build. TNMT_NO_CUDA_BUILD=1 skips the CUDA build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh
@@ -9,6 +10,17 @@ deploy/install-py-tools.sh  # PyPI tools for //tests/deploy (kubernetes-validate
 log=$(mktemp)
 bazel test --test_summary=short --keep_going //... 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
+# Where nvcc is installed (/usr/local/cuda), everything also builds with --config=cuda (the
+# CUDA kernels, engine and trainer, and every binary linked with them), and the CUDA tests
+# run: without a GPU each prints "SKIPPED: no CUDA device" and passes; tests/gpu/check.sh runs
+# them on a GPU.
+if [[ -x /usr/local/cuda/bin/nvcc && -z "${TNMT_NO_CUDA_BUILD:-}" ]]; then
+  mapfile -t cuda_tests < <(bazel query 'attr(target_compatible_with, "cuda_build", kind("cc_test", //...))' 2>/dev/null)
+  { bazel build --config=cuda --keep_going //... &&
+    bazel test --config=cuda --test_summary=short --keep_going "${cuda_tests[@]}"; } 2>&1 | tee -a "$log"
+  cuda_rc=${PIPESTATUS[0]}
+  ((rc == 0)) && rc=$cuda_rc
+fi
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE)' "$log")
 if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi  # e.g. a build error before any test ran

@@ -1,35 +1,53 @@
 #!/usr/bin/env bash
-# Builds the CUDA tests and the GPU benchmark on a development machine (nvcc, no GPU) and
-# bundles them with the shared libraries they need that a GPU machine without Bazel/gRPC may
-# lack, into build/gpu-bundle/ (git-ignored; give it to the device runner as a carried path).
-# The CUDA libraries themselves (cudart, cuBLASLt, NCCL) are not bundled: they are hundreds
-# of MB, and check.sh finds them on the GPU machine. Then, on the GPU machine:
+# Builds everything the GPU check runs on a development machine (nvcc, no GPU) and bundles it
+# into build/gpu-bundle/bundle.tar.xz (git-ignored; give build/gpu-bundle to the device runner
+# as a carried path): every CUDA test binary (the cc_tests marked CUDA_ONLY), the kernel
+# benchmark, translate_bench and the tnmt CLI built with --config=cuda, the shared libraries
+# they need that a GPU machine without Bazel/gRPC lacks (OpenBLAS, which the CPU references
+# dlopen, and the SentencePiece library included), and the Multi30k text from ../shared when
+# it is there (the end-to-end translation and training checks). The CUDA libraries themselves
+# (cudart, cuBLASLt, NCCL) are not bundled: hundreds of MB, and the GPU machine has them.
+# Then, on the GPU machine, from the repository root:
 #   tests/gpu/check.sh build/gpu-bundle
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-tests=(attention_test context_test convert_test decode_ops_test elementwise_test gemm_test train_backward_test train_ops_test)
-targets=()
-for t in "${tests[@]}"; do targets+=("//kernels/cuda:$t"); done
-targets+=(//trainer/collective:nccl_collective_test //bench/gpu:gpu_bench)
-bazel build --config=cuda "${targets[@]}"
+mapfile -t tests < <(bazel query 'attr(target_compatible_with, "cuda_build", kind("cc_test", //...))' 2>/dev/null | sort)
+tools=(//bench/gpu:gpu_bench //bench:translate_bench //tools/tnmt:tnmt)
+bazel build --config=cuda "${tests[@]}" "${tools[@]}" //engine/tokenizer:libtnmt_spm.so
 out=build/gpu-bundle
-rm -rf "$out" && mkdir -p "$out/bin" "$out/lib"
-for t in "${targets[@]}"; do
-  path="bazel-bin/$(echo "${t#//}" | tr ':' '/')"
-  cp -L "$path" "$out/bin/"
-  chmod u+w "$out/bin/$(basename "$path")"
-  # Libraries outside glibc/libstdc++ and the CUDA toolkit (which the GPU machine has).
-  ldd "$path" | awk '/=>/ {print $3}' |
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
+copy_libs() {  # libraries outside glibc/libstdc++ and the CUDA toolkit
+  ldd "$1" | awk '/=>/ {print $3}' |
     grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+)\.so|/usr/local/cuda|ld-linux' |
-    while read -r lib; do cp -L "$lib" "$out/lib/" 2>/dev/null || true; done
+    while read -r lib; do cp -nL "$lib" "$stage/lib/" 2>/dev/null || true; done
+}
+for t in "${tests[@]}" "${tools[@]}"; do
+  path="bazel-bin/$(echo "${t#//}" | tr ':' '/')"
+  cp -L "$path" "$stage/bin/"
+  chmod u+w "$stage/bin/$(basename "$path")"
+  copy_libs "$path"
 done
-strip --strip-debug "$out"/bin/* "$out"/lib/* 2>/dev/null || true
+cp -L bazel-bin/engine/tokenizer/libtnmt_spm.so "$stage/lib/"
+copy_libs bazel-bin/engine/tokenizer/libtnmt_spm.so
+cp -L /usr/lib/x86_64-linux-gnu/libopenblas.so.0 "$stage/lib/"
+copy_libs /usr/lib/x86_64-linux-gnu/libopenblas.so.0
+chmod -R u+w "$stage"
+strip --strip-debug "$stage"/bin/* "$stage"/lib/* 2>/dev/null || true
+shared=../shared/data/multi30k
+if [[ -d "$shared" ]]; then
+  for f in "$shared"/*.gz; do gunzip -c "$f" > "$stage/data/$(basename "${f%.gz}")"; done
+fi
 # Every library a binary needs must now come from the bundle, glibc/libstdc++ or CUDA.
-LD_LIBRARY_PATH="$out/lib" bash -c 'for b in "$0"/bin/*; do ldd "$b"; done' "$out" |
-  awk '/not found/ && $1 !~ /^lib(cuda|cublas|nccl|cudnn)/ {print; bad=1} END {exit bad}' ||
+LD_LIBRARY_PATH="$stage/lib" bash -c 'for b in "$0"/bin/* "$0"/lib/*; do ldd "$b"; done' "$stage" |
+  awk '/not found/ && $1 !~ /^lib(cuda|cublas|nccl|cudnn|nvrtc)/ {print; bad=1} END {exit bad}' ||
   { echo "build_bundle: unresolved libraries above" >&2; exit 1; }
+rm -rf "$out" && mkdir -p "$out"
+tar -C "$stage" -cf - bin lib data | xz -T2 -6 > "$out/bundle.tar.xz"
+git rev-parse HEAD > "$out/REVISION"
 size_kb=$(du -sk "$out" | cut -f1)
-echo "bundle: $((size_kb / 1024)) MiB in $out ($(ls "$out/bin" | wc -l) binaries, $(ls "$out/lib" | wc -l) libraries)"
+echo "bundle: $((size_kb / 1024)) MiB in $out ($(ls "$stage/bin" | wc -l) binaries, $(ls "$stage/lib" | wc -l) libraries, $(ls "$stage/data" | wc -l) data files)"
 if ((size_kb > 40 * 1024)); then
   echo "build_bundle: over 40 MiB (the device runner carries 64 MiB with the working tree)" >&2
   exit 1

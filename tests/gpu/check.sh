@@ -1,27 +1,55 @@
 #!/usr/bin/env bash
-# The GPU check: runs every bundled CUDA test (each compares the CUDA results with the CPU
-# kernels on random data), the GPU benchmark (bench/gpu/gpu_bench.cc), then the kernel tests
-# once more under compute-sanitizer memcheck where it exists, and prints a short table last.
-# Meant for a GPU machine with the CUDA libraries but no Bazel: build the bundle first with
-# tests/gpu/build_bundle.sh on the development machine.
-#   tests/gpu/check.sh [BUNDLE_DIR]    (default build/gpu-bundle)
-# The full log goes to $OUT (the device runner's output folder) or else bench/results/, as
-# gpu-check-DATE-CARD.txt. Takes about 2-4 minutes on an H200.
-# Exit status: 0 if every test passed (a test that skipped for want of a GPU counts as failed
-# here) and the benchmark ran.
+# The GPU check (issue 6), for a GPU machine with the CUDA libraries but no Bazel, gRPC or
+# network: build the bundle first with tests/gpu/build_bundle.sh on the development machine.
+#   tests/gpu/check.sh [BUNDLE_DIR]    (default build/gpu-bundle; run from anywhere)
+# In order, each step bounded in time, the whole check stopping new work after
+# TNMT_GPU_CHECK_BUDGET seconds (default 450, so that it ends inside an 8-minute slot):
+#   1. every CUDA test binary (kernels, the CUDA engine, the CUDA trainer, NCCL), each
+#      comparing the GPU against the CPU code;
+#   2. end-to-end translation: `tnmt translate` of Multi30k test_2016_flickr with the bundled
+#      demo model on the CPU and on the GPU in float32/float16/bfloat16 (identical lines vs the
+#      CPU, BLEU when sacrebleu is importable, sentences/s);
+#   3. the engine benchmark: translate_bench on a random Transformer-base (32k vocabulary), beam
+#      4, float16 and bfloat16, batch 1 (300 sentences), 32 and 256 (3,000 sentences each);
+#   4. training: `tnmt train` of Transformer-base on Multi30k on the GPU in bfloat16, float16
+#      and float32 for a fixed number of steps (tokens/s, estimated TFLOP/s and the fraction of
+#      the card's measured bf16 matmul peak, loss falling);
+#   5. the kernel benchmark (bench/gpu/gpu_bench.cc);
+#   6. compute-sanitizer memcheck of our kernels while time remains.
+# A short table comes last. The full log goes to $OUT (the device runner's output folder) or
+# else bench/results/, as gpu-check-DATE-CARD.txt. Exit status 0 if every test passed (a test
+# that skipped for want of a GPU counts as failed here) and every end-to-end step ran.
 set -uo pipefail
-bundle="${1:-build/gpu-bundle}"
+bundle="$(cd "${1:-build/gpu-bundle}" && pwd)"
+cd "$(dirname "$0")/../.."  # repository root: tests read models/demo and tests/golden
 results="${OUT:-bench/results}"
 mkdir -p "$results"
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ' ' '-')
 log="$results/gpu-check-$(date -u +%Y-%m-%d)-${card:-no-GPU}.txt"
 : > "$log"
 say() { echo "$*" | tee -a "$log"; }
+work=$(mktemp -d /tmp/tnmt-gpu-check.XXXXXX)
+trap 'rm -rf "$work"' EXIT
 
-export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# The bundle: bin/, lib/, data/ packed by build_bundle.sh (xz, or Python's lzma without it).
+B="$work/bundle"
+mkdir -p "$B"
+if [[ -f "$bundle/bundle.tar.xz" ]]; then
+  if command -v xz > /dev/null; then
+    xz -dc "$bundle/bundle.tar.xz" | tar -C "$B" -xf -
+  else
+    python3 -c 'import lzma, sys, tarfile; tarfile.open(fileobj=lzma.open(sys.argv[1])).extractall(sys.argv[2])' \
+      "$bundle/bundle.tar.xz" "$B"
+  fi
+else
+  cp -r "$bundle"/. "$B"/
+fi
+say "bundle: $(cat "$bundle/REVISION" 2>/dev/null || echo '?') ($(ls "$B/bin" | wc -l) binaries)"
+export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export TNMT_SPM_LIBRARY="$B/lib/libtnmt_spm.so"
 # CUDA libraries that neither the bundle nor /usr/local/cuda provides (an image may carry
 # cuBLAS or NCCL only inside Python's nvidia-* wheels): add the folders that hold them.
-missing=$(for b in "$bundle"/bin/*; do ldd "$b" 2>/dev/null; done | awk '/not found/ {print $1}' | sort -u)
+missing=$(for b in "$B"/bin/*; do ldd "$b" 2>/dev/null; done | awk '/not found/ {print $1}' | sort -u)
 for lib in $missing; do
   found=$(find /usr /opt -xdev -name "$lib" 2>/dev/null | head -1)
   if [[ -n "$found" ]]; then
@@ -37,13 +65,12 @@ done
   date -u +%Y-%m-%dT%H:%M:%SZ
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu --format=csv 2>&1
   uname -r
-  for b in "$bundle"/bin/*; do ldd "$b"; done 2>&1 | grep -E 'cuda|cublas|nccl' | sort -u
+  nproc
+  for b in "$B"/bin/*; do ldd "$b"; done 2>&1 | grep -E 'cuda|cublas|nccl' | sort -u
 } >> "$log" 2>&1
 
 elapsed() { awk -v s="$1" -v e="$(date +%s%N)" 'BEGIN {printf "%.1f", (e - s) / 1e9}'; }
-# The whole check stops starting work after TNMT_GPU_CHECK_BUDGET seconds (default 420), so
-# that it ends inside a device runner's limit even when something hangs.
-budget=${TNMT_GPU_CHECK_BUDGET:-420}
+budget=${TNMT_GPU_CHECK_BUDGET:-450}
 limit_for() { local left=$((budget - SECONDS)); echo $((left < $1 ? left : $1)); }
 run() {  # run NAME SECONDS CMD...: appends the output to the log; sets rc and secs
   local name=$1 limit
@@ -56,60 +83,130 @@ run() {  # run NAME SECONDS CMD...: appends the output to the log; sets rc and s
   rc=$?
   secs=$(elapsed "$start")
 }
-
 status=0
-rows=()
-for test in "$bundle"/bin/*_test; do
+rows=()   # test / step results
+perf=()   # measured numbers
+row() { rows+=("$(printf '%-34s %-10s %6.1fs %s' "$1" "$2" "$secs" "${3:-}")"); }
+verdict_of() {  # exit status -> verdict; a failure fails the check
+  if [[ $rc -eq 124 ]]; then echo TIMEOUT; elif [[ $rc -ne 0 ]]; then echo "FAILED($rc)"; else echo OK; fi
+}
+
+# 1. Tests.
+for test in "$B"/bin/*_test; do
   name=$(basename "$test")
-  run "$name" 90 "$test"
-  if [[ $rc -eq 124 ]]; then verdict=TIMEOUT; status=1
-  elif [[ $rc -ne 0 ]]; then verdict="FAILED($rc)"; status=1
-  elif sed -n "/^== $name:/,\$p" "$log" |
-    grep -qE 'SKIPPED: no CUDA device|^\[  SKIPPED \] [0-9]+ tests?, listed below'; then
-    verdict=SKIPPED; status=1
-  else verdict=PASSED; fi
-  rows+=("$(printf '%-28s %-8s %6.1fs' "$name" "$verdict" "$secs")")
+  run "$name" 120 "$test"
+  v=$(verdict_of)
+  if [[ $v == OK ]]; then
+    if sed -n "/^== $name:/,\$p" "$log" |
+      grep -qE 'SKIPPED: no CUDA device|^\[  SKIPPED \] [0-9]+ tests?, listed below'; then v=SKIPPED; else v=PASSED; fi
+  fi
+  [[ $v == PASSED ]] || status=1
+  row "$name" "$v"
 done
 
-bench_out="$results/gpu_bench.txt"
-say "== gpu_bench"
-start=$(date +%s%N)
-blimit=$(limit_for 200)
-if ((blimit >= 10)); then
-  timeout "$blimit" "$bundle/bin/gpu_bench" 2>&1 | tee "$bench_out" >> "$log"
-  rc=${PIPESTATUS[0]}
+# 2. End-to-end translation with the demo model.
+TNMT="$B/bin/tnmt"
+src="$B/data/test_2016_flickr.en"
+ref="$B/data/test_2016_flickr.de"
+if [[ -f "$src" && -x "$TNMT" ]]; then
+  lines=$(wc -l < "$src")
+  run "translate cpu" 120 "$TNMT" translate --model models/demo --device cpu --input "$src" --output "$work/cpu.txt"
+  v=$(verdict_of); [[ $v == OK ]] || status=1
+  cpu_secs=$secs
+  row "translate demo cpu ($(nproc) threads)" "$v" "$(awk -v n="$lines" -v s="$secs" 'BEGIN {printf "%.1f sent/s", n / s}')"
+  for dtype in float32 float16 bfloat16; do
+    run "translate cuda $dtype" 120 "$TNMT" translate --model models/demo --device cuda --dtype "$dtype" \
+      --input "$src" --output "$work/$dtype.txt"
+    v=$(verdict_of); [[ $v == OK ]] || status=1
+    same=$(paste -d '\t' "$work/cpu.txt" "$work/$dtype.txt" 2>/dev/null | awk -F '\t' '$1 == $2 {n++} END {print n + 0}')
+    note="$(awk -v n="$lines" -v s="$secs" 'BEGIN {printf "%.1f sent/s", n / s}'), identical to cpu $same/$lines"
+    if [[ -s "$work/$dtype.txt" && -f "$ref" ]] && python3 -c 'import sacrebleu' 2> /dev/null; then
+      bleu=$(python3 -c 'import sys, sacrebleu; h = open(sys.argv[1]).read().splitlines(); r = open(sys.argv[2]).read().splitlines(); print("%.1f" % sacrebleu.corpus_bleu(h, [r]).score)' "$work/$dtype.txt" "$ref")
+      note+=", BLEU $bleu"
+    fi
+    # float32 must agree with the CPU on nearly every line (summation order differs); half
+    # precision may change a few beams.
+    if [[ $v == OK && $dtype == float32 && $((same * 100)) -lt $((lines * 95)) ]]; then v=MISMATCH; status=1; fi
+    if [[ $v == OK && $dtype != float32 && $((same * 100)) -lt $((lines * 80)) ]]; then v=MISMATCH; status=1; fi
+    row "translate demo cuda $dtype" "$v" "$note"
+  done
 else
-  echo "no time left" > "$bench_out"
-  rc=124
+  say "== translate: skipped (no test_2016_flickr.en in the bundle: build it where ../shared exists)"
+  status=1
 fi
-secs=$(elapsed "$start")
-if [[ $rc -eq 124 ]]; then verdict=TIMEOUT; status=1
-elif [[ $rc -ne 0 ]]; then verdict="FAILED($rc)"; status=1
-elif grep -q "SKIPPED: no CUDA device" "$bench_out"; then verdict=SKIPPED; status=1
-else verdict=RAN; fi
-rows+=("$(printf '%-28s %-8s %6.1fs' gpu_bench "$verdict" "$secs")")
 
-# Memory checking of our own kernels (cuBLAS's are left out: slow under the sanitizer), while
-# the budget lasts.
+# 3. Engine benchmark: random Transformer-base, 32k vocabulary, beam 4, outputs fixed length.
+if [[ -x "$B/bin/translate_bench" ]]; then
+  for dtype in float16 bfloat16; do
+    for batch in 1 32 256; do
+      sentences=3000
+      ((batch == 1)) && sentences=300
+      res="$work/tb-$dtype-$batch.txt"
+      run "translate_bench $dtype batch $batch" 60 "$B/bin/translate_bench" --device cuda --dtype "$dtype" \
+        --vocab 32000 --src-len 28 --out-len 30 --beam 4 --batch "$batch" --sentences "$sentences" \
+        --no-gemm --check 0 --result "$res"
+      v=$(verdict_of); [[ $v == OK ]] || status=1
+      tps=$(awk -F= '$1 == "tokens_per_s" {printf "%.0f", $2}' "$res" 2>/dev/null)
+      row "bench base $dtype batch $batch" "$v" "${tps:-?} target tok/s ($sentences sentences)"
+      [[ -n "$tps" ]] && perf+=("engine_tokens_per_s dtype=$dtype batch=$batch $tps")
+    done
+  done
+fi
+
+# 4. Training Transformer-base on Multi30k (the demo model's vocabulary) for a fixed number of
+# steps; tokens/s from the trainer's metrics (the window after the first log).
+if [[ -f "$B/data/train.en" && -x "$TNMT" ]]; then
+  peak=""
+  for dtype in bfloat16 float16 float32; do
+    dir="$work/train-$dtype"
+    mkdir -p "$dir"
+    run "train base cuda $dtype" 75 "$TNMT" train --train-source "$B/data/train.en" \
+      --train-target "$B/data/train.de" --spm-model models/demo/spm.model --preset base \
+      --max-tokens 8192 --max-steps 60 --log-every-steps 10 --save-dir "$dir" \
+      --save-every-steps 100000 --valid-every-steps 100000 --device cuda --dtype "$dtype"
+    v=$(verdict_of); [[ $v == OK ]] || status=1
+    m="$dir/metrics.jsonl"
+    tps=$(grep '"event":"train"' "$m" 2>/dev/null | tail -n +2 |
+      python3 -c 'import json, sys; v = [json.loads(l)["tokens_per_second"] for l in sys.stdin]; print("%.0f" % (sum(v) / len(v)) if v else "")' 2>/dev/null)
+    loss=$(grep '"event":"train"' "$m" 2>/dev/null |
+      python3 -c 'import json, sys; v = [json.loads(l)["loss"] for l in sys.stdin]; print("%.2f -> %.2f" % (v[0], v[-1]) if v else "")' 2>/dev/null)
+    row "train base cuda $dtype" "$v" "${tps:-?} tok/s, loss ${loss:-?}"
+    [[ -n "$tps" ]] && perf+=("train_tokens_per_s dtype=$dtype $tps")
+  done
+fi
+
+# 5. Kernel benchmark.
+bench_out="$results/gpu_bench.txt"
+if [[ -x "$B/bin/gpu_bench" ]]; then
+  run gpu_bench 150 "$B/bin/gpu_bench"
+  sed -n '/^== gpu_bench:/,$p' "$log" > "$bench_out"
+  v=$(verdict_of)
+  [[ $v == OK ]] && grep -q "SKIPPED: no CUDA device" "$bench_out" && v=SKIPPED
+  [[ $v == OK ]] || status=1
+  row gpu_bench "$v"
+fi
+
+# 6. Memory checking of our own kernels (cuBLAS's are left out: slow under the sanitizer).
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [[ -n "$sanitizer" && -z "${TNMT_GPU_CHECK_NO_SANITIZER:-}" ]]; then
-  for name in attention_test decode_ops_test train_ops_test elementwise_test context_test; do
-    [[ -x "$bundle/bin/$name" ]] || continue
+  for name in attention_test decode_ops_test train_ops_test train_backward_test convert_test elementwise_test context_test; do
+    [[ -x "$B/bin/$name" ]] || continue
     run "memcheck $name" 90 "$sanitizer" --tool memcheck --leak-check no --error-exitcode 99 \
-      "$bundle/bin/$name" --gtest_filter=-*OutOfMemory*
-    if [[ $rc -eq 124 ]]; then verdict=TIMEOUT
-    elif [[ $rc -eq 99 ]]; then verdict=ERRORS; status=1
-    elif [[ $rc -ne 0 ]]; then verdict=FAILED; status=1
-    else verdict=CLEAN; fi
-    rows+=("$(printf '%-28s %-8s %6.1fs' "memcheck $name" "$verdict" "$secs")")
+      "$B/bin/$name" --gtest_filter=-*OutOfMemory*
+    if [[ $rc -eq 124 ]]; then v=TIMEOUT
+    elif [[ $rc -eq 99 ]]; then v=ERRORS; status=1
+    elif [[ $rc -ne 0 ]]; then v=FAILED; status=1
+    else v=CLEAN; fi
+    row "memcheck $name" "$v"
   done
 fi
 
 {
   echo
-  echo "GPU check on ${card:-no GPU} ($(date -u +%Y-%m-%dT%H:%MZ)); full log: $log"
-  printf '%-28s %-8s %7s\n' test result time
+  echo "GPU check on ${card:-no GPU} ($(date -u +%Y-%m-%dT%H:%MZ), ${SECONDS}s); full log: $log"
+  printf '%-34s %-10s %7s %s\n' step result time notes
   printf '%s\n' "${rows[@]}"
+  printf '%s\n' "${perf[@]}" | sed 's/^/PERF /'
   grep '^RESULT' "$bench_out" 2>/dev/null | awk '{printf "%-44s %10s %s\n", $2, $3, $4}'
 } | tee -a "$log"
 exit $status
