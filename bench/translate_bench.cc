@@ -97,6 +97,7 @@ struct Flags {
   int vocab = 8000;
   std::string device = "cpu";  // or cuda[:N] (CUDA builds): the engine's GPU backend
   std::string dtype;           // GPU precision (default float16)
+  bool cuda_graphs = false;    // replay decode steps as CUDA graphs
 };
 
 [[noreturn]] void Usage(const std::string& error) {
@@ -126,6 +127,7 @@ Flags ParseFlags(int argc, char** argv) {
   args.AddInt("vocab", f.vocab, "vocabulary size of the random model");
   args.AddString("device", f.device, "cpu, cuda or cuda:N (the GPU engine; CUDA builds)");
   args.AddString("dtype", f.dtype, "GPU precision: float16 (default), bfloat16 or float32");
+  args.AddBool("cuda-graphs", f.cuda_graphs, "GPU: replay each decode step as a CUDA graph");
   const absl::Status parsed = args.Parse(argc, argv, 1);
   if (!parsed.ok()) Usage(std::string(parsed.message()));
   if (args.help_requested()) {
@@ -151,6 +153,7 @@ Flags ParseFlags(int argc, char** argv) {
   f.vocab = args.GetInt("vocab");
   f.device = args.GetString("device");
   f.dtype = args.GetString("dtype");
+  f.cuda_graphs = args.GetBool("cuda-graphs");
   if (f.threads < 1 || f.sentences < 1 || f.batch < 1 || f.beam < 1 || f.src_len < 1 ||
       f.out_len < 1 || args.GetInt("seed") < 0 || f.check < 0 || f.vocab < 8) {
     Usage("a flag is out of range (counts and lengths >= 1, seed and check >= 0)");
@@ -560,14 +563,18 @@ int Main(int argc, char** argv) {
     std::unique_ptr<DecodeBackend> backend;
     if (gpu) {
       const auto tu = Clock::now();
-      auto made = MakeCudaBackend(config, weights, {placement->index, placement->dtype});
+      CudaPlacement cp;
+      cp.device = placement->index;
+      cp.dtype = placement->dtype;
+      cp.cuda_graphs = f.cuda_graphs;
+      auto made = MakeCudaBackend(config, weights, cp);
       if (!made.ok()) return std::fprintf(stderr, "%s\n", made.status().ToString().c_str()), 1;
       backend = *std::move(made);
       std::printf("device: %s, weights %.0f MiB on the device, uploaded in %.2f s\n",
                   backend->Describe().c_str(), backend->weight_bytes() / 1048576.0,
                   Seconds(tu, Clock::now()));
     }
-    put("device", placement->ToString());
+    put("device", placement->ToString() + (gpu && f.cuda_graphs ? " graphs" : ""));
     auto make_decoder = [&]() -> absl::StatusOr<BeamDecoder> {
       if (backend == nullptr) return BeamDecoder::Create(config, weights, &ws);
       absl::StatusOr<std::unique_ptr<StepModel>> step = backend->NewStepModel();

@@ -10,7 +10,8 @@
 #      demo model on the CPU and on the GPU in float32/float16/bfloat16 (identical lines vs the
 #      CPU, BLEU when sacrebleu is importable, sentences/s);
 #   3. the engine benchmark: translate_bench on a random Transformer-base (32k vocabulary), beam
-#      4, float16 and bfloat16, batch 1 (300 sentences), 32 and 256 (3,000 sentences each);
+#      4, float16 and bfloat16, batch 1 (300 sentences), 32 and 256 (3,000 sentences each), and
+#      float16 at batch 1 and 32 again with the decode step replayed as CUDA graphs;
 #   4. training: `tnmt train` of Transformer-base on Multi30k on the GPU in bfloat16, float16
 #      and float32 for a fixed number of steps (tokens/s, estimated TFLOP/s and the fraction of
 #      the card's measured bf16 matmul peak, loss falling);
@@ -150,6 +151,19 @@ if [[ -x "$B/bin/translate_bench" ]]; then
       row "bench base $dtype batch $batch" "$v" "${tps:-?} target tok/s ($sentences sentences)"
       [[ -n "$tps" ]] && perf+=("engine_tokens_per_s dtype=$dtype batch=$batch $tps")
     done
+  done
+  # CUDA graphs of the decode step (off by default until measured): the same runs with them.
+  for batch in 1 32; do
+    sentences=3000
+    ((batch == 1)) && sentences=300
+    res="$work/tb-graphs-$batch.txt"
+    run "translate_bench float16 batch $batch graphs" 60 "$B/bin/translate_bench" --device cuda \
+      --dtype float16 --cuda-graphs --vocab 32000 --src-len 28 --out-len 30 --beam 4 \
+      --batch "$batch" --sentences "$sentences" --no-gemm --check 0 --result "$res"
+    v=$(verdict_of); [[ $v == OK ]] || status=1
+    tps=$(awk -F= '$1 == "tokens_per_s" {printf "%.0f", $2}' "$res" 2>/dev/null)
+    row "bench base float16 batch $batch graphs" "$v" "${tps:-?} target tok/s ($sentences sentences)"
+    [[ -n "$tps" ]] && perf+=("engine_tokens_per_s dtype=float16 batch=$batch graphs $tps")
   done
 fi
 
