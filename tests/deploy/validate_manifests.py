@@ -239,7 +239,10 @@ class Sources:
         train_cc = read("tools/tnmt/train_command.cc")
         keys = re.findall(r'\{"([a-z_0-9]+)", Kind::k(String|Int|Float|Bool)', train_cc)
         self.train_keys = {k for k, _ in keys}
-        self.train_flags = {k.replace("_", "-") for k in self.train_keys} | {"config"}
+        # Config keys as flags, plus the command's own flags (--config, --devices, ...).
+        self.train_flags = ({k.replace("_", "-") for k in self.train_keys} |
+                            set(re.findall(r'args\.Add(?:String|Int|Bool|Float)\("([a-z0-9-]+)"', train_cc)) |
+                            {"config"})
         self.train_bools = {k.replace("_", "-") for k, kind in keys if kind == "Bool"}
         if not self.serve_flags or not self.train_keys:
             raise SystemExit("FATAL: no flags found in tools/tnmt/{serve,train}_command.cc")
