@@ -34,4 +34,7 @@ absl::StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaBackend(const ModelConfig
 // Whether this binary was built with CUDA support.
 bool CudaBuild();
 
+// CUDA devices usable by this process (0 without a driver, a device or CUDA support).
+int CudaDeviceCount();
+
 }  // namespace tnmt

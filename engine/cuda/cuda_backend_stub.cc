@@ -12,4 +12,6 @@ absl::StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaBackend(const ModelConfig
 
 bool CudaBuild() { return false; }
 
+int CudaDeviceCount() { return 0; }
+
 }  // namespace tnmt

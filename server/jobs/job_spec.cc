@@ -108,6 +108,15 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecPolicy& policy) {
   if (type == "cuda" && !policy.cuda_available) {
     return absl::FailedPreconditionError("device.type cuda: this server has no CUDA device");
   }
+  const std::string& dtype = spec.device().dtype();
+  if (!dtype.empty() && dtype != "float32" && dtype != "float16" && dtype != "bfloat16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device.dtype \"", dtype, "\": expected float32, float16 or bfloat16"));
+  }
+  if (type != "cuda" && !dtype.empty() && dtype != "float32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device.dtype ", dtype, ": half precision needs device.type cuda"));
+  }
   if (spec.device().threads() < 0 || spec.device().threads() > 1024) {
     return absl::InvalidArgumentError("device.threads must be between 0 and 1024");
   }
@@ -184,6 +193,10 @@ absl::StatusOr<nlohmann::json> TrainConfigJson(const JobSpec& spec, const std::s
   j["max_steps"] = spec.stop().max_steps();
   set_if("max_epochs", spec.stop().max_epochs());
   j["threads"] = spec.device().threads() > 0 ? spec.device().threads() : default_threads;
+  if (spec.device().type() == "cuda") {
+    j["device"] = DeviceKey(spec);
+    if (!spec.device().dtype().empty()) j["dtype"] = spec.device().dtype();
+  }
   j["save_dir"] = save_dir;
   j["valid_bleu"] = !d.valid_source().empty();
   return j;

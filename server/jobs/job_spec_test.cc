@@ -125,6 +125,8 @@ TEST_F(JobSpecTest, FieldErrorsNameTheField) {
       {[](auto* s) { s->mutable_stop()->set_max_steps(0); }, absl::StatusCode::kInvalidArgument, "stop.max_steps"},
       {[](auto* s) { s->mutable_device()->set_type("tpu"); }, absl::StatusCode::kInvalidArgument, "device.type"},
       {[](auto* s) { s->mutable_device()->set_type("cuda"); }, absl::StatusCode::kFailedPrecondition, "no CUDA"},
+      {[](auto* s) { s->mutable_device()->set_dtype("int8"); }, absl::StatusCode::kInvalidArgument, "device.dtype \"int8\""},
+      {[](auto* s) { s->mutable_device()->set_dtype("bfloat16"); }, absl::StatusCode::kInvalidArgument, "needs device.type cuda"},
       {[](auto* s) { s->mutable_publish()->set_model_name("../evil"); }, absl::StatusCode::kInvalidArgument, "publish.model_name"},
       {[](auto* s) { s->mutable_publish()->set_model_name("demo"); }, absl::StatusCode::kAlreadyExists, "started with"},
       {[](auto* s) { s->mutable_publish()->set_dtype("int8"); }, absl::StatusCode::kInvalidArgument, "publish.dtype"},
@@ -138,6 +140,23 @@ TEST_F(JobSpecTest, FieldErrorsNameTheField) {
     EXPECT_EQ(s.code(), c.code) << s;
     EXPECT_NE(s.message().find(c.needle), absl::string_view::npos) << s;
   }
+}
+
+TEST_F(JobSpecTest, CudaJobsTrainOnTheGpuInTheirPrecision) {
+  SpecPolicy gpu = policy_;
+  gpu.cuda_available = true;
+  auto spec = Valid();
+  spec.mutable_device()->set_type("cuda");
+  spec.mutable_device()->set_dtype("bfloat16");
+  ASSERT_TRUE(ValidateJobSpec(spec, gpu).ok()) << ValidateJobSpec(spec, gpu);
+  auto j = TrainConfigJson(spec, root_, "/x", 1);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ((*j)["device"], "cuda:0");
+  EXPECT_EQ((*j)["dtype"], "bfloat16");
+  EXPECT_EQ(DeviceKey(spec), "cuda:0");
+  auto cpu = TrainConfigJson(Valid(), root_, "/x", 1);
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_FALSE(cpu->contains("device"));
 }
 
 TEST_F(JobSpecTest, OversizeSpecIsResourceExhausted) {
