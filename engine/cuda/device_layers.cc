@@ -13,6 +13,7 @@
 #include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/train_backward.h"  // AddInPlace
 
 namespace tnmt::cuda_engine {
 
@@ -99,7 +100,7 @@ absl::Status DeviceLayers::Linear(float* y, const float* x, int64_t rows, const 
 
 absl::Status DeviceLayers::FinishSublayer(float* x, const float* f, int64_t rows,
                                           const DeviceLayerNorm& ln) const {
-  if (c_.normalize_before) return AddInPlace(x, f, rows * c_.d_model, ctx_.stream());
+  if (c_.normalize_before) return kc::AddInPlace(ctx_, x, f, rows * c_.d_model);
   return kc::LayerNorm(x, x, f, ln.gamma, ln.beta, rows, c_.d_model, c_.layer_norm_epsilon,
                        ctx_.stream());
 }

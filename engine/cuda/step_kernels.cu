@@ -40,13 +40,6 @@ __global__ void ScatterRowsKernel(float* dst, int64_t dst_stride, const int32_t*
   }
 }
 
-__global__ void AddInPlaceKernel(float* x, const float* y, int64_t count) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    x[i] += y[i];
-  }
-}
-
 // Block-wide reduction (sum or max) of one float per thread; every thread gets the result.
 template <bool kMax>
 __device__ float BlockReduce(float v, float* shared) {
@@ -115,14 +108,6 @@ absl::Status ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows
                   static_cast<unsigned>(std::min((width + kThreads - 1) / kThreads, 64)));
   ScatterRowsKernel<<<grid, kThreads, 0, stream>>>(dst, dst_stride, dst_rows, src, src_stride,
                                                    src_rows, width);
-  return TNMT_CUDA_LAUNCH_CHECK();
-}
-
-absl::Status AddInPlace(float* x, const float* y, int64_t count, cudaStream_t stream) {
-  if (count < 0) return absl::InvalidArgumentError("AddInPlace: negative count");
-  if (count == 0) return absl::OkStatus();
-  const int blocks = static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, 65535));
-  AddInPlaceKernel<<<blocks, kThreads, 0, stream>>>(x, y, count);
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 

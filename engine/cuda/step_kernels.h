@@ -1,7 +1,7 @@
 // The CUDA engine's own small kernels, for what kernels/cuda lacks: the decoder's slot-table
-// reorder, row scatters into the KV slot pools, the pre-norm residual add and the per-row
-// log-sum-exp with the eos logit. Device pointers, outputs first, queued on `stream`; each
-// returns a Status naming the failing launch. Shapes in the comments; all offsets int64.
+// reorder, row scatters into the KV slot pools and the per-row log-sum-exp with the eos logit.
+// Device pointers, outputs first, queued on `stream`; each returns a Status naming the failing
+// launch. Shapes in the comments; all offsets int64.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,9 +27,6 @@ absl::Status ReorderSlotTables(int32_t* dst, const int32_t* src, int64_t stride,
 absl::Status ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows,
                          const float* src, int64_t src_stride, const int32_t* src_rows,
                          int64_t count, int width, cudaStream_t stream);
-
-// x: [count] += y: [count].
-absl::Status AddInPlace(float* x, const float* y, int64_t count, cudaStream_t stream);
 
 // lse: [rows] = log(sum_j exp(x[r, j])) (max-shifted, as kernels/cpu LogSumExp);
 // picked: [rows] = x[r, pick]. x: [rows, n], 0 <= pick < n.
