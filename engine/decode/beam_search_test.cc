@@ -1,6 +1,9 @@
 // Decoding properties that do not need a reference: batch invariance (a sentence alone vs.
-// inside a mixed-length batch), n-best ordering, length limits, min/max length, and the
-// errors for bad options and bad sources.
+// inside a mixed-length batch), continuous batching, n-best ordering, length limits, min/max
+// length, and the errors for bad options and bad sources. One body for every device: the CPU
+// engine, and the CUDA engine in float32 and float16 (skipped with "SKIPPED: no CUDA device"
+// where there is none; //engine/decode:beam_search_cuda_test is the CUDA-only build of this
+// file that tests/gpu/check.sh runs).
 #include "engine/decode/beam_search.h"
 
 #include <cmath>
@@ -9,15 +12,32 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/core/status_macros.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/runtime/loaded_model.h"
 
 namespace tnmt {
 namespace {
 
-class DecodeTest : public ::testing::Test {
+struct Backend {
+  const char* name;
+  const char* device;
+  const char* dtype;
+  // Score agreement between decodes of different batch compositions (GEMMs of different row
+  // counts round differently; half precision more so).
+  double score_tolerance;
+};
+
+class DecodeTest : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {
-    auto m = LoadModelDirectory("tests/golden/data/tiny");
+    auto placement = Placement::Parse(GetParam().device, GetParam().dtype);
+    ASSERT_TRUE(placement.ok()) << placement.status();
+    if (placement->device == Device::kCuda && CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "SKIPPED: no CUDA device ("
+                   << (CudaBuild() ? "none visible" : "this build has no CUDA support") << ")";
+    }
+    auto m = LoadModelDirectory("tests/golden/data/tiny", *placement);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = *m;
     std::mt19937 rng(11);
@@ -31,7 +51,11 @@ class DecodeTest : public ::testing::Test {
   }
   absl::StatusOr<std::vector<DecodeResult>> Run(const std::vector<std::vector<int32_t>>& s,
                                                 const DecodeOptions& o) {
-    return Decode(model_->config, model_->weights, s, o, &ws_);
+    TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, NewBeamDecoder(*model_, &ws_));
+    return Decode(decoder, s, o);
+  }
+  double Tolerance(float score) const {
+    return GetParam().score_tolerance * (5.0 + std::fabs(score));
   }
 
   std::shared_ptr<const LoadedModel> model_;
@@ -39,7 +63,7 @@ class DecodeTest : public ::testing::Test {
   Workspace ws_;
 };
 
-TEST_F(DecodeTest, BatchInvariance) {
+TEST_P(DecodeTest, BatchInvariance) {
   for (int beam : {1, 4}) {
     DecodeOptions o;
     o.beam_size = beam;
@@ -54,8 +78,7 @@ TEST_F(DecodeTest, BatchInvariance) {
       ASSERT_EQ(a.size(), b.size()) << "beam " << beam << " sentence " << i;
       for (size_t h = 0; h < a.size(); ++h) {
         EXPECT_EQ(a[h].ids, b[h].ids) << "beam " << beam << " sentence " << i << " hyp " << h;
-        // GEMMs of different row counts may round differently in the last bits.
-        EXPECT_NEAR(a[h].score, b[h].score, 1e-5 + 2e-6 * std::fabs(a[h].score))
+        EXPECT_NEAR(a[h].score, b[h].score, Tolerance(a[h].score))
             << "beam " << beam << " sentence " << i;
       }
     }
@@ -64,7 +87,7 @@ TEST_F(DecodeTest, BatchInvariance) {
 
 // Continuous batching: sentences added while others are mid-decode, each with its own options,
 // and a cancelled sentence, give exactly the results of decoding each sentence alone.
-TEST_F(DecodeTest, SentencesJoiningARunningDecodeMatchDecodingAlone) {
+TEST_P(DecodeTest, SentencesJoiningARunningDecodeMatchDecodingAlone) {
   DecodeOptions beam4, greedy, beam2;
   beam4.n_best = 3;
   greedy.beam_size = 1;
@@ -72,7 +95,7 @@ TEST_F(DecodeTest, SentencesJoiningARunningDecodeMatchDecodingAlone) {
   beam2.length_penalty = 1.0f;
   beam2.max_length = 6;
   const std::vector<DecodeOptions> opts = {beam4, greedy, beam2};
-  auto decoder = BeamDecoder::Create(model_->config, model_->weights, &ws_);
+  auto decoder = NewBeamDecoder(*model_, &ws_);
   ASSERT_TRUE(decoder.ok());
   std::map<int64_t, std::pair<size_t, int>> sentence_of;  // handle -> (source, options)
   std::map<int64_t, DecodeResult> got;
@@ -104,12 +127,12 @@ TEST_F(DecodeTest, SentencesJoiningARunningDecodeMatchDecodingAlone) {
     ASSERT_EQ(a.size(), result.hypotheses.size()) << "sentence " << src;
     for (size_t h = 0; h < a.size(); ++h) {
       EXPECT_EQ(a[h].ids, result.hypotheses[h].ids) << "sentence " << src << " hyp " << h;
-      EXPECT_NEAR(a[h].score, result.hypotheses[h].score, 1e-5 + 2e-6 * std::fabs(a[h].score));
+      EXPECT_NEAR(a[h].score, result.hypotheses[h].score, Tolerance(a[h].score));
     }
   }
 }
 
-TEST_F(DecodeTest, NBestIsSortedAndLengthsRespectLimits) {
+TEST_P(DecodeTest, NBestIsSortedAndLengthsRespectLimits) {
   DecodeOptions o;
   o.beam_size = 5;
   o.n_best = 5;
@@ -122,7 +145,9 @@ TEST_F(DecodeTest, NBestIsSortedAndLengthsRespectLimits) {
     for (size_t h = 0; h < hyps.size(); ++h) {
       // Output length counts </s>, which is not in ids.
       EXPECT_LE(hyps[h].ids.size() + 1, sources_[i].size() + 6);
-      if (h > 0) EXPECT_GE(hyps[h - 1].score, hyps[h].score);
+      if (h > 0) {
+        EXPECT_GE(hyps[h - 1].score, hyps[h].score);
+      }
       for (int32_t id : hyps[h].ids) {
         EXPECT_NE(id, model_->config.pad_id);
         EXPECT_NE(id, model_->config.eos_id);
@@ -131,7 +156,7 @@ TEST_F(DecodeTest, NBestIsSortedAndLengthsRespectLimits) {
   }
 }
 
-TEST_F(DecodeTest, FixedOutputLength) {
+TEST_P(DecodeTest, FixedOutputLength) {
   DecodeOptions o;
   o.min_length = 9;
   o.max_length = 9;
@@ -140,7 +165,7 @@ TEST_F(DecodeTest, FixedOutputLength) {
   for (const DecodeResult& d : *r) EXPECT_EQ(d.hypotheses[0].ids.size(), 8u);
 }
 
-TEST_F(DecodeTest, BadOptionsAndSourcesAreErrors) {
+TEST_P(DecodeTest, BadOptionsAndSourcesAreErrors) {
   DecodeOptions o;
   o.beam_size = 0;
   EXPECT_EQ(Run(sources_, o).status().code(), absl::StatusCode::kInvalidArgument);
@@ -162,6 +187,18 @@ TEST_F(DecodeTest, BadOptionsAndSourcesAreErrors) {
   ASSERT_TRUE(empty.ok());
   EXPECT_TRUE(empty->empty());
 }
+
+// The CPU (2e-6: GEMMs of different row counts differ in the last bits), the CUDA engine in
+// float32 (cuBLASLt picks algorithms per shape) and in float16 (the same weights and inputs in
+// every composition, so still close).
+#ifndef TNMT_DECODE_TEST_CUDA_ONLY
+INSTANTIATE_TEST_SUITE_P(Cpu, DecodeTest, ::testing::Values(Backend{"cpu", "cpu", "", 2e-6}),
+                         [](const auto& info) { return std::string(info.param.name); });
+#endif
+INSTANTIATE_TEST_SUITE_P(Cuda, DecodeTest,
+                         ::testing::Values(Backend{"cuda_float32", "cuda", "float32", 1e-5},
+                                           Backend{"cuda_float16", "cuda", "float16", 1e-3}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace tnmt
