@@ -8,7 +8,8 @@
 #      comparing the GPU against the CPU code;
 #   2. end-to-end translation: `tnmt translate` of Multi30k test_2016_flickr with the bundled
 #      demo model on the CPU and on the GPU in float32/float16/bfloat16 (identical lines vs the
-#      CPU, BLEU when sacrebleu is importable, sentences/s);
+#      CPU, BLEU when sacrebleu is importable, sentences/s), and `tnmt serve --device cuda`
+#      answering over gRPC as the local GPU translation does;
 #   3. the engine benchmark: translate_bench on a random Transformer-base (32k vocabulary), beam
 #      4, float16 and bfloat16, batch 1 (300 sentences), 32 and 256 (3,000 sentences each), and
 #      float16 at batch 1 and 32 again with the decode step replayed as CUDA graphs;
@@ -131,6 +132,40 @@ if [[ -f "$src" && -x "$TNMT" ]]; then
     if [[ $v == OK && $dtype != float32 && $((same * 100)) -lt $((lines * 80)) ]]; then v=MISMATCH; status=1; fi
     row "translate demo cuda $dtype" "$v" "$note"
   done
+  # The server with the demo model on the GPU: the same translations as local float16 decoding
+  # (first 100 lines, through gRPC), /metrics answers, SIGTERM drains and exits 0.
+  head -100 "$src" > "$work/serve.en"
+  head -100 "$work/float16.txt" > "$work/serve.want" 2> /dev/null
+  say "== serve cuda float16"
+  start=$(date +%s%N)
+  "$TNMT" serve --model demo=models/demo --device cuda --dtype float16 --port 0 --http-port 0 \
+    --ready-file "$work/ready" >> "$log" 2>&1 &
+  server=$!
+  for _ in $(seq 600); do
+    [[ -s "$work/ready" ]] && break
+    kill -0 "$server" 2> /dev/null || break
+    sleep 0.1
+  done
+  v=FAILED
+  if [[ -s "$work/ready" ]]; then
+    read -r grpc_port http_port < "$work/ready"
+    timeout 60 "$TNMT" translate --server "localhost:$grpc_port" --input "$work/serve.en" \
+      --output "$work/serve.got" >> "$log" 2>&1
+    same=$(paste -d '\t' "$work/serve.want" "$work/serve.got" | awk -F '\t' '$1 == $2 {n++} END {print n + 0}')
+    metrics=$(timeout 5 python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+      "http://localhost:$http_port/metrics" 2> /dev/null | grep -c '^tnmt_' || true)
+    kill -TERM "$server"
+    wait "$server"
+    rc=$?
+    [[ $rc -eq 0 && $same -eq 100 && $metrics -gt 0 ]] && v=OK
+    note="via gRPC identical to local float16 $same/100, $metrics metric lines, SIGTERM exit $rc"
+  else
+    kill -KILL "$server" 2> /dev/null
+    note="not ready"
+  fi
+  secs=$(elapsed "$start")
+  [[ $v == OK ]] || status=1
+  row "serve demo cuda float16" "$v" "$note"
 else
   say "== translate: skipped (no test_2016_flickr.en in the bundle: build it where ../shared exists)"
   status=1
