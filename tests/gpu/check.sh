@@ -86,6 +86,7 @@ run() {  # run NAME SECONDS CMD...: appends the output to the log; sets rc and s
   secs=$(elapsed "$start")
 }
 status=0
+train_flops=()  # "dtype tokens/s parameters" of each training run
 rows=()   # test / step results
 perf=()   # measured numbers
 row() { rows+=("$(printf '%-34s %-10s %6.1fs %s' "$1" "$2" "$secs" "${3:-}")"); }
@@ -219,8 +220,10 @@ if [[ -f "$B/data/train.en" && -x "$TNMT" ]]; then
       python3 -c 'import json, sys; v = [json.loads(l)["tokens_per_second"] for l in sys.stdin]; print("%.0f" % (sum(v) / len(v)) if v else "")' 2>/dev/null)
     loss=$(grep '"event":"train"' "$m" 2>/dev/null |
       python3 -c 'import json, sys; v = [json.loads(l)["loss"] for l in sys.stdin]; print("%.2f -> %.2f" % (v[0], v[-1]) if v else "")' 2>/dev/null)
+    params=$(sed -n "/^== train base cuda $dtype:/,\$p" "$log" | grep -oE 'model: [0-9]+ parameters' | head -1 | grep -oE '[0-9]+')
     row "train base cuda $dtype" "$v" "${tps:-?} tok/s, loss ${loss:-?}"
     [[ -n "$tps" ]] && perf+=("train_tokens_per_s dtype=$dtype $tps")
+    [[ -n "$tps" && -n "$params" ]] && train_flops+=("$dtype $tps $params")
   done
 fi
 
@@ -256,6 +259,16 @@ fi
   printf '%-34s %-10s %7s %s\n' step result time notes
   printf '%s\n' "${rows[@]}"
   printf '%s\n' "${perf[@]}" | sed 's/^/PERF /'
+  # Training matmul rate: ~6 FLOPs per parameter per token (forward 2, backward 4; attention
+  # scores left out, small at these lengths), against this card's GEMM peak of the same dtype.
+  for t in "${train_flops[@]}"; do
+    read -r dtype tps params <<< "$t"
+    peak=$(awk -v k="gemm_peak_8192_$dtype" '$1 == "RESULT" && $2 == k {print $3}' "$bench_out" 2>/dev/null)
+    awk -v d="$dtype" -v t="$tps" -v p="$params" -v peak="${peak:-0}" 'BEGIN {
+      f = 6 * p * t / 1e12
+      if (peak > 0) printf "PERF train_matmul dtype=%s %.1f TFLOP/s = %.1f%% of the measured %s peak %.0f TFLOP/s\n", d, f, 100 * f / peak, d, peak
+      else printf "PERF train_matmul dtype=%s %.1f TFLOP/s (no GEMM peak measured)\n", d, f }'
+  done
   grep '^RESULT' "$bench_out" 2>/dev/null | awk '{printf "%-44s %10s %s\n", $2, $3, $4}'
 } | tee -a "$log"
 exit $status
