@@ -176,8 +176,9 @@ class Trainer {
     TNMT_ASSIGN_OR_RETURN(eopt.device, ParseTrainDevice(cfg_.device));
     TNMT_ASSIGN_OR_RETURN(eopt.precision, ParseTrainPrecision(cfg_.dtype));
     eopt.collective = coll_;
-    // A float16 run resumes with its saved loss scale (other precisions save 1).
-    if (eopt.precision == TrainPrecision::kFloat16 && state_.loss_scale != 1.0 && state_.loss_scale > 0) {
+    // A resumed float16 run continues with its saved loss scale (1 included: the scale may have
+    // fallen there; a checkpoint of another precision saves 1, a fine start too).
+    if (eopt.precision == TrainPrecision::kFloat16 && state_.step > 0 && state_.loss_scale > 0) {
       eopt.initial_loss_scale = state_.loss_scale;
     }
     precision_ = eopt.precision;
