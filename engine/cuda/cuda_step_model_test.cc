@@ -105,7 +105,8 @@ class CudaStepModelTest : public ::testing::TestWithParam<Case> {
     worst_ = std::max({worst_, MaxScaledError(got.lse, want.lse),
                        MaxScaledError(got.top_logit, want.top_logit)});
     // Ids: equal, except where the CPU's value there has a near-equal neighbour (the order of
-    // near-ties may flip within the tolerance).
+    // near-ties may flip within the tolerance), or at the last candidate, where the GPU may
+    // pick the CPU's (k+1)-th token (not in the CPU's list) when it nearly ties the k-th.
     const int k = want.k;
     for (int r = 0; r < want.rows; ++r) {
       for (int i = 0; i < k; ++i) {
@@ -115,7 +116,8 @@ class CudaStepModelTest : public ::testing::TestWithParam<Case> {
         const double slack = 2 * tol * (1 + std::fabs(v));
         const bool near_prev = i > 0 && std::fabs(want.top_logit[at - 1] - v) <= slack;
         const bool near_next = i + 1 < k && std::fabs(want.top_logit[at + 1] - v) <= slack;
-        EXPECT_TRUE(near_prev || near_next)
+        const bool near_cut = i + 1 == k && std::fabs(got.top_logit[at] - v) <= slack;
+        EXPECT_TRUE(near_prev || near_next || near_cut)
             << where << ": row " << r << " candidate " << i << ": id " << got.top_id[at]
             << " (value " << got.top_logit[at] << "), CPU id " << want.top_id[at] << " (value "
             << v << ")";
