@@ -83,6 +83,7 @@ class CudaTrainEngine : public TrainEngine {
     TNMT_RETURN_IF_ERROR(Upload(adam.m(), &m_));
     TNMT_RETURN_IF_ERROR(Upload(adam.v(), &v_));
     adam_step_ = adam.step();
+    adam_options_ = adam.options();
     if (c_.position_encoding != PositionEncoding::kLearned) {
       TNMT_ASSIGN_OR_RETURN(enc_sinusoid_, UploadTensor(params.encoder_positions));
       TNMT_ASSIGN_OR_RETURN(dec_sinusoid_, UploadTensor(params.decoder_positions));
@@ -193,7 +194,7 @@ class CudaTrainEngine : public TrainEngine {
       scale = static_cast<float>(grad_scale / loss_scale_);
     }
     ++adam_step_;
-    kernels::cpu::AdamOptions o;  // the paper's betas and eps, as Adam::Create's default
+    kernels::cpu::AdamOptions o = adam_options_;  // betas and eps of the Adam given
     o.lr = static_cast<float>(lr);
     o.step = adam_step_;
     TNMT_RETURN_IF_ERROR(k::AdamUpdate(*ctx_, params_.as<float>(), m_.as<float>(), v_.as<float>(),
@@ -313,6 +314,8 @@ class CudaTrainEngine : public TrainEngine {
   ModelWeights host_params_, host_m_, host_v_;
 
   int64_t adam_step_ = 0;
+
+  kernels::cpu::AdamOptions adam_options_;
   double loss_scale_;
   const int window_;
   int good_steps_ = 0;
@@ -346,7 +349,7 @@ absl::StatusOr<std::unique_ptr<TrainEngine>> MakeCudaTrainEngine(const ModelConf
   TNMT_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(c, params, options.bucket_bytes));
   auto engine = std::make_unique<CudaTrainEngine>(c, std::move(layout), options, std::move(ctx));
   TNMT_RETURN_IF_ERROR(engine->Init(std::move(params), std::move(adam)));
-  if (options.collective->world_size() > 1) TNMT_RETURN_IF_ERROR(engine->InitNccl());
+  if (options.collective->world_size() > 1 || options.force_nccl) TNMT_RETURN_IF_ERROR(engine->InitNccl());
   return std::unique_ptr<TrainEngine>(std::move(engine));
 }
 

@@ -6,6 +6,7 @@
 // - three updates with gradient accumulation and clipping: the losses and the parameters after;
 // - float16 loss scaling: an overflow skips the update (nothing changes) and halves the scale;
 //   good updates double it after the window;
+// - one rank forced through NCCL equals no NCCL bit for bit (the overlapped path on one GPU);
 // - with two or more GPUs: two ranks over NCCL (bucketed all-reduce overlapped with the
 //   backward) equal one GPU accumulating both ranks' batches, identically on both ranks.
 // Skips without a CUDA device ("SKIPPED: no CUDA device").
@@ -104,8 +105,8 @@ TEST_F(CudaTrainEngineTest, ForwardBackwardMatchesCpu) {
       auto init = InitializeWeights(c, 21);
       ASSERT_TRUE(init.ok());
       auto cpu = Cpu(c, *init);
-      // Activation gradients of the summed loss are O(1) per token: 2^15 (the training default)
-      // may overflow float16 here, which the trainer handles by skipping; this test wants a step.
+      // Activation gradients of the summed loss are O(1) per token: a scale as large as 2^15
+      // may overflow float16 here (the trainer would skip the update); this test wants a step.
       TrainEngineOptions o16;
       o16.initial_loss_scale = 1024;
       auto gpu = Gpu(c, *init, precision, o16);
@@ -308,6 +309,49 @@ TEST_F(CudaTrainEngineTest, BadDeviceIsAnError) {
   e = MakeCudaTrainEngine(c, o, *init, *Adam::Create(c, *init));
   ASSERT_TRUE(e.ok()) << e.status();
   EXPECT_NE((*e)->Describe().find("cuda:0"), std::string::npos) << (*e)->Describe();
+}
+
+// The NCCL path (buckets launched on the second stream during the backward, events, the totals'
+// reduction) on one GPU: a one-rank all-reduce returns the rank's own sums, so gradients, totals
+// and the updated parameters must equal the engine without NCCL bit for bit.
+TEST_F(CudaTrainEngineTest, OneRankOverNcclEqualsNoNccl) {
+  const ModelConfig c = TinyVariants()[1].config;
+  auto init = InitializeWeights(c, 19);
+  ASSERT_TRUE(init.ok());
+  const TrainBatch batches[2] = {RandomBatch(c, 80, 3, 8, 6), RandomBatch(c, 81, 4, 5, 9)};
+  TrainEngineOptions nccl;
+  nccl.force_nccl = true;
+  nccl.bucket_bytes = 8 << 10;  // many buckets
+  for (TrainPrecision p : {TrainPrecision::kFloat32, TrainPrecision::kBFloat16}) {
+    auto plain = Gpu(c, *init, p);
+    auto over = Gpu(c, *init, p, nccl);
+    ASSERT_TRUE(plain && over);
+    StepTotals t[2];
+    for (int e = 0; e < 2; ++e) {
+      TrainEngine* engine = e == 0 ? plain.get() : over.get();
+      for (int step = 0; step < 2; ++step) {
+        ASSERT_TRUE(engine->BeginStep(2).ok());
+        for (int m = 0; m < 2; ++m) ASSERT_TRUE(engine->ForwardBackward(batches[m], Options(c, 200 + step * 2 + m)).ok());
+        auto totals = engine->AllReduce(false, step == 1);
+        ASSERT_TRUE(totals.ok()) << totals.status();
+        t[e] = *totals;
+        auto applied = engine->AdamStep(1e-3, 0.01f);
+        ASSERT_TRUE(applied.ok() && *applied) << applied.status();
+      }
+    }
+    EXPECT_EQ(t[0].loss_sum, t[1].loss_sum);
+    EXPECT_EQ(t[0].tokens, t[1].tokens);
+    EXPECT_TRUE(t[1].save);
+    EXPECT_FALSE(t[1].stop);
+    EXPECT_TRUE(BitIdentical(c, Grads(c, *init, plain.get()), Grads(c, *init, over.get())));
+    auto a = plain->Snapshot();
+    ASSERT_TRUE(a.ok());
+    auto pa = Clone(c, *a->params);
+    auto b = over->Snapshot();
+    ASSERT_TRUE(b.ok());
+    EXPECT_TRUE(BitIdentical(c, *pa, *b->params));
+    std::printf("one rank over NCCL: %s\n", over->Describe().c_str());
+  }
 }
 
 TEST_F(CudaTrainEngineTest, TwoGpusOverNcclEqualOneGpuAccumulating) {

@@ -60,6 +60,9 @@ struct TrainEngineOptions {
   // Multi-GPU: gradients are all-reduced in buckets of about this many bytes, each started as
   // soon as the backward has finished the layers it covers.
   int64_t bucket_bytes = int64_t{25} << 20;
+  // CUDA: set up NCCL and the bucketed, overlapped all-reduce even with one rank (a one-GPU
+  // machine can then exercise that path; the sums are the rank's own values).
+  bool force_nccl = false;
 };
 
 class TrainEngine {

@@ -33,6 +33,8 @@ class Adam {
   void Step(ModelWeights* params, ModelWeights* grads, double lr, float grad_scale);
 
   int64_t step() const { return step_; }
+  // Betas and epsilon (lr and step are set per update).
+  const kernels::cpu::AdamOptions& options() const { return options_; }
   void set_step(int64_t s) { step_ = s; }
   ModelWeights& m() { return m_; }
   ModelWeights& v() { return v_; }
