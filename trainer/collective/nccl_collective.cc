@@ -69,20 +69,26 @@ class Nccl : public NcclCollective {
 absl::StatusOr<std::unique_ptr<NcclCollective>> MakeNcclCollective(Collective* bootstrap, int device,
                                                                    cudaStream_t stream) {
   absl::Status s = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
-  if (!s.ok()) return s;
   // The 128-byte id travels one byte per float (small integers: exact through any bootstrap,
-  // including ones that print or sum their floats).
+  // including ones that print or sum their floats). Rank 0 always takes part in the broadcast:
+  // if it cannot make an id it sends -1, so the other ranks fail too instead of waiting.
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   float bytes[sizeof(ncclUniqueId)] = {};
   if (bootstrap->rank() == 0) {
-    s = NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    if (!s.ok()) return s;
+    if (s.ok()) s = NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId");
     const unsigned char* raw = reinterpret_cast<const unsigned char*>(&id);
     for (size_t i = 0; i < sizeof(id); ++i) bytes[i] = static_cast<float>(raw[i]);
+    if (!s.ok()) bytes[0] = -1.0f;
+  } else if (!s.ok()) {
+    return s;
   }
-  s = bootstrap->Broadcast(bytes, static_cast<int64_t>(sizeof(id)), 0);
+  absl::Status sent = bootstrap->Broadcast(bytes, static_cast<int64_t>(sizeof(id)), 0);
   if (!s.ok()) return s;
+  if (!sent.ok()) return sent;
+  if (bytes[0] == -1.0f) {
+    return absl::FailedPreconditionError("MakeNcclCollective: rank 0 could not set up NCCL (see its log)");
+  }
   unsigned char* raw = reinterpret_cast<unsigned char*>(&id);
   for (size_t i = 0; i < sizeof(id); ++i) {
     if (!(bytes[i] >= 0.0f && bytes[i] <= 255.0f)) {
