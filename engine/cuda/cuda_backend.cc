@@ -59,6 +59,7 @@ absl::StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaBackend(const ModelConfig
     return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorName(e),
                                                       " (", cudaGetErrorString(e), ")"));
   }
+  if (count == 0) return absl::FailedPreconditionError("no usable CUDA device: none visible");
   if (p.device < 0 || p.device >= count) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", p.device,
                                                    " does not exist: this machine has ", count,
