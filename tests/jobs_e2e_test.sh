@@ -164,6 +164,9 @@ check "cancelling a finished job: FAILED_PRECONDITION" refused FAILED_PRECONDITI
 spec killed c 200 50 > "$TMP/c.json"  # the schedule of job a
 C=$(jobs_cmd submit --spec "$TMP/c.json")
 check "job c passes its first checkpoint" wait_step "$C" 60 120
+# Hold its trainer mid-run until the crash: a fast machine finished all 200 steps between the
+# check above and the kill (the job then never resumed, and job e was the one interrupted).
+pkill -STOP -f "[j]obs/$C/train_config.json"
 spec fragile e 100000 1000 | sed 's/"stop"/"on_interrupt": "ON_INTERRUPT_FAIL", "stop"/' > "$TMP/e.json"
 E=$(jobs_cmd submit --spec "$TMP/e.json")
 kill -KILL "$SERVER_PID"; wait "$SERVER_PID" 2> /dev/null
