@@ -163,10 +163,19 @@ check "cancelling a finished job: FAILED_PRECONDITION" refused FAILED_PRECONDITI
 # d. kill -9 the server mid-job; restart resumes it; same result as the straight run.
 spec killed c 200 50 > "$TMP/c.json"  # the schedule of job a
 C=$(jobs_cmd submit --spec "$TMP/c.json")
-check "job c passes its first checkpoint" wait_step "$C" 60 120
-# Hold its trainer mid-run until the crash: a fast machine finished all 200 steps between the
-# check above and the kill (the job then never resumed, and job e was the one interrupted).
-pkill -STOP -f "[j]obs/$C/train_config.json"
+# Its trainer is held (SIGSTOP) the moment its first checkpoint appears, until the crash: polling
+# the job's reported step through `tnmt jobs get` was slow enough under load for the trainer to
+# finish all 200 steps before the kill (it then never resumed, and job e was the one interrupted).
+first_checkpoint() {
+  local i
+  for i in $(seq 12000); do
+    [[ -d "$STATE/jobs/$C/train/step-00000050" ]] && pkill -STOP -f "[j]obs/$C/train_config.json" && return 0
+    sleep 0.01
+  done
+  return 1
+}
+check "job c passes its first checkpoint" first_checkpoint
+check "  and is held mid-run" test "$(field "$C" state)" = RUNNING
 spec fragile e 100000 1000 | sed 's/"stop"/"on_interrupt": "ON_INTERRUPT_FAIL", "stop"/' > "$TMP/e.json"
 E=$(jobs_cmd submit --spec "$TMP/e.json")
 kill -KILL "$SERVER_PID"; wait "$SERVER_PID" 2> /dev/null
