@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "engine/core/tensor.h"
 
 namespace tnmt::train {
 
@@ -26,28 +27,28 @@ const std::set<std::string>& ModelKeys() {
 }  // namespace
 
 absl::StatusOr<TrainDevice> ParseTrainDevice(const std::string& device) {
-  TrainDevice d;
-  if (device == "cpu") return d;
-  d.cuda = true;
-  if (device == "cuda") return d;
-  int index = 0;
-  // "cuda:" and 1-4 digits.
-  if (absl::StartsWith(device, "cuda:") && device.size() > 5 && device.size() <= 9 &&
-      device.find_first_not_of("0123456789", 5) == std::string::npos &&
-      absl::SimpleAtoi(device.substr(5), &index)) {
-    d.index = index;
-    return d;
+  absl::StatusOr<DeviceId> id = ParseDeviceId(device);
+  if (!id.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"device\" must be \"cpu\", \"cuda\" or \"cuda:N\" (got \"", device, "\")"));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("\"device\" must be \"cpu\", \"cuda\" or \"cuda:N\" (got \"", device, "\")"));
+  TrainDevice d;
+  d.cuda = id->device == Device::kCuda;
+  d.index = id->index;
+  return d;
 }
 
 absl::StatusOr<TrainPrecision> ParseTrainPrecision(const std::string& dtype) {
-  if (dtype == "float32") return TrainPrecision::kFloat32;
-  if (dtype == "float16") return TrainPrecision::kFloat16;
-  if (dtype == "bfloat16") return TrainPrecision::kBFloat16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("\"dtype\" must be \"float32\", \"float16\" or \"bfloat16\" (got \"", dtype, "\")"));
+  absl::StatusOr<DType> t = ParseFloatDType(dtype);
+  if (!t.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"dtype\" must be \"float32\", \"float16\" or \"bfloat16\" (got \"", dtype, "\")"));
+  }
+  switch (*t) {
+    case DType::kFloat16: return TrainPrecision::kFloat16;
+    case DType::kBFloat16: return TrainPrecision::kBFloat16;
+    default: return TrainPrecision::kFloat32;
+  }
 }
 
 const char* TrainPrecisionName(TrainPrecision p) {

@@ -4,8 +4,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 
 namespace tnmt {
 
@@ -36,6 +38,27 @@ std::string DTypeName(DType dtype) {
 }
 
 std::string DeviceName(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
+
+absl::StatusOr<DType> ParseFloatDType(absl::string_view name) {
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    if (name == DTypeName(t)) return t;
+  }
+  return absl::InvalidArgumentError("expected float32, float16 or bfloat16");
+}
+
+absl::StatusOr<DeviceId> ParseDeviceId(absl::string_view name) {
+  DeviceId id;
+  if (name == "cpu") return id;
+  id.device = Device::kCuda;
+  if (name == "cuda") return id;
+  absl::string_view digits = name;
+  if (absl::ConsumePrefix(&digits, "cuda:") && !digits.empty() && digits.size() <= 4 &&
+      digits.find_first_not_of("0123456789") == absl::string_view::npos &&
+      absl::SimpleAtoi(digits, &id.index)) {
+    return id;
+  }
+  return absl::InvalidArgumentError("expected cpu, cuda or cuda:N");
+}
 
 absl::StatusOr<std::shared_ptr<Storage>> Storage::Allocate(int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError("negative allocation size");

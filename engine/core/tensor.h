@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace tnmt {
@@ -20,6 +21,18 @@ enum class Device { kCpu, kCuda };
 int64_t DTypeSize(DType dtype);
 std::string DTypeName(DType dtype);
 std::string DeviceName(Device device);
+
+// A floating-point type by the name DTypeName gives it: "float32", "float16" or "bfloat16".
+// The error says what is accepted; callers prefix the flag or key.
+absl::StatusOr<DType> ParseFloatDType(absl::string_view name);
+
+// A device as users write it: "cpu", "cuda" (index -1: no number given) or "cuda:N" (N: one to
+// four digits). The error says what is accepted; callers prefix the flag or key.
+struct DeviceId {
+  Device device = Device::kCpu;
+  int index = -1;
+};
+absl::StatusOr<DeviceId> ParseDeviceId(absl::string_view name);
 
 // 64-byte-aligned host memory, released with its last owner.
 class Storage {

@@ -42,5 +42,30 @@ TEST(TensorTest, HugeAllocationFailsCleanly) {
   EXPECT_FALSE(t.ok());
 }
 
+TEST(TensorTest, DeviceAndDTypeNames) {
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    auto parsed = ParseFloatDType(DTypeName(t));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, t);
+  }
+  for (const char* bad : {"int32", "fp16", "half", "", "Float32"}) EXPECT_FALSE(ParseFloatDType(bad).ok()) << bad;
+  auto cpu = ParseDeviceId("cpu");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->device, Device::kCpu);
+  auto cuda = ParseDeviceId("cuda");
+  ASSERT_TRUE(cuda.ok());
+  EXPECT_EQ(cuda->device, Device::kCuda);
+  EXPECT_EQ(cuda->index, -1);
+  auto three = ParseDeviceId("cuda:3");
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(three->index, 3);
+  EXPECT_EQ(ParseDeviceId("cuda:1023")->index, 1023);
+  for (const char* bad : {"gpu", "cuda:", "cuda:-1", "cuda:+1", "cuda:x", "cuda:1:2", "cuda:00000", "CUDA", " cpu", ""}) {
+    auto d = ParseDeviceId(bad);
+    ASSERT_FALSE(d.ok()) << bad;
+    EXPECT_EQ(d.status().message(), "expected cpu, cuda or cuda:N");
+  }
+}
+
 }  // namespace
 }  // namespace tnmt

@@ -1,37 +1,24 @@
 // Placement parsing; see placement.h.
 #include "engine/runtime/placement.h"
 
-#include "absl/strings/numbers.h"
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace tnmt {
 
 absl::StatusOr<Placement> Placement::Parse(const std::string& device, const std::string& dtype) {
   Placement p;
-  if (device == "cpu") {
-    p.device = Device::kCpu;
-  } else if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
-    p.device = Device::kCuda;
-    if (device.size() > 4 &&
-        (!absl::SimpleAtoi(device.substr(5), &p.index) || p.index < 0 || p.index > 1023)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--device ", device, ": expected cuda:N with N a device number"));
-    }
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device ", device, ": expected cpu, cuda or cuda:N"));
-  }
+  absl::StatusOr<DeviceId> id = ParseDeviceId(device);
+  if (!id.ok()) return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": ", id.status().message()));
+  p.device = id->device;
+  p.index = std::max(0, id->index);  // "cuda": device 0
   if (dtype.empty()) {
     p.dtype = p.device == Device::kCpu ? DType::kFloat32 : DType::kFloat16;
-  } else if (dtype == "float32") {
-    p.dtype = DType::kFloat32;
-  } else if (dtype == "float16") {
-    p.dtype = DType::kFloat16;
-  } else if (dtype == "bfloat16") {
-    p.dtype = DType::kBFloat16;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dtype ", dtype, ": expected float32, float16 or bfloat16"));
+    absl::StatusOr<DType> t = ParseFloatDType(dtype);
+    if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("--dtype ", dtype, ": ", t.status().message()));
+    p.dtype = *t;
   }
   if (p.device == Device::kCpu && p.dtype != DType::kFloat32) {
     return absl::InvalidArgumentError(absl::StrCat(

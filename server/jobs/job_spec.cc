@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/core/status_macros.h"
+#include "engine/core/tensor.h"
 #include "trainer/train_config.h"
 
 namespace tnmt::server::jobs {
@@ -109,7 +110,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecPolicy& policy) {
     return absl::FailedPreconditionError("device.type cuda: this server has no CUDA device");
   }
   const std::string& dtype = spec.device().dtype();
-  if (!dtype.empty() && dtype != "float32" && dtype != "float16" && dtype != "bfloat16") {
+  if (!dtype.empty() && !ParseFloatDType(dtype).ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("device.dtype \"", dtype, "\": expected float32, float16 or bfloat16"));
   }
