@@ -303,19 +303,11 @@ uint64_t Word(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uin
 absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   const int n = rows();
   const int V = c_.vocab_size;
-  if (k < 1 || k >= V) {
-    return absl::InvalidArgumentError(absl::StrCat("step candidates k=", k, " outside [1, ", V, ")"));
-  }
+  TNMT_RETURN_IF_ERROR(s->Reset(n, k, V));
   if (k > kc::kMaxTopK) {
     return absl::InvalidArgumentError(
         absl::StrCat("step candidates k=", k, " above the CUDA top-k limit of ", kc::kMaxTopK));
   }
-  s->rows = n;
-  s->k = k;
-  s->lse.resize(n);
-  s->eos_logit.resize(n);
-  s->top_logit.resize(static_cast<size_t>(n) * k);
-  s->top_id.resize(static_cast<size_t>(n) * k);
   if (n == 0) return absl::OkStatus();
   for (int r = 0; r < n; ++r) {
     if (ids[r] < 0 || ids[r] >= V) {

@@ -60,17 +60,9 @@ absl::StatusOr<std::vector<int32_t>> CpuStepModel::AddSources(const int32_t* ids
 absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
   const int rows = state_.rows();
   const int V = c_.vocab_size;
-  if (k < 1 || k >= V) {
-    return absl::InvalidArgumentError(absl::StrCat("step candidates k=", k, " outside [1, ", V, ")"));
-  }
+  TNMT_RETURN_IF_ERROR(s->Reset(rows, k, V));
   logits_.resize(static_cast<size_t>(rows) * V);
   TNMT_RETURN_IF_ERROR(DecoderForward(c_, w_, &state_, ids, 1, logits_.data(), ws_));
-  s->rows = rows;
-  s->k = k;
-  s->lse.resize(rows);
-  s->eos_logit.resize(rows);
-  s->top_logit.resize(static_cast<size_t>(rows) * k);
-  s->top_id.resize(static_cast<size_t>(rows) * k);
   kernels::cpu::LogSumExp(s->lse.data(), logits_.data(), rows, V);
   for (int r = 0; r < rows; ++r) {
     const float* row = logits_.data() + static_cast<int64_t>(r) * V;

@@ -29,6 +29,9 @@ struct StepScores {
   // in increasing token id. The log-probability of a token is logit - lse.
   std::vector<float> top_logit;
   std::vector<int32_t> top_id;
+
+  // Checks 1 <= k < vocab_size (StepModel::Step's contract) and sizes the vectors for `rows`.
+  absl::Status Reset(int rows, int k, int vocab_size);
 };
 
 class StepModel {
