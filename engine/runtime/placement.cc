@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cuda/cuda_backend.h"
 
 namespace tnmt {
 
@@ -13,6 +14,10 @@ absl::StatusOr<Placement> Placement::Parse(const std::string& device, const std:
   if (!id.ok()) return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": ", id.status().message()));
   p.device = id->device;
   p.index = std::max(0, id->index);  // "cuda": device 0
+  if (p.device == Device::kCuda && !CudaBuild()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--device ", device, ": this build has no CUDA support (rebuild with bazel build --config=cuda)"));
+  }
   if (dtype.empty()) {
     p.dtype = p.device == Device::kCpu ? DType::kFloat32 : DType::kFloat16;
   } else {

@@ -1,7 +1,7 @@
 // Where a loaded model computes: the CPU (float32) or one CUDA device in float32, float16 or
 // bfloat16 (weights and GEMM inputs; accumulation in float32). Parsed from the words users
 // type: --device cpu | cuda | cuda:N, --dtype float32 | float16 | bfloat16 (default: float32 on
-// the CPU, float16 on CUDA).
+// the CPU, float16 on CUDA); a CPU-only build refuses cuda here.
 #pragma once
 
 #include <string>

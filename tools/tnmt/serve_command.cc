@@ -16,7 +16,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "engine/cuda/cuda_backend.h"
 #include "engine/runtime/placement.h"
 #include "kernels/cpu/gemm.h"
 #include "server/server.h"
@@ -150,10 +149,6 @@ int ServeCommand(int argc, char** argv) {
   server::ServerOptions o;
   absl::StatusOr<Placement> device = Placement::Parse(args.GetString("device"), args.GetString("dtype"));
   if (!device.ok()) return Fail(std::string(device.status().message()));
-  if (device->device == Device::kCuda && !CudaBuild()) {
-    return Fail(absl::StrCat("--device ", args.GetString("device"),
-                             ": this build has no CUDA support (rebuild with bazel build --config=cuda)"));
-  }
   o.device = *device;
   o.host = args.GetString("host");
   o.port = args.GetInt("port");
@@ -182,9 +177,6 @@ int ServeCommand(int argc, char** argv) {
     if (o.model_devices.count(nd.first)) return Fail(absl::StrCat("--model-devices: ", nd.first, " given twice"));
     absl::StatusOr<Placement> p = Placement::Parse(nd.second, args.GetString("dtype"));
     if (!p.ok()) return Fail(absl::StrCat("--model-devices ", item, ": ", p.status().message()));
-    if (p->device == Device::kCuda && !CudaBuild()) {
-      return Fail(absl::StrCat("--model-devices ", item, ": this build has no CUDA support (rebuild with bazel build --config=cuda)"));
-    }
     o.model_devices[nd.first] = *p;
   }
   o.scheduler.max_batch_rows = args.GetInt("max-batch-rows");

@@ -14,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/runtime/translator.h"
-#include "engine/cuda/cuda_backend.h"
 #include "engine/runtime/placement.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/tnmt/args.h"
@@ -100,10 +99,6 @@ int TranslateCommand(int argc, char** argv) {
   if (args.given("model-name")) return Fail("--model-name needs --server");
   absl::StatusOr<Placement> placement = Placement::Parse(args.GetString("device"), args.GetString("dtype"));
   if (!placement.ok()) return Fail(std::string(placement.status().message()));
-  if (placement->device == Device::kCuda && !CudaBuild()) {
-    return Fail(absl::StrCat("--device ", args.GetString("device"),
-                             ": this build has no CUDA support (rebuild with bazel build --config=cuda)"));
-  }
   int threads = args.GetInt("threads");
   if (threads < 0) return Fail("--threads must be >= 0");
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
