@@ -173,40 +173,30 @@ else
 fi
 
 # 3. Engine benchmark: random Transformer-base, 32k vocabulary, beam 4, outputs fixed length.
+bench_engine() {  # bench_engine DTYPE BATCH [graphs]: one translate_bench run, a row and a PERF line
+  local dtype=$1 batch=$2 graphs=${3:-} sentences=3000 label="$1 batch $2${3:+ $3}"
+  ((batch == 1)) && sentences=300
+  local res="$work/tb-$dtype-$batch${graphs:+-graphs}.txt"
+  run "translate_bench $label" 60 "$B/bin/translate_bench" --device cuda --dtype "$dtype" \
+    ${graphs:+--cuda-graphs} --vocab 32000 --src-len 28 --out-len 30 --beam 4 --batch "$batch" \
+    --sentences "$sentences" --no-gemm --check 0 --result "$res"
+  local v tps
+  v=$(verdict_of); [[ $v == OK ]] || status=1
+  tps=$(awk -F= '$1 == "tokens_per_s" {printf "%.0f", $2}' "$res" 2>/dev/null)
+  row "bench base $label" "$v" "${tps:-?} target tok/s ($sentences sentences)"
+  [[ -n "$tps" ]] && perf+=("engine_tokens_per_s dtype=$dtype batch=$batch${graphs:+ $graphs} $tps")
+}
 if [[ -x "$B/bin/translate_bench" ]]; then
   for dtype in float16 bfloat16; do
-    for batch in 1 32 256; do
-      sentences=3000
-      ((batch == 1)) && sentences=300
-      res="$work/tb-$dtype-$batch.txt"
-      run "translate_bench $dtype batch $batch" 60 "$B/bin/translate_bench" --device cuda --dtype "$dtype" \
-        --vocab 32000 --src-len 28 --out-len 30 --beam 4 --batch "$batch" --sentences "$sentences" \
-        --no-gemm --check 0 --result "$res"
-      v=$(verdict_of); [[ $v == OK ]] || status=1
-      tps=$(awk -F= '$1 == "tokens_per_s" {printf "%.0f", $2}' "$res" 2>/dev/null)
-      row "bench base $dtype batch $batch" "$v" "${tps:-?} target tok/s ($sentences sentences)"
-      [[ -n "$tps" ]] && perf+=("engine_tokens_per_s dtype=$dtype batch=$batch $tps")
-    done
+    for batch in 1 32 256; do bench_engine "$dtype" "$batch"; done
   done
   # CUDA graphs of the decode step (off by default until measured): the same runs with them.
-  for batch in 1 32; do
-    sentences=3000
-    ((batch == 1)) && sentences=300
-    res="$work/tb-graphs-$batch.txt"
-    run "translate_bench float16 batch $batch graphs" 60 "$B/bin/translate_bench" --device cuda \
-      --dtype float16 --cuda-graphs --vocab 32000 --src-len 28 --out-len 30 --beam 4 \
-      --batch "$batch" --sentences "$sentences" --no-gemm --check 0 --result "$res"
-    v=$(verdict_of); [[ $v == OK ]] || status=1
-    tps=$(awk -F= '$1 == "tokens_per_s" {printf "%.0f", $2}' "$res" 2>/dev/null)
-    row "bench base float16 batch $batch graphs" "$v" "${tps:-?} target tok/s ($sentences sentences)"
-    [[ -n "$tps" ]] && perf+=("engine_tokens_per_s dtype=float16 batch=$batch graphs $tps")
-  done
+  for batch in 1 32; do bench_engine float16 "$batch" graphs; done
 fi
 
 # 4. Training Transformer-base on Multi30k (the demo model's vocabulary) for a fixed number of
 # steps; tokens/s from the trainer's metrics (the window after the first log).
 if [[ -f "$B/data/train.en" && -x "$TNMT" ]]; then
-  peak=""
   for dtype in bfloat16 float16 float32; do
     dir="$work/train-$dtype"
     mkdir -p "$dir"
