@@ -575,13 +575,7 @@ int Main(int argc, char** argv) {
                   Seconds(tu, Clock::now()));
     }
     put("device", placement->ToString() + (gpu && f.cuda_graphs ? " graphs" : ""));
-    auto make_decoder = [&]() -> absl::StatusOr<BeamDecoder> {
-      if (backend == nullptr) return BeamDecoder::Create(config, weights, &ws);
-      absl::StatusOr<std::unique_ptr<StepModel>> step = backend->NewStepModel();
-      if (!step.ok()) return step.status();
-      return BeamDecoder::Create(config, *std::move(step));
-    };
-    absl::StatusOr<BeamDecoder> decoder = make_decoder();
+    absl::StatusOr<BeamDecoder> decoder = BeamDecoder::Create(config, weights, backend.get(), &ws);
     if (!decoder.ok()) return std::fprintf(stderr, "%s\n", decoder.status().ToString().c_str()), 1;
     const int64_t rss_model_kib = ProcStatusKiB("VmRSS");
     const int64_t maxrss_build_kib = MaxRssKiB();

@@ -101,6 +101,13 @@ BeamDecoder BeamDecoder::Create(const ModelConfig& c, std::unique_ptr<StepModel>
   return BeamDecoder(c, std::move(model));
 }
 
+absl::StatusOr<BeamDecoder> BeamDecoder::Create(const ModelConfig& c, const ModelWeights& w,
+                                                const DecodeBackend* backend, Workspace* ws) {
+  if (backend == nullptr) return Create(c, w, ws);
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> step, backend->NewStepModel());
+  return BeamDecoder(c, std::move(step));
+}
+
 int BeamDecoder::live_rows() const {
   int n = 0;
   for (const auto& s : live_) n += static_cast<int>(s->live.size());

@@ -29,6 +29,9 @@ class BeamDecoder {
                                             Workspace* ws);
   // Over any device's StepModel (step_model.h) of a model with config `c`.
   static BeamDecoder Create(const ModelConfig& c, std::unique_ptr<StepModel> model);
+  // On `backend`'s device when it is not null (a new StepModel of it), else on the CPU.
+  static absl::StatusOr<BeamDecoder> Create(const ModelConfig& c, const ModelWeights& w,
+                                            const DecodeBackend* backend, Workspace* ws);
   BeamDecoder(BeamDecoder&&) noexcept;
   BeamDecoder& operator=(BeamDecoder&&) noexcept;
   ~BeamDecoder();

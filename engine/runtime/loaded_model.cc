@@ -73,9 +73,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std:
 }
 
 absl::StatusOr<BeamDecoder> NewBeamDecoder(const LoadedModel& model, Workspace* ws) {
-  if (model.device_backend == nullptr) return BeamDecoder::Create(model.config, model.weights, ws);
-  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> step, model.device_backend->NewStepModel());
-  return BeamDecoder::Create(model.config, std::move(step));
+  return BeamDecoder::Create(model.config, model.weights, model.device_backend.get(), ws);
 }
 
 }  // namespace tnmt
