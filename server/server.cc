@@ -46,12 +46,15 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(s->service_.get());
   if (s->training_ != nullptr) builder.RegisterService(s->training_.get());
+  // gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is already
+  // served and then split the clients between the two; a busy port must be an error instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(o.max_message_bytes);
   builder.SetMaxSendMessageSize(std::max(o.max_message_bytes, 64 << 20));
   s->grpc_ = builder.BuildAndStart();
   if (s->grpc_ == nullptr || s->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen for gRPC on ", address,
-                                               " (address in use or not available)"));
+                                               " (address already in use, or not available on this machine)"));
   }
   s->SetServing(false);
 

@@ -1,9 +1,9 @@
 #include "server/jobs/job_runner.h"
 
 #include <fcntl.h>
+#include <spawn.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "engine/core/status_macros.h"
@@ -288,40 +289,57 @@ absl::Status JobRunner::Launch(JobRecord* job) {
   struct stat st;
   if (::stat((train + "/metrics.jsonl").c_str(), &st) == 0) child.metrics_offset = st.st_size;
 
-  // Everything the child needs is prepared before fork: between fork and exec only
-  // async-signal-safe calls are allowed in a multi-threaded process.
+  // The trainer is started with posix_spawn, never fork(): this process is multi-threaded
+  // (gRPC, the engine's OpenBLAS pool), and fork() runs the libraries' atfork handlers, one of
+  // which (OpenBLAS's) waits for its idle worker threads and never returns, with this runner's
+  // lock held: the job stayed QUEUED, submits hung and SIGTERM no longer stopped the server.
+  // posix_spawn runs no atfork handler. The child gets: its own process group (SIGTERM/SIGKILL
+  // reach the trainer and anything it starts), no blocked signals and default dispositions for
+  // the signals the server handles or ignores, stdin from /dev/null, stdout and stderr to the
+  // job's log, the job lock as fd 3 and no other descriptor. TNMT_PARENT_PID makes the trainer
+  // ask for SIGKILL when this server dies (tools/tnmt/main.cc), as PR_SET_PDEATHSIG cannot be
+  // set through posix_spawn.
   std::vector<std::string> args = {options_.trainer_binary, "train", "--config", config_path};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);  // SIGTERM/SIGKILL go to the trainer and anything it starts
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the server blocks signals; the trainer needs them
-    struct sigaction dfl;
-    std::memset(&dfl, 0, sizeof(dfl));
-    dfl.sa_handler = SIG_DFL;
-    ::sigaction(SIGPIPE, &dfl, nullptr);
-    ::dup2(devnull, 0);
-    ::dup2(log, 1);
-    ::dup2(log, 2);
-    ::dup2(lock, 3);
-    for (int fd = 4; fd < 1024; ++fd) ::close(fd);
-    ::execv(argv[0], argv.data());
-    static const char kMsg[] = "tnmt serve: cannot execute the trainer binary\n";
-    (void)!::write(2, kMsg, sizeof(kMsg) - 1);
-    ::_exit(127);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, "TNMT_PARENT_PID=")) env_strings.emplace_back(*e);
   }
-  const int fork_errno = errno;
+  env_strings.push_back(absl::StrCat("TNMT_PARENT_PID=", ::getpid()));
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawnattr_init(&attr);
+  ::posix_spawn_file_actions_adddup2(&actions, devnull, 0);
+  ::posix_spawn_file_actions_adddup2(&actions, log, 1);
+  ::posix_spawn_file_actions_adddup2(&actions, log, 2);
+  ::posix_spawn_file_actions_adddup2(&actions, lock, 3);
+  ::posix_spawn_file_actions_addclosefrom_np(&actions, 4);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}) sigaddset(&defaults, sig);
+  ::posix_spawnattr_setsigmask(&attr, &none);
+  ::posix_spawnattr_setsigdefault(&attr, &defaults);
+  ::posix_spawnattr_setpgroup(&attr, 0);
+  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  const int spawn_errno = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::posix_spawnattr_destroy(&attr);
   ::close(lock);
   ::close(log);
   ::close(devnull);
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(fork_errno)));
+  if (spawn_errno != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot start the trainer ", options_.trainer_binary, ": ", std::strerror(spawn_errno)));
+  }
   child.pid = pid;
   children_[job->id] = child;
   ++job->attempts;
@@ -419,6 +437,11 @@ void JobRunner::Publish(JobRecord* job, const JobSpec& spec) {
     s = WriteFileAtomically(dir + "/job.json", provenance.dump(2) + "\n", dir + "/job.json.tmp");
   }
   if (s.ok()) s = publish_(name, dir);
+  if (!s.ok() && stopping_) {
+    // The training finished as the server began to stop: nothing is lost, the next start
+    // re-runs the (finished) trainer, which exits at once, and publishes then.
+    return SetState(job, JobState::kQueued);
+  }
   if (!s.ok()) return SetState(job, JobState::kFailed, absl::StrCat("publish: ", s.message()));
   job->published_model = name;
   SetState(job, JobState::kSucceeded);
