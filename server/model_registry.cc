@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/quote.h"
 
 namespace tnmt::server {
 
@@ -77,7 +78,7 @@ absl::Status ModelRegistry::Load(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     if (drained_) return absl::UnavailableError("server is shutting down");
     e = FindLocked(name);
-    if (e == nullptr) return absl::NotFoundError(absl::StrCat("no model named \"", name, "\""));
+    if (e == nullptr) return absl::NotFoundError(absl::StrCat("no model named ", QuoteForError(name)));
     path = e->status.path;
     placement = e->status.placement;
   }
@@ -124,7 +125,7 @@ absl::Status ModelRegistry::LoadAll() {
 absl::StatusOr<std::shared_ptr<Scheduler>> ModelRegistry::Get(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Entry* e = FindLocked(name);
-  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no model named \"", name, "\""));
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no model named ", QuoteForError(name)));
   if (e->scheduler != nullptr) return e->scheduler;
   if (drained_) return absl::UnavailableError("server is shutting down");
   return absl::UnavailableError(absl::StrCat("model \"", name, "\" is ", e->status.state,
@@ -149,7 +150,13 @@ bool ModelRegistry::AllReady() const {
 
 std::string ModelRegistry::default_model() const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!default_.empty()) return default_;
   return entries_.size() == 1 ? entries_[0]->status.name : "";
+}
+
+void ModelRegistry::SetDefault(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  default_ = name;
 }
 
 void ModelRegistry::DrainAll() {

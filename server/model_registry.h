@@ -48,12 +48,17 @@ class ModelRegistry {
   std::vector<ModelStatus> List() const;
   // True when every model has a serving generation.
   bool AllReady() const;
+  // The model a request without `model` gets: the one set by SetDefault (the server's only
+  // configured model), else the only model served, else none ("" : the request must name one).
+  // Models published later by training jobs never change a configured default.
   std::string default_model() const;
+  void SetDefault(const std::string& name);
 
   // Finishes all accepted work and stops every scheduler; later Gets are UNAVAILABLE.
   void DrainAll();
 
  private:
+  std::string default_;  // guarded by mu_
   struct Entry {
     ModelStatus status;
     std::shared_ptr<Scheduler> scheduler;

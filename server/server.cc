@@ -36,6 +36,9 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
       return absl::InvalidArgumentError(absl::StrCat("model name \"", name, "\" given twice"));
     }
   }
+  // One configured model is the default for requests that name none, also after training
+  // jobs publish more models next to it.
+  if (o.models.size() == 1) s->registry_->SetDefault(o.models.begin()->first);
   s->service_ = std::make_unique<TranslationServiceImpl>(s->registry_.get(), s->metrics_.get(), o.limits);
   if (!o.jobs.state_dir.empty()) TNMT_RETURN_IF_ERROR(s->StartJobs());
 

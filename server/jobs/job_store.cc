@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "engine/core/quote.h"
 
 namespace tnmt::server::jobs {
 
@@ -333,7 +334,7 @@ absl::Status CheckJobExists(sqlite3* db, const std::string& id) {
   s.BindText(id);
   absl::StatusOr<bool> row = s.Step();
   if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
+  if (!*row) return absl::NotFoundError(absl::StrCat("job ", QuoteForError(id), " not found"));
   return absl::OkStatus();
 }
 
@@ -522,7 +523,7 @@ absl::StatusOr<JobRecord> JobStore::Get(const std::string& id) const {
   s.BindText(id);
   absl::StatusOr<bool> row = s.Step();
   if (!row.ok()) return row.status();
-  if (!*row) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
+  if (!*row) return absl::NotFoundError(absl::StrCat("job ", QuoteForError(id), " not found"));
   return ReadJob(s);
 }
 
@@ -573,7 +574,7 @@ absl::Status JobStore::Update(const JobRecord& record) {
   s.BindText(record.id);
   if (absl::Status st = s.Run(); !st.ok()) return st;
   if (sqlite3_changes(db_) == 0) {
-    return absl::NotFoundError(absl::StrCat("job \"", record.id, "\" not found"));
+    return absl::NotFoundError(absl::StrCat("job ", QuoteForError(record.id), " not found"));
   }
   return absl::OkStatus();
 }
@@ -614,7 +615,7 @@ absl::StatusOr<int64_t> JobStore::AppendEvent(const std::string& job_id, const s
     s.BindText(job_id);
     if (absl::Status st = s.Run(); !st.ok()) return st;
     if (sqlite3_changes(db_) == 0) {
-      return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
+      return absl::NotFoundError(absl::StrCat("job ", QuoteForError(job_id), " not found"));
     }
   }
   Statement insert(db_, "INSERT INTO job_events (job_id, time_ms, kind, json) VALUES (?, ?, ?, ?)",
