@@ -162,7 +162,12 @@ absl::Status AverageLastCheckpoints(const std::string& root, int last,
                                     const std::string& out_model_dir,
                                     const AverageOptions& options) {
   if (last < 1) return absl::InvalidArgumentError(absl::StrCat("average: --last ", last, " must be >= 1"));
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return absl::NotFoundError(absl::StrCat(root, ": no such directory"));
   TNMT_ASSIGN_OR_RETURN(std::vector<std::string> all, ListCheckpoints(root));
+  if (all.empty()) {
+    return absl::NotFoundError(absl::StrCat(root, ": no checkpoints (step-N directories) to average"));
+  }
   if (static_cast<int>(all.size()) < last) {
     return absl::FailedPreconditionError(absl::StrCat(root, ": ", all.size(),
                                                       " checkpoint(s), fewer than the ", last,

@@ -26,8 +26,8 @@ struct AverageOptions {
 absl::Status AverageCheckpoints(const std::vector<std::string>& dirs, const std::string& out_model_dir,
                                 const AverageOptions& options = {});
 
-// Averages the `last` newest checkpoints under `root` (ListCheckpoints); fewer than `last`
-// existing is an error, as is `last` < 1.
+// Averages the `last` newest checkpoints under `root` (ListCheckpoints). Errors: a missing
+// `root` ("no such directory"), none or fewer than `last` checkpoints under it, `last` < 1.
 absl::Status AverageLastCheckpoints(const std::string& root, int last,
                                     const std::string& out_model_dir,
                                     const AverageOptions& options = {});

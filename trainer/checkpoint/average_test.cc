@@ -92,6 +92,16 @@ TEST_F(AverageTest, AverageLastKPicksTheNewest) {
   EXPECT_FALSE(fs::exists(work_ + "/x"));
 }
 
+TEST_F(AverageTest, AMissingOrEmptyRootSaysSo) {
+  absl::Status s = AverageLastCheckpoints(work_ + "/nonexistent", 5, work_ + "/x");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(std::string(s.message()).find("/nonexistent: no such directory"), std::string::npos) << s;
+  fs::create_directories(work_ + "/empty");
+  s = AverageLastCheckpoints(work_ + "/empty", 5, work_ + "/x");
+  EXPECT_NE(std::string(s.message()).find("no checkpoints"), std::string::npos) << s;
+  EXPECT_FALSE(fs::exists(work_ + "/x"));
+}
+
 TEST_F(AverageTest, OneInputIsACopy) {
   const std::string out = work_ + "/copy";
   ASSERT_TRUE(AverageCheckpoints({testing::kTinyModelDir}, out).ok());
