@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "engine/core/tensor.h"
 
 namespace tnmt::train {
@@ -77,12 +78,30 @@ absl::StatusOr<ModelConfig> PresetModel(const std::string& preset, int vocab_siz
   return c;
 }
 
+std::string ConfigOrigin::Name(const std::string& key) const {
+  if (flag_keys.count(key)) return "--" + absl::StrReplaceAll(key, {{"_", "-"}});
+  auto it = spelled.find(key);
+  const std::string& written = it == spelled.end() ? key : it->second;
+  if (file.empty()) return absl::StrCat("\"", written, "\"");
+  return absl::StrCat(file, ": \"", written, "\"");
+}
+
 absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const std::string& source) {
+  ConfigOrigin origin;
+  origin.file = source;
+  return FromJson(j, origin);
+}
+
+absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOrigin& origin) {
+  const std::string& source = origin.file;
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(source, ": must be a JSON object"));
   TrainConfig t;
   std::vector<std::string> unknown;
+  // "NAME what (got VALUE)", NAME as the user wrote the setting.
   auto bad = [&](const std::string& key, const std::string& what) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": \"", key, "\" ", what));
+    std::string got;
+    if (j.contains(key)) got = absl::StrCat(" (got ", j[key].dump(), ")");
+    return absl::InvalidArgumentError(absl::StrCat(origin.Name(key), " ", what, got));
   };
   // Typed readers; wrong types are errors naming the key.
   auto str = [&](const char* key, std::string* out) -> absl::Status {
@@ -116,7 +135,9 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const std::stri
       "save_every_steps", "save_every_minutes", "keep_last", "valid_every_steps", "valid_bleu",
       "valid_beam_size", "valid_max_sentences", "metrics_file", "log_every_steps", "threads", "device", "dtype"};
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!known.count(it.key()) && !ModelKeys().count(it.key())) unknown.push_back(it.key());
+    if (known.count(it.key()) || ModelKeys().count(it.key())) continue;
+    auto spelled = origin.spelled.find(it.key());
+    unknown.push_back(spelled == origin.spelled.end() ? it.key() : spelled->second);
   }
   if (!unknown.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": unknown key(s) ", absl::StrJoin(unknown, ", ")));
@@ -139,12 +160,23 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const std::stri
                          integer("threads", &t.threads), str("device", &t.device), str("dtype", &t.dtype)}) {
     if (!s.ok()) return s;
   }
-  if (t.train_source.empty() || t.train_target.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": \"train_source\" and \"train_target\" are required"));
-  }
-  if (t.save_dir.empty()) return absl::InvalidArgumentError(absl::StrCat(source, ": \"save_dir\" is required"));
+  // A required setting names both ways to give it.
+  auto required = [&](std::initializer_list<const char*> keys) {
+    std::vector<std::string> flags, names;
+    for (const char* k : keys) {
+      flags.push_back("--" + absl::StrReplaceAll(k, {{"_", "-"}}));
+      names.push_back(absl::StrCat("\"", k, "\""));
+    }
+    const std::string where = source.empty() ? "a --config file" : source;
+    return absl::InvalidArgumentError(absl::StrCat(absl::StrJoin(flags, " and "), " (", absl::StrJoin(names, ", "),
+                                                   " in ", where, ") ", keys.size() > 1 ? "are" : "is",
+                                                   " required"));
+  };
+  if (t.train_source.empty() || t.train_target.empty()) return required({"train_source", "train_target"});
+  if (t.save_dir.empty()) return required({"save_dir"});
   if (t.valid_source.empty() != t.valid_target.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": give both \"valid_source\" and \"valid_target\" or neither"));
+    return bad(t.valid_source.empty() ? "valid_target" : "valid_source",
+               "needs its other side too (give both valid_source and valid_target, or neither)");
   }
   if (t.vocab_size < 8) return bad("vocab_size", "must be at least 8");
   if (t.max_length < 1) return bad("max_length", "must be positive");
@@ -157,31 +189,56 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const std::stri
   if (t.max_epochs < 0) return bad("max_epochs", "must be >= 0");
   if (!(t.clip_norm >= 0)) return bad("clip_norm", "must be >= 0");
   if (!(t.dropout >= 0 && t.dropout < 1)) return bad("dropout", "must be in [0, 1)");
-  if (t.save_every_steps < 0 || t.valid_every_steps < 0 || t.log_every_steps < 1) {
-    return bad("save_every_steps/valid_every_steps/log_every_steps", "must be >= 0 (log: >= 1)");
-  }
+  if (t.save_every_steps < 0) return bad("save_every_steps", "must be >= 0");
+  if (t.valid_every_steps < 0) return bad("valid_every_steps", "must be >= 0");
+  if (t.log_every_steps < 1) return bad("log_every_steps", "must be positive");
   if (t.valid_beam_size < 1 || t.valid_beam_size > 64) return bad("valid_beam_size", "must be in [1, 64]");
   if (t.threads < 0) return bad("threads", "must be >= 0");
   auto device = ParseTrainDevice(t.device);
-  if (!device.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", device.status().message()));
+  if (!device.ok()) return bad("device", "must be \"cpu\", \"cuda\" or \"cuda:N\"");
   auto precision = ParseTrainPrecision(t.dtype);
-  if (!precision.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", precision.status().message()));
+  if (!precision.ok()) return bad("dtype", "must be \"float32\", \"float16\" or \"bfloat16\"");
   if (!device->cuda && *precision != TrainPrecision::kFloat32) {
-    return bad("dtype", absl::StrCat(t.dtype, " needs a GPU (\"device\": \"cuda\"); training on \"cpu\" is float32"));
+    return bad("dtype", absl::StrCat("needs a GPU for ", t.dtype, " (device \"cuda\"); training on \"cpu\" is float32"));
   }
 
   auto preset = PresetModel(t.preset, t.vocab_size);
-  if (!preset.ok()) return absl::InvalidArgumentError(absl::StrCat(source, ": ", preset.status().message()));
-  // Model overrides go through the model-format parser, which validates them.
+  if (!preset.ok()) return bad("preset", "must be base, big, small or tiny");
+  // Model overrides go through the model-format parser, which validates them and names the
+  // key as "key"; keys that flags set are renamed to their flags.
   json model = json::parse(preset->ToJson());
+  bool from_file = false;
   for (const std::string& key : ModelKeys()) {
-    if (j.contains(key)) model[key] = j[key];
+    if (!j.contains(key)) continue;
+    model[key] = j[key];
+    if (!origin.flag_keys.count(key)) from_file = true;
   }
   model["vocab_size"] = t.vocab_size;
-  auto mc = ModelConfig::Parse(model.dump(), source + " (model settings)");
-  if (!mc.ok()) return mc.status();
+  const std::string label = from_file && !source.empty() ? source + " (model settings)" : "model settings";
+  auto mc = ModelConfig::Parse(model.dump(), label);
+  if (!mc.ok()) {
+    std::string message(mc.status().message());
+    for (const std::string& key : origin.flag_keys) {
+      message = absl::StrReplaceAll(message, {{absl::StrCat("\"", key, "\""), origin.Name(key)}});
+    }
+    return absl::Status(mc.status().code(), message);
+  }
   t.model = *mc;
   return t;
+}
+
+absl::Status CheckResumable(const ModelConfig& checkpoint, const ModelConfig& requested) {
+  const json a = json::parse(checkpoint.ToJson()), b = json::parse(requested.ToJson());
+  std::vector<std::string> differences;
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    // Not the model's function: decoding defaults and the label smoothing of the loss.
+    if (it.key() == "decoding" || it.key() == "label_smoothing") continue;
+    const json other = b.contains(it.key()) ? b[it.key()] : json();
+    if (it.value() != other) differences.push_back(absl::StrCat(it.key(), ": checkpoint ", it.value().dump(), ", config ", other.dump()));
+  }
+  if (differences.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("the checkpoint's model differs from the config (",
+                                                 absl::StrJoin(differences, "; "), ")"));
 }
 
 json TrainConfig::ToJson() const {

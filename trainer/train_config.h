@@ -1,8 +1,11 @@
 // TrainConfig: everything `tnmt train` needs, from a JSON file (--config) with flags on top.
-// Keys are the flag names with '_' for '-'. Validation names the bad key and the source.
+// Keys are the flag names with '_' for '-'. Validation names the bad setting as the user wrote
+// it: a flag as the flag (--max-steps), a key of the file as that key in that file.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +14,16 @@
 #include "engine/model/config.h"
 
 namespace tnmt::train {
+
+// Where the settings of one FromJson call came from, for error messages.
+struct ConfigOrigin {
+  std::string file;                 // names the JSON (a --config path, "job spec"); empty: none
+  std::set<std::string> flag_keys;  // keys ('_' spelling) that command-line flags set
+  std::map<std::string, std::string> spelled;  // key -> as the file spells it ("max-steps")
+
+  // "--max-steps" for a flag key, else "FILE: \"max_steps\"" (or "\"max_steps\"" without a file).
+  std::string Name(const std::string& key) const;
+};
 
 struct TrainConfig {
   // Data.
@@ -52,7 +65,9 @@ struct TrainConfig {
   std::string device = "cpu";
   std::string dtype = "float32";
 
-  // Parses JSON (`source` names it in errors), validates, applies the preset.
+  // Parses JSON (`origin` names its settings in errors), validates, applies the preset.
+  static absl::StatusOr<TrainConfig> FromJson(const nlohmann::json& j, const ConfigOrigin& origin);
+  // The same with every key from one JSON source (`source` names it in errors).
   static absl::StatusOr<TrainConfig> FromJson(const nlohmann::json& j, const std::string& source);
   nlohmann::json ToJson() const;
 };
@@ -70,6 +85,11 @@ absl::StatusOr<TrainDevice> ParseTrainDevice(const std::string& device);
 // "float32", "float16", "bfloat16".
 absl::StatusOr<TrainPrecision> ParseTrainPrecision(const std::string& dtype);
 const char* TrainPrecisionName(TrainPrecision p);
+
+// Whether training may resume from a checkpoint of model `checkpoint` with the model the
+// settings ask for (`requested`): every architecture and vocabulary key of config.json must be
+// equal. The error names each differing key ("d_model: checkpoint 256, config 512").
+absl::Status CheckResumable(const ModelConfig& checkpoint, const ModelConfig& requested);
 
 // The paper's base and big models, and smaller ones for CPUs and tests.
 absl::StatusOr<ModelConfig> PresetModel(const std::string& preset, int vocab_size);

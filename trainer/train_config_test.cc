@@ -1,11 +1,14 @@
 // TrainConfig: the device and dtype keys (defaults, accepted forms, errors that name the key,
-// half precision refused on the CPU), and that ToJson round-trips them.
+// half precision refused on the CPU), that ToJson round-trips them; errors name a setting as
+// the user wrote it (the flag, or the file and key); CheckResumable names each differing key.
 #include "trainer/train_config.h"
 
 #include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
 
 namespace tnmt::train {
 namespace {
@@ -93,6 +96,84 @@ TEST(TrainConfigTest, HalfPrecisionOnCpuIsRefused) {
     EXPECT_NE(msg.find(dtype), std::string::npos) << msg;
     EXPECT_NE(msg.find("cuda"), std::string::npos) << msg;
   }
+}
+
+// `tnmt train --config run.json --preset huge`: the flag is wrong, not the file.
+TEST(TrainConfigTest, ABadFlagIsBlamedOnTheFlag) {
+  struct Case {
+    const char* key;
+    json value;
+    const char* flag;
+  };
+  for (const Case& c : {Case{"preset", "huge", "--preset"}, Case{"dropout", 2.0, "--dropout"},
+                        Case{"max_steps", 0, "--max-steps"}, Case{"log_every_steps", 0, "--log-every-steps"},
+                        Case{"device", "tpu", "--device"}, Case{"vocab_size", "many", "--vocab-size"}}) {
+    json j = Minimal();
+    j[c.key] = c.value;
+    ConfigOrigin origin;
+    origin.file = "run.json";
+    origin.flag_keys = {c.key};
+    auto cfg = TrainConfig::FromJson(j, origin);
+    ASSERT_FALSE(cfg.ok()) << c.key;
+    const std::string msg(cfg.status().message());
+    EXPECT_EQ(msg.rfind(c.flag, 0), 0u) << msg;
+    EXPECT_EQ(msg.find("run.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.value.dump()), std::string::npos) << "the message shows the value: " << msg;
+    // The same value from the file names the file and its key.
+    origin.flag_keys.clear();
+    cfg = TrainConfig::FromJson(j, origin);
+    ASSERT_FALSE(cfg.ok()) << c.key;
+    const std::string file_msg(cfg.status().message());
+    EXPECT_EQ(file_msg.rfind(absl::StrCat("run.json: \"", c.key, "\""), 0), 0u) << file_msg;
+  }
+}
+
+TEST(TrainConfigTest, ABadModelFlagIsNamedAsTheFlag) {
+  json j = Minimal();
+  j["d_model"] = 30;
+  j["num_heads"] = 4;
+  ConfigOrigin origin;
+  origin.file = "run.json";
+  origin.flag_keys = {"d_model", "num_heads"};
+  auto cfg = TrainConfig::FromJson(j, origin);
+  ASSERT_FALSE(cfg.ok());
+  const std::string msg(cfg.status().message());
+  EXPECT_NE(msg.find("--d-model 30"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--num-heads 4"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("run.json"), std::string::npos) << msg;
+}
+
+TEST(TrainConfigTest, RequiredSettingsNameTheFlagsAndKeys) {
+  ConfigOrigin origin;  // no --config file
+  auto cfg = TrainConfig::FromJson(json{{"save_dir", "/tmp/x"}}, origin);
+  ASSERT_FALSE(cfg.ok());
+  const std::string msg(cfg.status().message());
+  EXPECT_NE(msg.find("--train-source and --train-target"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"train_source\""), std::string::npos) << msg;
+}
+
+TEST(TrainConfigTest, ResumableWhenTheModelIsTheSame) {
+  auto a = PresetModel("small", 100);
+  ASSERT_TRUE(a.ok());
+  ModelConfig b = *a;
+  b.label_smoothing = 0.2f;  // a loss setting, not the model
+  EXPECT_TRUE(CheckResumable(*a, b).ok());
+}
+
+TEST(TrainConfigTest, NotResumableNamesEachDifferingKey) {
+  auto saved = PresetModel("small", 100);
+  auto requested = PresetModel("base", 100);
+  ASSERT_TRUE(saved.ok() && requested.ok());
+  absl::Status s = CheckResumable(*saved, *requested);
+  ASSERT_FALSE(s.ok());
+  const std::string msg(s.message());
+  EXPECT_NE(msg.find("d_model: checkpoint 256, config 512"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("num_heads: checkpoint 4, config 8"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("encoder_layers: checkpoint 3, config 6"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("vocab_size"), std::string::npos) << msg;
+  requested->vocab_size = 120;
+  s = CheckResumable(*saved, *requested);
+  EXPECT_NE(std::string(s.message()).find("vocab_size: checkpoint 100, config 120"), std::string::npos) << s;
 }
 
 }  // namespace

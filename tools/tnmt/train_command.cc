@@ -1,10 +1,11 @@
-// `tnmt train`: a JSON config (--config) with any key overridden by a flag of the same name
-// ('-' for '_'). SIGTERM/SIGINT write a final checkpoint and exit 0. Devices: one process
-// (--device, or --devices with one entry); several devices on this node (--devices cuda:0,1 or
-// cpu,cpu): this process becomes the launcher and runs one worker per device (the same binary,
-// told its rank by TNMT_RANK/TNMT_WORLD_SIZE/TNMT_BOOTSTRAP_DIR, see trainer/launch); started by
-// mpirun, it trains data-parallel over MPI (one device per process). `tnmt average`: average the
-// last K checkpoints.
+// `tnmt train`: a JSON config (--config; keys spelled with '_' or '-') with any key overridden
+// by a flag of the same name; errors name a setting as the user gave it (flag, or file and key).
+// SIGTERM/SIGINT write a final checkpoint and exit 0. Devices: one process (--device, or
+// --devices with one entry); several devices on this node (--devices cuda:0,1 or cpu,cpu): this
+// process becomes the launcher and runs one worker per device (the same binary, told its rank by
+// TNMT_RANK/TNMT_WORLD_SIZE/TNMT_BOOTSTRAP_DIR, see trainer/launch); started by mpirun, it trains
+// data-parallel over MPI (one device per process). `tnmt average`: average the last K
+// checkpoints.
 #include "tools/tnmt/train_command.h"
 
 #include <unistd.h>
@@ -12,20 +13,20 @@
 #include <atomic>
 #include <csignal>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/tnmt/args.h"
+#include "tools/tnmt/config_file.h"
 #include "trainer/checkpoint/average.h"
 #include "trainer/collective/mpi_collective.h"
 #include "trainer/launch/cuda_devices.h"
@@ -48,49 +49,64 @@ struct Key {
   const char* name;
   Kind kind;
   const char* help;
+  const char* shown_default = nullptr;  // for --help; nullptr: TrainConfig's default value
 };
 
+constexpr char kFromPreset[] = "from --preset";
+
 const Key kKeys[] = {
-    {"train_source", Kind::kString, "source side of the parallel training text (plain or .gz)"},
-    {"train_target", Kind::kString, "target side, line-aligned with the source"},
+    {"train_source", Kind::kString, "source side of the parallel training text (plain or .gz; required)"},
+    {"train_target", Kind::kString, "target side, line-aligned with the source (required)"},
     {"valid_source", Kind::kString, "dev set source (for dev loss and BLEU)"},
     {"valid_target", Kind::kString, "dev set reference"},
-    {"spm_model", Kind::kString, "SentencePiece model; empty: train a joint one into save_dir"},
-    {"vocab_size", Kind::kInt, "pieces of the joint vocabulary to train (default 8000)"},
-    {"max_length", Kind::kInt, "skip pairs with a side longer than this many pieces (default 256)"},
-    {"max_length_ratio", Kind::kFloat, "skip pairs whose length ratio exceeds this (default 2)"},
-    {"preset", Kind::kString, "model size: base, big, small, tiny (default base)"},
-    {"d_model", Kind::kInt, "model width (overrides the preset)"},
-    {"num_heads", Kind::kInt, "attention heads"},
-    {"d_ff", Kind::kInt, "feed-forward width"},
-    {"encoder_layers", Kind::kInt, "encoder layers"},
-    {"decoder_layers", Kind::kInt, "decoder layers"},
-    {"normalize_before", Kind::kBool, "pre-norm instead of the paper's post-norm"},
+    {"spm_model", Kind::kString, "SentencePiece model", "train a joint one into --save-dir"},
+    {"vocab_size", Kind::kInt, "pieces of the joint vocabulary to train"},
+    {"max_length", Kind::kInt, "skip pairs with a side longer than this many pieces"},
+    {"max_length_ratio", Kind::kFloat, "skip pairs whose length ratio exceeds this"},
+    {"preset", Kind::kString, "model size: base, big, small, tiny"},
+    {"d_model", Kind::kInt, "model width (overrides the preset)", kFromPreset},
+    {"num_heads", Kind::kInt, "attention heads", kFromPreset},
+    {"d_ff", Kind::kInt, "feed-forward width", kFromPreset},
+    {"encoder_layers", Kind::kInt, "encoder layers", kFromPreset},
+    {"decoder_layers", Kind::kInt, "decoder layers", kFromPreset},
+    {"normalize_before", Kind::kBool, "pre-norm instead of the paper's post-norm", "off"},
     {"activation", Kind::kString, "relu or gelu"},
-    {"label_smoothing", Kind::kFloat, "label smoothing epsilon (default 0.1)"},
-    {"max_tokens", Kind::kInt, "tokens per batch per process, padding included (default 4096)"},
-    {"accum_steps", Kind::kInt, "batches accumulated per update (default 1)"},
-    {"warmup_steps", Kind::kInt, "learning-rate warmup steps (default 4000)"},
-    {"lr_scale", Kind::kFloat, "multiplies the paper's learning rate (default 1)"},
-    {"max_steps", Kind::kInt, "updates to train (default 100000)"},
+    {"label_smoothing", Kind::kFloat, "label smoothing epsilon"},
+    {"max_tokens", Kind::kInt, "tokens per batch per process, padding included"},
+    {"accum_steps", Kind::kInt, "batches accumulated per update"},
+    {"warmup_steps", Kind::kInt, "learning-rate warmup steps"},
+    {"lr_scale", Kind::kFloat, "multiplies the paper's learning rate"},
+    {"max_steps", Kind::kInt, "updates to train"},
     {"max_epochs", Kind::kInt, "epochs to train; 0: no limit"},
     {"clip_norm", Kind::kFloat, "clip the gradient's global norm; 0: off"},
-    {"dropout", Kind::kFloat, "dropout (default 0.1)"},
-    {"seed", Kind::kInt, "random seed (default 1)"},
+    {"dropout", Kind::kFloat, "dropout"},
+    {"seed", Kind::kInt, "random seed"},
     {"save_dir", Kind::kString, "where checkpoints, the vocabulary and metrics go (required)"},
-    {"save_every_steps", Kind::kInt, "checkpoint every N updates (default 1000)"},
+    {"save_every_steps", Kind::kInt, "checkpoint every N updates; 0: off"},
     {"save_every_minutes", Kind::kFloat, "checkpoint every M minutes of training; 0: off"},
-    {"keep_last", Kind::kInt, "checkpoints kept (default 5)"},
-    {"valid_every_steps", Kind::kInt, "validate every N updates (default 1000)"},
-    {"valid_bleu", Kind::kBool, "compute dev BLEU with beam search (default true)"},
-    {"valid_beam_size", Kind::kInt, "beam size for dev BLEU (default 4)"},
+    {"keep_last", Kind::kInt, "checkpoints kept"},
+    {"valid_every_steps", Kind::kInt, "validate every N updates; 0: off"},
+    {"valid_bleu", Kind::kBool, "compute dev BLEU (sacreBLEU's, 0-100) with beam search"},
+    {"valid_beam_size", Kind::kInt, "beam size for dev BLEU"},
     {"valid_max_sentences", Kind::kInt, "dev sentences translated for BLEU; 0: all"},
-    {"metrics_file", Kind::kString, "JSON-lines metrics (default save_dir/metrics.jsonl)"},
-    {"log_every_steps", Kind::kInt, "progress and metrics every N updates (default 10)"},
-    {"threads", Kind::kInt, "compute threads per process (default: all cores, shared by local workers)"},
+    {"metrics_file", Kind::kString, "JSON-lines metrics", "SAVE_DIR/metrics.jsonl"},
+    {"log_every_steps", Kind::kInt, "progress and metrics every N updates"},
+    {"threads", Kind::kInt, "compute threads per process", "all cores, shared by local workers"},
     {"device", Kind::kString, "cpu, cuda:N, or cuda (GPU rank mod visible GPUs); several: --devices"},
-    {"dtype", Kind::kString, "float32, or mixed precision float16 / bfloat16 (cuda only; default float32)"},
+    {"dtype", Kind::kString, "float32, or mixed precision float16 / bfloat16 (cuda only)"},
 };
+
+// What --help states as the default of `k`: its own text, else TrainConfig's value.
+std::string ShownDefault(const Key& k) {
+  if (k.shown_default != nullptr) return k.shown_default;
+  static const json* defaults = new json(train::TrainConfig{}.ToJson());
+  const json& v = defaults->contains(k.name) ? (*defaults)[k.name] : json();
+  if (v.is_boolean()) return v.get<bool>() ? "on" : "off";
+  if (v.is_number_float()) return absl::StrFormat("%g", v.get<double>());
+  if (v.is_string()) return v.get<std::string>().empty() ? "none" : v.get<std::string>();
+  if (v.is_null()) return "none";
+  return v.dump();
+}
 
 std::string FlagName(const char* key) { return absl::StrReplaceAll(key, {{"_", "-"}}); }
 
@@ -158,8 +174,8 @@ absl::StatusOr<std::string> MpiDevice(const train::DeviceList& devices, const st
 int TrainCommand(int argc, char** argv) {
   Args args("tnmt train",
             "Trains a Transformer on parallel text. Settings come from --config FILE (JSON, keys\n"
-            "as the flags with '_' for '-'); flags override it. Resumes from the newest checkpoint\n"
-            "in --save-dir. SIGTERM or Ctrl-C writes a final checkpoint and exits 0.\n"
+            "as the flags, spelled with '-' or '_'); flags override it. Resumes from the newest\n"
+            "checkpoint in --save-dir. SIGTERM or Ctrl-C writes a final checkpoint and exits 0.\n"
             "Data parallelism: --devices cuda:0,1,... (or cuda: every visible GPU; or cpu,cpu: CPU\n"
             "processes) runs one worker process per device on this node and supervises them; under\n"
             "mpirun every process trains on its shard and gradients are all-reduced (MPI, or NCCL\n"
@@ -167,12 +183,15 @@ int TrainCommand(int argc, char** argv) {
   args.AddString("config", "", "JSON file with training settings");
   args.AddString("devices", "",
                  "devices of this node, one worker process each: cuda:0,1,3 | cuda (all visible GPUs) | cpu,cpu");
+  // Only flags given on the command line are used (over the --config file); the stored
+  // defaults are never read, --help states TrainConfig's.
   for (const Key& k : kKeys) {
+    const std::string shown = ShownDefault(k);
     switch (k.kind) {
-      case Kind::kString: args.AddString(FlagName(k.name), "", k.help); break;
-      case Kind::kInt: args.AddInt(FlagName(k.name), 0, k.help); break;
-      case Kind::kFloat: args.AddFloat(FlagName(k.name), 0, k.help); break;
-      case Kind::kBool: args.AddBool(FlagName(k.name), false, k.help); break;
+      case Kind::kString: args.AddString(FlagName(k.name), "", k.help, shown); break;
+      case Kind::kInt: args.AddInt(FlagName(k.name), 0, k.help, shown); break;
+      case Kind::kFloat: args.AddFloat(FlagName(k.name), 0, k.help, shown); break;
+      case Kind::kBool: args.AddBool(FlagName(k.name), false, k.help, shown); break;
     }
   }
   absl::Status parsed = args.Parse(argc, argv, 2);
@@ -182,19 +201,17 @@ int TrainCommand(int argc, char** argv) {
     return 0;
   }
   json j = json::object();
-  std::string source = "flags";
+  train::ConfigOrigin origin;
   if (!args.GetString("config").empty()) {
-    source = args.GetString("config");
-    std::ifstream in(source);
-    if (!in) return Fail("train", absl::StrCat(source, ": cannot open"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    j = json::parse(ss.str(), nullptr, false);
-    if (j.is_discarded()) return Fail("train", absl::StrCat(source, ": not valid JSON"));
+    origin.file = args.GetString("config");
+    absl::StatusOr<json> file = ReadConfigFile(origin.file, '_', &origin.spelled);  // max-steps or max_steps
+    if (!file.ok()) return Fail("train", std::string(file.status().message()));
+    j = *std::move(file);
   }
   for (const Key& k : kKeys) {
     const std::string flag = FlagName(k.name);
     if (!args.given(flag)) continue;
+    origin.flag_keys.insert(k.name);
     switch (k.kind) {
       case Kind::kString: j[k.name] = args.GetString(flag); break;
       case Kind::kInt: j[k.name] = args.GetInt(flag); break;
@@ -236,7 +253,7 @@ int TrainCommand(int argc, char** argv) {
       !train::BuiltWithCuda()) {
     return Fail("train", absl::StrCat("device ", j["device"].get<std::string>(), ": ", train::kNoCudaSupport));
   }
-  auto cfg = train::TrainConfig::FromJson(j, source);
+  auto cfg = train::TrainConfig::FromJson(j, origin);
   if (!cfg.ok()) return Fail("train", std::string(cfg.status().message()));
 
   std::signal(SIGTERM, OnSignal);
