@@ -60,5 +60,25 @@ check "unknown device names --device" grep -q -- "--device tpu: expected cpu, cu
 "$TNMT" translate --model "$MODEL" --dtype float16 < /dev/null 2> "$TMP/e6"
 check "half precision on the CPU refused" grep -q -- "--dtype float16: the CPU engine computes in float32" "$TMP/e6"
 
+# The input is never destroyed: the same file as --output (by any name, or as redirected stdin)
+# is refused before anything is written; a directory is not an input.
+printf 'Das Haus ist rot.\nDer Hund.\n' > "$TMP/same.txt"
+cp "$TMP/same.txt" "$TMP/same.orig"
+"$TNMT" translate --model "$MODEL" --input "$TMP/same.txt" --output "$TMP/same.txt" 2> "$TMP/e7"
+check "--output equal to --input refused (exit 2)" test $? -eq 2
+check "  saying it is the input file" grep -q -- "--output $TMP/same.txt is the input file" "$TMP/e7"
+check "  the input is intact" cmp -s "$TMP/same.txt" "$TMP/same.orig"
+ln -sf "$TMP/same.txt" "$TMP/same-link.txt"
+"$TNMT" translate --model "$MODEL" --input "$TMP/same.txt" --output "$TMP/./same-link.txt" 2> /dev/null
+check "the same file under another name is refused too" test $? -eq 2
+"$TNMT" translate --model "$MODEL" --output "$TMP/same.txt" < "$TMP/same.txt" 2> /dev/null
+check "stdin redirected from the output file is refused" test $? -eq 2
+check "  the input is still intact" cmp -s "$TMP/same.txt" "$TMP/same.orig"
+"$TNMT" translate --model "$MODEL" --input "$TMP" > "$TMP/dir.out" 2> "$TMP/e8"
+check "a directory as --input refused (exit 2)" test $? -eq 2
+check "  saying it is a directory" grep -q "is a directory" "$TMP/e8"
+"$TNMT" translate --model "$MODEL" --input "$TMP/nope.txt" 2> "$TMP/e9"
+check "a missing --input names it" bash -c "grep -q -- '--input $TMP/nope.txt' $TMP/e9"
+
 echo "$fails failure(s)"
 test "$fails" -eq 0

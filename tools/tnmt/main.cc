@@ -1,6 +1,13 @@
 // tnmt: one CLI for translation, training, serving and jobs. Dispatches to subcommands.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <string>
+
+#include "absl/strings/numbers.h"
 
 #include "tools/tnmt/jobs_command.h"
 #include "tools/tnmt/serve_command.h"
@@ -23,9 +30,22 @@ constexpr const char* kUsage =
     "\n"
     "Run `tnmt <command> --help` for the flags of a command.\n";
 
+// A process started by `tnmt serve`'s job runner (posix_spawn, which cannot set this itself)
+// carries TNMT_PARENT_PID: it asks for SIGKILL when that server dies, and exits at once if the
+// server is already gone, so a trainer never outlives the server that owns its job.
+void DieWithSpawningServer() {
+  const char* env = std::getenv("TNMT_PARENT_PID");
+  int parent = 0;
+  if (env == nullptr || !absl::SimpleAtoi(env, &parent) || parent <= 0) return;
+  ::unsetenv("TNMT_PARENT_PID");  // not passed on to processes this one starts
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) std::_Exit(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  DieWithSpawningServer();
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::cout << kUsage;
     return argc < 2 ? 2 : 0;

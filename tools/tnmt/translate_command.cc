@@ -4,7 +4,11 @@
 // kept); the exit status is then 1.
 #include "tools/tnmt/translate_command.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <fstream>
@@ -36,6 +40,51 @@ void DrawProgress(int done, int total) {
   std::fprintf(stderr, "\r[%s%s] %d/%d", std::string(filled, '#').c_str(),
                std::string(width - filled, ' ').c_str(), done, total);
   std::fflush(stderr);
+}
+
+// Opens --input and --output (empty: stdin/stdout). Refused before anything is written: an input
+// that is a directory or other non-file (it would read as empty), and an output that is the
+// input itself (opening it for writing would empty the input before it is read), by inode, so
+// another name, a link or ./ prefix for the same file is caught too.
+absl::Status OpenIo(const std::string& input, const std::string& output, std::ifstream* file_in,
+                    std::ofstream* file_out) {
+  struct stat in_st;
+  bool have_in = false;
+  if (!input.empty()) {
+    if (::stat(input.c_str(), &in_st) != 0) {
+      return absl::NotFoundError(absl::StrCat("--input ", input, ": ", std::strerror(errno)));
+    }
+    if (!S_ISREG(in_st.st_mode) && !S_ISFIFO(in_st.st_mode) && !S_ISCHR(in_st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat("--input ", input, ": ",
+                                                     S_ISDIR(in_st.st_mode) ? "is a directory" : "is not a regular file",
+                                                     " (give a text file, one sentence per line)"));
+    }
+    have_in = true;
+  } else if (::fstat(STDIN_FILENO, &in_st) == 0 && S_ISREG(in_st.st_mode)) {
+    have_in = true;  // stdin redirected from a file: `tnmt translate < f --output f` empties f too
+  }
+  if (!output.empty()) {
+    struct stat out_st;
+    if (::stat(output.c_str(), &out_st) == 0) {
+      if (S_ISDIR(out_st.st_mode)) {
+        return absl::InvalidArgumentError(absl::StrCat("--output ", output, ": is a directory"));
+      }
+      if (have_in && S_ISREG(in_st.st_mode) && out_st.st_dev == in_st.st_dev && out_st.st_ino == in_st.st_ino) {
+        return absl::InvalidArgumentError(absl::StrCat("--output ", output, " is the input file",
+                                                       input.empty() ? "" : absl::StrCat(" (--input ", input, ")"),
+                                                       "; writing it would destroy the input: choose another output"));
+      }
+    }
+  }
+  if (!input.empty()) {
+    file_in->open(input, std::ios::binary);
+    if (!*file_in) return absl::PermissionDeniedError(absl::StrCat("--input ", input, ": cannot open for reading"));
+  }
+  if (!output.empty()) {
+    file_out->open(output, std::ios::binary);
+    if (!*file_out) return absl::PermissionDeniedError(absl::StrCat("--output ", output, ": cannot open for writing"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -83,14 +132,9 @@ int TranslateCommand(int argc, char** argv) {
     if (ro.n_best < 1) return Fail("--n-best must be positive");
     if (ro.timeout_seconds < 1) return Fail("--timeout-seconds must be positive");
     std::ifstream file_in;
-    if (!args.GetString("input").empty()) {
-      file_in.open(args.GetString("input"), std::ios::binary);
-      if (!file_in) return Fail(absl::StrCat(args.GetString("input"), ": cannot open for reading"));
-    }
     std::ofstream file_out;
-    if (!args.GetString("output").empty()) {
-      file_out.open(args.GetString("output"), std::ios::binary);
-      if (!file_out) return Fail(absl::StrCat(args.GetString("output"), ": cannot open for writing"));
+    if (absl::Status io = OpenIo(args.GetString("input"), args.GetString("output"), &file_in, &file_out); !io.ok()) {
+      return Fail(std::string(io.message()));
     }
     return TranslateRemote(ro, args.GetString("input").empty() ? std::cin : file_in,
                            args.GetString("output").empty() ? std::cout : file_out);
@@ -119,19 +163,12 @@ int TranslateCommand(int argc, char** argv) {
   if (opt.max_input_length < 1) return Fail("--max-input-length must be positive");
 
   std::ifstream file_in;
-  std::istream* in = &std::cin;
-  if (!args.GetString("input").empty()) {
-    file_in.open(args.GetString("input"), std::ios::binary);
-    if (!file_in) return Fail(absl::StrCat(args.GetString("input"), ": cannot open for reading"));
-    in = &file_in;
-  }
   std::ofstream file_out;
-  std::ostream* out = &std::cout;
-  if (!args.GetString("output").empty()) {
-    file_out.open(args.GetString("output"), std::ios::binary);
-    if (!file_out) return Fail(absl::StrCat(args.GetString("output"), ": cannot open for writing"));
-    out = &file_out;
+  if (absl::Status io = OpenIo(args.GetString("input"), args.GetString("output"), &file_in, &file_out); !io.ok()) {
+    return Fail(std::string(io.message()));
   }
+  std::istream* in = args.GetString("input").empty() ? static_cast<std::istream*>(&std::cin) : &file_in;
+  std::ostream* out = args.GetString("output").empty() ? static_cast<std::ostream*>(&std::cout) : &file_out;
   const bool show_progress = !args.GetString("input").empty() && ::isatty(STDERR_FILENO);
   const bool scores = args.GetBool("scores");
 
