@@ -8,21 +8,29 @@
 
 namespace tnmt::cli {
 
-void Args::AddString(const std::string& name, std::string def, std::string help) {
-  flags_[name] = {Kind::kString, std::move(def), std::move(help)};
-  order_.push_back(name);
+void Args::Add(const std::string& name, Kind kind, std::string value, std::string help, std::string shown_default) {
+  if (!flags_.count(name)) order_.push_back(name);
+  flags_[name] = {kind, std::move(value), std::move(help), std::move(shown_default)};
 }
-void Args::AddInt(const std::string& name, int def, std::string help) {
-  flags_[name] = {Kind::kInt, std::to_string(def), std::move(help)};
-  order_.push_back(name);
+void Args::AddString(const std::string& name, std::string def, std::string help, std::string shown_default) {
+  Add(name, Kind::kString, std::move(def), std::move(help), std::move(shown_default));
 }
-void Args::AddFloat(const std::string& name, float def, std::string help) {
-  flags_[name] = {Kind::kFloat, absl::StrCat(def), std::move(help)};
-  order_.push_back(name);
+void Args::AddInt(const std::string& name, int def, std::string help, std::string shown_default) {
+  Add(name, Kind::kInt, std::to_string(def), std::move(help), std::move(shown_default));
 }
-void Args::AddBool(const std::string& name, bool def, std::string help) {
-  flags_[name] = {Kind::kBool, def ? "true" : "false", std::move(help)};
-  order_.push_back(name);
+void Args::AddFloat(const std::string& name, float def, std::string help, std::string shown_default) {
+  Add(name, Kind::kFloat, absl::StrCat(def), std::move(help), std::move(shown_default));
+}
+void Args::AddBool(const std::string& name, bool def, std::string help, std::string shown_default) {
+  Add(name, Kind::kBool, def ? "true" : "false", std::move(help), std::move(shown_default));
+}
+void Args::SetShownDefault(const std::string& name, std::string shown_default) {
+  flags_.at(name).shown_default = std::move(shown_default);
+}
+
+void Args::AllowPositionals(std::string what, int max) {
+  positional_what_ = std::move(what);
+  max_positionals_ = max;
 }
 
 absl::Status Args::Set(const std::string& name, const std::string& value) {
@@ -61,6 +69,10 @@ absl::Status Args::Parse(int argc, char** argv, int first) {
       continue;
     }
     if (a.rfind("--", 0) != 0) {
+      if (static_cast<int>(positionals_.size()) < max_positionals_) {
+        positionals_.push_back(a);
+        continue;
+      }
       return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", a, "\" (see ",
                                                      program_, " --help)"));
     }
@@ -111,12 +123,28 @@ float Args::GetFloat(const std::string& name) const {
   return v;
 }
 
+std::string Args::DefaultText(const Flag& f) const {
+  if (!f.shown_default.empty()) return f.shown_default;
+  if (f.help.find("(default") != std::string::npos) return "";  // the help states it
+  if (f.kind == Kind::kBool) return f.value == "true" ? "on" : "off";
+  return f.value.empty() ? "none" : f.value;
+}
+
 std::string Args::Help() const {
-  std::string out = absl::StrCat("usage: ", program_, " [flags]\n\n", summary_, "\n\nflags:\n");
+  std::string out = absl::StrCat("usage: ", program_,
+                                 positional_what_.empty() ? "" : absl::StrCat(" ", positional_what_),
+                                 " [flags]\n\n", summary_, "\n\nflags:\n");
+  auto flag_text = [this](const std::string& name) {
+    return absl::StrCat("--", flags_.at(name).kind == Kind::kBool ? "[no-]" : "", name);
+  };
+  size_t width = 0;  // flag names in one column (a longer name pushes its own help along)
+  for (const std::string& name : order_) width = std::max(width, std::min<size_t>(flag_text(name).size(), 24));
   for (const std::string& name : order_) {
     const Flag& f = flags_.at(name);
-    absl::StrAppend(&out, "  --", name, "  ", f.help, " (default: ",
-                    f.value.empty() ? "none" : f.value, ")\n");
+    const std::string flag = flag_text(name);
+    const std::string def = DefaultText(f);
+    absl::StrAppend(&out, "  ", flag, std::string(flag.size() < width ? width - flag.size() : 0, ' '), "  ", f.help,
+                    def.empty() ? "" : absl::StrCat(" (default: ", def, ")"), "\n");
   }
   return out;
 }
