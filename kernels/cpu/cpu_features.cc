@@ -1,6 +1,7 @@
 // CPU feature dispatch; see cpu_features.h.
 #include "kernels/cpu/cpu_features.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -9,29 +10,60 @@ namespace tnmt::kernels::cpu {
 
 namespace {
 
-bool DetectAvx512() {
+CpuIsa Detect() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))) {
-    return false;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+    return CpuIsa::kAvx512;
   }
-  const char* off = std::getenv("TNMT_NO_AVX512");
-  return off == nullptr || std::strcmp(off, "1") != 0;
-#else
-  return false;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CpuIsa::kAvx2;
 #endif
+  return CpuIsa::kPortable;
 }
 
-std::atomic<bool> g_allowed{true};
+// The environment's cap: TNMT_CPU_ISA, else TNMT_NO_AVX512=1, else none.
+CpuIsa EnvironmentCap() {
+  if (const char* isa = std::getenv("TNMT_CPU_ISA")) {
+    if (std::strcmp(isa, "portable") == 0) return CpuIsa::kPortable;
+    if (std::strcmp(isa, "avx2") == 0) return CpuIsa::kAvx2;
+  }
+  const char* off = std::getenv("TNMT_NO_AVX512");
+  if (off != nullptr && std::strcmp(off, "1") == 0) return CpuIsa::kAvx2;
+  return CpuIsa::kAvx512;
+}
+
+std::atomic<int> g_test_cap{static_cast<int>(CpuIsa::kAvx512)};
 
 }  // namespace
 
-bool UseAvx512() {
-  static const bool detected = DetectAvx512();
-  return detected && g_allowed.load(std::memory_order_relaxed);
+CpuIsa DetectedIsa() {
+  static const CpuIsa detected = Detect();
+  return detected;
 }
 
-void SetAvx512ForTesting(bool allow) { g_allowed.store(allow, std::memory_order_relaxed); }
+CpuIsa ActiveIsa() {
+  static const CpuIsa environment = std::min(DetectedIsa(), EnvironmentCap());
+  return std::min(environment, static_cast<CpuIsa>(g_test_cap.load(std::memory_order_relaxed)));
+}
+
+const char* IsaName(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return "avx512";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    case CpuIsa::kPortable:
+      break;
+  }
+  return "portable";
+}
+
+bool UseAvx512() { return ActiveIsa() == CpuIsa::kAvx512; }
+bool UseAvx2() { return ActiveIsa() >= CpuIsa::kAvx2; }
+
+void SetIsaForTesting(CpuIsa cap) { g_test_cap.store(static_cast<int>(cap), std::memory_order_relaxed); }
+
+void SetAvx512ForTesting(bool allow) { SetIsaForTesting(allow ? CpuIsa::kAvx512 : CpuIsa::kAvx2); }
 
 }  // namespace tnmt::kernels::cpu

@@ -1,16 +1,31 @@
 // Which hand-written instruction-set paths the CPU kernels may take (attention.cc, the packed
-// GEMM in gemm.cc). The hand-written paths are AVX-512 only; every kernel keeps a portable
-// path that other CPUs run and that tests can force.
+// GEMM in gemm_packed.cc). Three levels, chosen at run time from the CPU's features:
+//   avx512   AVX-512 F/DQ/BW/VL (x86-64-v4): the packed GEMM's 14x32 kernel, AVX-512 attention
+//   avx2     AVX2 + FMA (x86-64-v3): the packed GEMM's 6x16 kernel; portable attention
+//   portable everything else, and what tests force to check the others against
+// The avx2 and avx512 packed GEMMs compute every output element with the same sequence of
+// fused multiply-adds, so they give bit-identical results (gemm_test checks it).
 #pragma once
 
 namespace tnmt::kernels::cpu {
 
-// True when the CPU has AVX-512 F/DQ/BW/VL (x86-64-v4) and the AVX-512 paths are allowed:
-// TNMT_NO_AVX512=1 in the environment (read once) or SetAvx512ForTesting(false) turn them off.
-bool UseAvx512();
+enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
 
-// Tests: false forces the portable paths, true restores detection (true never enables AVX-512
-// on a CPU without it).
+// The best level this CPU supports, capped by TNMT_CPU_ISA=portable|avx2|avx512 in the
+// environment (read once; TNMT_NO_AVX512=1 is the same as TNMT_CPU_ISA=avx2) and by
+// SetIsaForTesting. Never above what the CPU has.
+CpuIsa ActiveIsa();
+// What the CPU itself supports, before any cap.
+CpuIsa DetectedIsa();
+const char* IsaName(CpuIsa isa);  // "portable", "avx2", "avx512"
+
+// True when ActiveIsa() is avx512 / at least avx2.
+bool UseAvx512();
+bool UseAvx2();
+
+// Tests: caps the level at `cap` (never raises it above the CPU's); kAvx512 restores detection.
+void SetIsaForTesting(CpuIsa cap);
+// Tests: false caps the level at avx2, true restores detection.
 void SetAvx512ForTesting(bool allow);
 
 }  // namespace tnmt::kernels::cpu

@@ -1,5 +1,5 @@
 // Single-precision GEMM on the CPU: GemmNT/NN/TN through OpenBLAS (the only BLAS tnmt uses;
-// loaded at run time, see gemm.cc), and GemmPacked, tnmt's own AVX-512 kernel for a weight
+// loaded at run time, see gemm.cc), and GemmPacked, tnmt's own AVX-512 and AVX2 kernels for a weight
 // operand packed once (gemm_packed.cc; the decoder steps' linears).
 // Row-major throughout. Thread count is process-wide and set once by the runtime
 // (SetBlasThreads); kernels never change it.
@@ -31,7 +31,7 @@ void GemmTN(int m, int n, int k, float alpha, const float* a, int lda, const flo
 class PackedMatrix {
  public:
   PackedMatrix() = default;
-  // Packs b ([n, k], row stride ldb). Empty when this CPU has no packed kernel (no AVX-512,
+  // Packs b ([n, k], row stride ldb). Empty when this CPU has no packed kernel (neither AVX2+FMA nor AVX-512,
   // see cpu_features.h) or memory is short: callers then use GemmNT on b.
   static PackedMatrix Pack(int n, int k, const float* b, int ldb);
 

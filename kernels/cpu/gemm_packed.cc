@@ -13,6 +13,11 @@
 // block stays in L1/L2), then the row tiles. Threads take contiguous ranges of panels
 // (ParallelFor), so each weight is read by one thread only and per-element arithmetic does not
 // depend on the thread count or on m.
+//
+// AVX2 microkernel (CPUs without AVX-512): a tile of up to 6 rows x 16 columns (half a panel)
+// in 12 ymm accumulators, the two halves one after the other. Each output element is the same
+// chain of FMAs as in the AVX-512 kernel (init, then a[i,p] * b[p,j] fused-added in k order,
+// stored and reloaded between k blocks), so the two paths give bit-identical results.
 #include <algorithm>
 #include <array>
 #include <cstdlib>
@@ -32,6 +37,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #define TNMT_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+#define TNMT_AVX2_TARGET __attribute__((target("avx2,fma")))
 #endif
 
 namespace tnmt::kernels::cpu {
@@ -39,18 +45,20 @@ namespace tnmt::kernels::cpu {
 namespace {
 
 constexpr int kNr = 32;     // output columns per panel
-constexpr int kMaxMr = 14;  // rows per register tile
+constexpr int kMaxMr = 14;  // rows per register tile (AVX-512; the most of any path)
+constexpr int kMaxMrAvx2 = 6;  // rows per register tile of the AVX2 kernel
 constexpr int kKc = 512;    // k per block (256 and 1024: 2-4% slower at decode shapes)
 constexpr int kMc = 448;    // rows packed per pass (bounds the activation buffer to kMc * k)
 
 // How a tile's accumulators start: 0, the bias, c, or c + bias.
 enum class Init { kZero, kBias, kLoad, kLoadBias };
 
-// Row tiles of a block of rows: `tiles` tiles of base or base + 1 rows (the first `extra`).
+// Row tiles of a block of rows: `tiles` tiles of base or base + 1 rows (the first `extra`),
+// each at most max_mr rows.
 struct Tiling {
   int tiles, base, extra;
-  explicit Tiling(int rows) {
-    tiles = (rows + kMaxMr - 1) / kMaxMr;
+  Tiling(int rows, int max_mr) {
+    tiles = (rows + max_mr - 1) / max_mr;
     base = rows / tiles;
     extra = rows % tiles;
   }
@@ -58,8 +66,8 @@ struct Tiling {
   int start(int t) const { return t * base + std::min(t, extra); }
 };
 
-// Portable kernel on the packed layout (CPUs without AVX-512 never pack; this runs only when
-// tests or TNMT_NO_AVX512 turn the AVX-512 path off after packing).
+// Portable kernel on the packed layout (CPUs without AVX2 never pack; this runs only when tests
+// or TNMT_CPU_ISA=portable turn the vector paths off after packing).
 TNMT_VECTORIZE void KernelPortable(int mr, int kc, const float* a, const float* b, float* c,
                                    int64_t ldc, int nvalid, Init init, const float* bias) {
   float acc[kMaxMr][kNr];
@@ -145,6 +153,79 @@ constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeKernels(std::integer_seque
 // kKernels[mr]: the kernel for tiles of mr rows (1..kMaxMr).
 constexpr auto kKernels = MakeKernels(std::make_integer_sequence<int, kMaxMr>{});
 
+// AVX2: c[MR, 16] (the 16 columns of one panel half; lanes masked by m0, m1) = init +
+// a[kc, MR] . b[kc, 16 of 32]. b points at the half's first column of the panel's first k row.
+template <int MR>
+TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* c, int64_t ldc,
+                                 __m256i m0, __m256i m1, Init init, const float* bias) {
+  __m256 c0[MR], c1[MR];
+  const bool with_bias = init == Init::kBias || init == Init::kLoadBias;
+  const __m256 b0 = with_bias ? _mm256_maskload_ps(bias, m0) : _mm256_setzero_ps();
+  const __m256 b1 = with_bias ? _mm256_maskload_ps(bias + 8, m1) : _mm256_setzero_ps();
+  if (init == Init::kLoad || init == Init::kLoadBias) {
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      c0[i] = _mm256_maskload_ps(c + i * ldc, m0);
+      c1[i] = _mm256_maskload_ps(c + i * ldc + 8, m1);
+      if (init == Init::kLoadBias) {
+        c0[i] = _mm256_add_ps(c0[i], b0);
+        c1[i] = _mm256_add_ps(c1[i], b1);
+      }
+    }
+  } else {
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      c0[i] = b0;
+      c1[i] = b1;
+    }
+  }
+#pragma GCC unroll 2
+  for (int p = 0; p < kc; ++p) {
+    const __m256 v0 = _mm256_load_ps(b);
+    const __m256 v1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(a + i);
+      c0[i] = _mm256_fmadd_ps(ai, v0, c0[i]);
+      c1[i] = _mm256_fmadd_ps(ai, v1, c1[i]);
+    }
+    a += MR;
+    b += kNr;
+  }
+#pragma GCC unroll 6
+  for (int i = 0; i < MR; ++i) {
+    _mm256_maskstore_ps(c + i * ldc, m0, c0[i]);
+    _mm256_maskstore_ps(c + i * ldc + 8, m1, c1[i]);
+  }
+}
+
+using KernelAvx2Fn = void (*)(int, const float*, const float*, float*, int64_t, __m256i, __m256i, Init,
+                              const float*);
+
+template <int... MR>
+constexpr std::array<KernelAvx2Fn, sizeof...(MR) + 1> MakeKernelsAvx2(std::integer_sequence<int, MR...>) {
+  return {nullptr, &KernelAvx2<MR + 1>...};
+}
+
+// kKernelsAvx2[mr]: the AVX2 kernel for tiles of mr rows (1..kMaxMrAvx2).
+constexpr auto kKernelsAvx2 = MakeKernelsAvx2(std::make_integer_sequence<int, kMaxMrAvx2>{});
+
+// Lanes [0, valid) of an AVX2 mask (valid clamped to [0, 8]).
+TNMT_AVX2_TARGET inline __m256i LaneMask(int valid) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// The AVX2 path for one tile and one panel: both 16-column halves that have valid columns.
+TNMT_AVX2_TARGET void TileAvx2(int mr, int kc, const float* a, const float* b, float* c, int64_t ldc,
+                               int nvalid, Init init, const float* bias) {
+  for (int h = 0; h < 2; ++h) {
+    const int valid = nvalid - 16 * h;
+    if (valid <= 0) break;
+    const __m256i m0 = LaneMask(std::min(valid, 8)), m1 = LaneMask(std::max(0, std::min(valid - 8, 8)));
+    kKernelsAvx2[mr](kc, a, b + 16 * h, c + 16 * h, ldc, m0, m1, init, bias != nullptr ? bias + 16 * h : nullptr);
+  }
+}
+
 // c[q] lane i = r[i] lane q (16 x 16 transpose, 64 shuffles).
 TNMT_AVX512_TARGET inline void Transpose16(const __m512* r, __m512* c) {
   __m512 t[16], u[16];
@@ -216,7 +297,7 @@ int64_t PackedMatrix::bytes() const {
 
 PackedMatrix PackedMatrix::Pack(int n, int k, const float* b, int ldb) {
   PackedMatrix out;
-  if (!UseAvx512() || n <= 0 || k <= 0) return out;
+  if (!UseAvx2() || n <= 0 || k <= 0) return out;
   const int panels = (n + kNr - 1) / kNr;
   const size_t bytes = static_cast<size_t>(panels) * kNr * k * sizeof(float);
   float* data = static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
@@ -241,13 +322,15 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
   const int n = b.n(), k = b.k();
   if (m <= 0 || n <= 0) return;
   const int panels = (n + kNr - 1) / kNr;
-  const bool avx512 = UseAvx512();
+  const CpuIsa isa = ActiveIsa();
+  const bool avx512 = isa == CpuIsa::kAvx512, avx2 = isa == CpuIsa::kAvx2;
+  const int max_mr = avx2 ? kMaxMrAvx2 : kMaxMr;
   // Activations, packed per call by the calling thread; read by every compute thread.
   thread_local std::vector<float> packed_a;
   packed_a.resize(static_cast<size_t>(std::min(m, kMc)) * k);
   for (int m0 = 0; m0 < m; m0 += kMc) {
     const int mc = std::min(kMc, m - m0);
-    const Tiling tiling(mc);
+    const Tiling tiling(mc, max_mr);
     PackRows(packed_a.data(), a + static_cast<int64_t>(m0) * lda, lda, k, tiling, avx512);
     const float* pa = packed_a.data();
     float* cm = c + static_cast<int64_t>(m0) * ldc;
@@ -288,6 +371,10 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
                            next != nullptr ? next + 64 * first : nullptr, next != nullptr ? lines : 0);
               continue;
             }
+            if (avx2) {
+              TileAvx2(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias);
+              continue;
+            }
 #endif
             KernelPortable(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias);
           }
@@ -297,7 +384,7 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
   }
 }
 
-// Measured on the development VM (Xeon, AVX-512, 1 and 2 threads; best of 15 alternating
+// Measured (AVX-512 kernel) on a Xeon with AVX-512, 1 and 2 threads; best of 15 alternating
 // runs, weights cycled through 24 copies so they come from L3 as in a decode step):
 // GemmPacked / cblas_sgemm = 1.2-1.3x at m = 128 (decoder steps: q/k/v, out_proj, fc1, fc2,
 // logits), 1.9-2x at m = 32, 2-3x at m = 1..8, 1.0-1.07x at m = 640 (encoder shapes). No

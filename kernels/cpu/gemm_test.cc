@@ -182,11 +182,11 @@ struct PackedCase {
 class GemmPackedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    SetAvx512ForTesting(true);
-    if (!UseAvx512()) GTEST_SKIP() << "no AVX-512: PackedMatrix::Pack returns empty matrices";
+    SetIsaForTesting(CpuIsa::kAvx512);
+    if (!UseAvx2()) GTEST_SKIP() << "neither AVX2+FMA nor AVX-512: PackedMatrix::Pack returns empty matrices";
   }
   void TearDown() override {
-    SetAvx512ForTesting(true);
+    SetIsaForTesting(CpuIsa::kAvx512);
     SetComputeThreads(1);
   }
 };
@@ -202,16 +202,27 @@ void CheckPacked(PackedCase s, bool with_bias, bool accumulate, int pad, std::mt
   EXPECT_EQ(packed.n(), s.n);
   EXPECT_EQ(packed.k(), s.k);
   EXPECT_GE(packed.bytes(), static_cast<int64_t>(s.n) * s.k * 4);
-  for (bool avx512 : {true, false}) {
-    SetAvx512ForTesting(avx512);
+  // Every path this CPU has, against the reference; the avx2 and avx512 paths also against
+  // each other, bit for bit (the same FMA chain per element).
+  std::vector<float> fma_result;
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+    if (isa > DetectedIsa()) continue;
+    SetIsaForTesting(isa);
     std::vector<float> c = c0;
     GemmPacked(s.m, a.data(), lda, packed, with_bias ? bias.data() : nullptr, accumulate, c.data(),
                ldc);
-    SetAvx512ForTesting(true);
-    const std::string where = std::string(avx512 ? "avx512" : "portable") + " m=" +
+    SetIsaForTesting(CpuIsa::kAvx512);
+    const std::string where = std::string(IsaName(isa)) + " m=" +
                               std::to_string(s.m) + " n=" + std::to_string(s.n) + " k=" +
                               std::to_string(s.k) + " bias=" + std::to_string(with_bias) +
                               " accumulate=" + std::to_string(accumulate);
+    if (isa != CpuIsa::kPortable) {
+      if (fma_result.empty()) {
+        fma_result = c;
+      } else {
+        EXPECT_TRUE(c == fma_result) << where << ": avx2 and avx512 results differ";
+      }
+    }
     int failures = 0;
     for (int i = 0; i < s.m && failures < 5; ++i) {
       for (int j = 0; j < ldc && failures < 5; ++j) {
@@ -250,25 +261,31 @@ TEST_F(GemmPackedTest, MatchesReference) {
 
 TEST_F(GemmPackedTest, RowsDoNotDependOnBatchOrThreads) {
   // Every element is the same sequence of FMAs whatever the tile height (m), the row pass or
-  // the number of threads: a row alone, the whole batch on 1 or 2 threads are bit-identical.
+  // the number of threads: a row alone, the whole batch on 1 or 2 threads are bit-identical,
+  // on each vector path this CPU has.
   std::mt19937 rng(77);
   const int m = 460, n = 200, k = 600;
   const std::vector<float> a = Random(static_cast<size_t>(m) * k, rng);
   const std::vector<float> b = Random(static_cast<size_t>(n) * k, rng);
   const std::vector<float> bias = Random(n, rng);
   const PackedMatrix packed = PackedMatrix::Pack(n, k, b.data(), k);
-  std::vector<float> one_thread(static_cast<size_t>(m) * n), two_threads(one_thread.size());
-  SetComputeThreads(1);
-  GemmPacked(m, a.data(), k, packed, bias.data(), false, one_thread.data(), n);
-  SetComputeThreads(2);
-  GemmPacked(m, a.data(), k, packed, bias.data(), false, two_threads.data(), n);
-  EXPECT_EQ(one_thread, two_threads);
-  for (int i : {0, 13, 14, 200, 459}) {
-    std::vector<float> row(n);
-    GemmPacked(1, a.data() + static_cast<size_t>(i) * k, k, packed, bias.data(), false, row.data(), n);
-    EXPECT_TRUE(std::equal(row.begin(), row.end(), one_thread.begin() + static_cast<size_t>(i) * n))
-        << "row " << i;
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
+    if (isa > DetectedIsa()) continue;
+    SetIsaForTesting(isa);
+    std::vector<float> one_thread(static_cast<size_t>(m) * n), two_threads(one_thread.size());
+    SetComputeThreads(1);
+    GemmPacked(m, a.data(), k, packed, bias.data(), false, one_thread.data(), n);
+    SetComputeThreads(2);
+    GemmPacked(m, a.data(), k, packed, bias.data(), false, two_threads.data(), n);
+    EXPECT_EQ(one_thread, two_threads) << IsaName(isa);
+    for (int i : {0, 5, 6, 13, 14, 200, 459}) {
+      std::vector<float> row(n);
+      GemmPacked(1, a.data() + static_cast<size_t>(i) * k, k, packed, bias.data(), false, row.data(), n);
+      EXPECT_TRUE(std::equal(row.begin(), row.end(), one_thread.begin() + static_cast<size_t>(i) * n))
+          << IsaName(isa) << " row " << i;
+    }
   }
+  SetIsaForTesting(CpuIsa::kAvx512);
 }
 
 TEST_F(GemmPackedTest, EmptyShapes) {
@@ -283,12 +300,24 @@ TEST_F(GemmPackedTest, EmptyShapes) {
   EXPECT_EQ(c, std::vector<float>(64, 1.0f));
 }
 
-TEST(GemmPackedDispatch, NoPackingWithoutAvx512) {
-  // With the AVX-512 paths off, nothing is packed: callers fall back to GemmNT.
+TEST(GemmPackedDispatch, NoPackingWithoutAvx2) {
+  // With the vector paths off, nothing is packed: callers fall back to GemmNT.
   std::vector<float> b(64, 1.0f);
-  SetAvx512ForTesting(false);
+  SetIsaForTesting(CpuIsa::kPortable);
   EXPECT_TRUE(PackedMatrix::Pack(8, 8, b.data(), 8).empty());
-  SetAvx512ForTesting(true);
+  SetIsaForTesting(CpuIsa::kAvx2);
+  EXPECT_EQ(PackedMatrix::Pack(8, 8, b.data(), 8).empty(), DetectedIsa() < CpuIsa::kAvx2);
+  SetIsaForTesting(CpuIsa::kAvx512);
+}
+
+TEST(GemmPackedDispatch, IsaNames) {
+  EXPECT_STREQ(IsaName(CpuIsa::kAvx512), "avx512");
+  EXPECT_STREQ(IsaName(CpuIsa::kAvx2), "avx2");
+  EXPECT_STREQ(IsaName(CpuIsa::kPortable), "portable");
+  SetIsaForTesting(CpuIsa::kAvx2);
+  EXPECT_LE(ActiveIsa(), CpuIsa::kAvx2);
+  SetIsaForTesting(CpuIsa::kAvx512);
+  EXPECT_EQ(ActiveIsa() <= DetectedIsa(), true);
 }
 
 }  // namespace
