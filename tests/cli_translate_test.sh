@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end `tnmt translate` on the tiny golden model: stdin/stdout and files, empty lines,
 # invalid UTF-8 and a 10,000-token line (per-line errors naming the line, alignment kept,
-# exit 1), n-best and scores formats, bad flags and a missing model (exit 2, clear message).
+# exit 1), n-best and scores formats, bad flags and a missing model (exit 2, clear message),
+# progress and --quiet; then the same through `tnmt serve` (--server), and `tnmt models`.
 set -u
 TNMT="$1"
 MODEL="$2"
@@ -30,6 +31,7 @@ check "first line translated" test -n "$(sed -n 1p "$TMP/out.txt")"
 check "last line translated" test -n "$(sed -n 5p "$TMP/out.txt")"
 check "invalid UTF-8 names line 3" grep -q "input line 3: .*UTF-8" "$TMP/err.txt"
 check "long line names line 4" grep -q "input line 4: .*maximum input length" "$TMP/err.txt"
+check "  once, not as 'input line 4: line 4:'" bash -c "! grep -q 'input line [0-9]*: line' '$TMP/err.txt'"
 
 # Files in, files out; same result as stdin for the good lines.
 printf 'Das Haus ist rot.\n\nZoë sieht den Hund!\n' > "$TMP/good.txt"
@@ -37,15 +39,20 @@ printf 'Das Haus ist rot.\n\nZoë sieht den Hund!\n' > "$TMP/good.txt"
 check "file mode exits 0" test $? -eq 0
 check "file mode output matches stdin mode" test "$(sed -n 1p "$TMP/good.out")" = "$(sed -n 1p "$TMP/out.txt")"
 
+# n-best: 3 lines per input line, numbered from 1 as errors are; the blank line 2 gets one.
 "$TNMT" translate --model "$MODEL" --n-best 3 --beam-size 4 < "$TMP/good.txt" > "$TMP/nbest.txt"
-check "n-best writes 3 lines per input" test "$(wc -l < "$TMP/nbest.txt")" -eq 9
-check "n-best format" grep -qE '^2 \|\|\| .* \|\|\| -?[0-9]+\.[0-9]+$' "$TMP/nbest.txt"
+check "n-best writes 3 lines per input, one for a blank line" test "$(wc -l < "$TMP/nbest.txt")" -eq 7
+check "n-best numbers lines from 1" test "$(cut -d' ' -f1 "$TMP/nbest.txt" | tr '\n' ' ')" = "1 1 1 2 3 3 3 "
+check "n-best format" grep -qE '^3 \|\|\| .+ \|\|\| -?[0-9]+\.[0-9]+$' "$TMP/nbest.txt"
+check "  the blank line: empty text" grep -qxF '2 |||  ||| 0.000000' "$TMP/nbest.txt"
 "$TNMT" translate --model "$MODEL" --scores --beam-size 1 < "$TMP/good.txt" > "$TMP/scores.txt"
 check "scores format" grep -qE '^-[0-9]+\.[0-9]+ \|\|\| ' "$TMP/scores.txt"
 
 "$TNMT" translate --model "$MODEL" --beam-size 0 < /dev/null 2> "$TMP/e1"
 check "beam 0 rejected (exit 2)" test $? -eq 2
-check "beam 0 message names beam_size" grep -q beam_size "$TMP/e1"
+check "beam 0 message names --beam-size" grep -qF -- "--beam-size must be in [1, 64]" "$TMP/e1"
+"$TNMT" translate --model "$MODEL" --n-best 5 < /dev/null 2> "$TMP/e1b"
+check "--n-best beyond the model's beam names --n-best (exit 2)" grep -qF -- "--n-best 5 exceeds" "$TMP/e1b"
 "$TNMT" translate --model "$TMP/missing" < /dev/null 2> "$TMP/e2"
 check "missing model exit 2" test $? -eq 2
 check "missing model message" grep -q "does not exist" "$TMP/e2"
@@ -79,6 +86,46 @@ check "a directory as --input refused (exit 2)" test $? -eq 2
 check "  saying it is a directory" grep -q "is a directory" "$TMP/e8"
 "$TNMT" translate --model "$MODEL" --input "$TMP/nope.txt" 2> "$TMP/e9"
 check "a missing --input names it" bash -c "grep -q -- '--input $TMP/nope.txt' $TMP/e9"
+
+# Progress and --quiet: a forced bar ends at the line count; --quiet counts failed lines only.
+"$TNMT" translate --model "$MODEL" --progress --input "$TMP/good.txt" > /dev/null 2> "$TMP/p1"
+check "--progress draws the bar" grep -q '3/3' "$TMP/p1"
+"$TNMT" translate --model "$MODEL" --quiet < "$TMP/in.txt" > /dev/null 2> "$TMP/q1"
+check "--quiet: one line on stderr" test "$(wc -l < "$TMP/q1")" -eq 1
+check "  counting the failed lines" grep -q "2 line(s) could not be translated (the first: input line 3)" "$TMP/q1"
+
+# --server: the same output contract as local translation, through `tnmt serve`.
+"$TNMT" serve --model "$MODEL" --port 0 --http-port 0 --ready-file "$TMP/ready" 2> "$TMP/serve.log" &
+SERVER_PID=$!
+trap 'kill -KILL $SERVER_PID 2> /dev/null' EXIT
+for _ in $(seq 300); do [[ -s "$TMP/ready" ]] || ! kill -0 $SERVER_PID 2> /dev/null && break; sleep 0.1; done
+check "server ready" test -s "$TMP/ready"
+SERVER="127.0.0.1:$(cut -d' ' -f1 "$TMP/ready" 2> /dev/null)"
+"$TNMT" translate --server "$SERVER" < "$TMP/in.txt" > "$TMP/r-out.txt" 2> "$TMP/r-err.txt"
+check "remote: exit status 1 when some lines fail" test $? -eq 1
+check "remote: output equals local output" cmp -s "$TMP/r-out.txt" "$TMP/out.txt"
+check "remote: invalid UTF-8 names input line 3" grep -q "^tnmt translate: input line 3: .*UTF-8" "$TMP/r-err.txt"
+check "remote: long line names input line 4" grep -q "^tnmt translate: input line 4: " "$TMP/r-err.txt"
+check "  without the request's index" bash -c "! grep -q 'texts\[' '$TMP/r-err.txt'"
+"$TNMT" translate --server "$SERVER" --n-best 3 --beam-size 4 < "$TMP/good.txt" > "$TMP/r-nbest.txt"
+check "remote: n-best lines as local (numbered from 1, one for the blank line)" \
+  test "$(cut -d' ' -f1 "$TMP/r-nbest.txt" | tr '\n' ' ')" = "1 1 1 2 3 3 3 "
+"$TNMT" translate --server "$SERVER" --beam-size 99 < "$TMP/good.txt" > /dev/null 2> "$TMP/r-e1"
+check "remote: --beam-size 99 is one usage error (exit 2)" test $? -eq 2
+check "  naming --beam-size, on one line" test "$(cat "$TMP/r-e1")" = "tnmt translate: --beam-size must be in [1, 64], got 99"
+"$TNMT" translate --server "$SERVER" --n-best 5 < "$TMP/good.txt" > /dev/null 2> "$TMP/r-e2"
+check "remote: --n-best beyond the served beam is one usage error (exit 2)" test $? -eq 2
+check "  naming --n-best" bash -c "[[ \$(wc -l < '$TMP/r-e2') -eq 1 ]] && grep -q -- '--n-best' '$TMP/r-e2'"
+"$TNMT" translate --server "$SERVER" --progress --input "$TMP/good.txt" > /dev/null 2> "$TMP/r-p1"
+check "remote: --progress draws the bar" grep -q '3/3' "$TMP/r-p1"
+"$TNMT" models --server "$SERVER" > "$TMP/models.txt"
+check "tnmt models lists the served model by its directory's name" grep -qE '^tiny +ready ' "$TMP/models.txt"
+"$TNMT" models --server "$SERVER" --json > "$TMP/models.json"
+check "tnmt models --json: one array" bash -c "head -1 '$TMP/models.json' | grep -qx '\[' && tail -1 '$TMP/models.json' | grep -qx '\]'"
+check "  64-bit integers as numbers" grep -qE '"parameters":[0-9]+' "$TMP/models.json"
+kill -TERM $SERVER_PID
+wait $SERVER_PID
+check "server stopped cleanly" test $? -eq 0
 
 echo "$fails failure(s)"
 test "$fails" -eq 0

@@ -146,6 +146,41 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecPolicy& policy) {
   return absl::OkStatus();
 }
 
+JobSpec SpecWithDefaults(JobSpec spec) {
+  const train::TrainConfig t;
+  auto* v = spec.mutable_vocabulary();
+  if (v->spm_model().empty() && v->vocab_size() == 0) v->set_vocab_size(t.vocab_size);
+  auto* m = spec.mutable_model();
+  if (m->preset().empty()) m->set_preset(t.preset);
+  if (absl::StatusOr<ModelConfig> preset = train::PresetModel(m->preset(), v->vocab_size()); preset.ok()) {
+    if (m->d_model() == 0) m->set_d_model(preset->d_model);
+    if (m->num_heads() == 0) m->set_num_heads(preset->num_heads);
+    if (m->d_ff() == 0) m->set_d_ff(preset->d_ff);
+    if (m->encoder_layers() == 0) m->set_encoder_layers(preset->encoder_layers);
+    if (m->decoder_layers() == 0) m->set_decoder_layers(preset->decoder_layers);
+    if (m->label_smoothing() == 0) m->set_label_smoothing(preset->label_smoothing);
+  }
+  if (m->dropout() == 0) m->set_dropout(t.dropout);
+  auto* s = spec.mutable_schedule();
+  if (s->max_tokens() == 0) s->set_max_tokens(t.max_tokens);
+  if (s->accum_steps() == 0) s->set_accum_steps(t.accum_steps);
+  if (s->warmup_steps() == 0) s->set_warmup_steps(t.warmup_steps);
+  if (s->lr_scale() == 0) s->set_lr_scale(t.lr_scale);
+  if (s->seed() == 0) s->set_seed(t.seed);
+  if (s->max_length() == 0) s->set_max_length(t.max_length);
+  if (s->save_every_steps() == 0) s->set_save_every_steps(t.save_every_steps);
+  if (s->valid_every_steps() == 0) s->set_valid_every_steps(t.valid_every_steps);
+  if (s->keep_last() == 0) s->set_keep_last(t.keep_last);
+  auto* d = spec.mutable_device();
+  if (d->type().empty()) d->set_type("cpu");
+  if (d->dtype().empty()) d->set_dtype(t.dtype);
+  auto* p = spec.mutable_publish();
+  if (p->average_last() == 0) p->set_average_last(kDefaultAverageLast);
+  if (p->dtype().empty()) p->set_dtype("float32");
+  if (spec.on_interrupt() == tnmt::v1::ON_INTERRUPT_UNSPECIFIED) spec.set_on_interrupt(tnmt::v1::ON_INTERRUPT_RESUME);
+  return spec;
+}
+
 std::string PublishedModelName(const JobSpec& spec, const std::string& job_id) {
   return spec.publish().model_name().empty() ? job_id : spec.publish().model_name();
 }

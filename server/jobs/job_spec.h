@@ -35,6 +35,16 @@ absl::StatusOr<std::string> ResolveUnderRoot(const std::string& root, const std:
 // the resulting configuration.
 absl::Status ValidateJobSpec(const tnmt::v1::JobSpec& spec, const SpecPolicy& policy);
 
+// Checkpoints averaged into the published model when publish.average_last is 0.
+inline constexpr int kDefaultAverageLast = 5;
+
+// `spec` as the job trains with it: each unset (0 or empty) field that has a fixed default gets
+// that default (the preset's model sizes, the schedule's and publishing defaults, cpu,
+// float32, on_interrupt RESUME). Left as they are: fields where 0 has its own meaning
+// (stop.max_epochs, schedule.valid_max_sentences), device.threads (the server's --job-threads)
+// and the vocabulary size when spm_model is given.
+tnmt::v1::JobSpec SpecWithDefaults(tnmt::v1::JobSpec spec);
+
 // The name the job publishes its model under: publish.model_name, or the job id.
 std::string PublishedModelName(const tnmt::v1::JobSpec& spec, const std::string& job_id);
 

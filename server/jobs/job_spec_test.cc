@@ -167,6 +167,28 @@ TEST_F(JobSpecTest, OversizeSpecIsResourceExhausted) {
   EXPECT_NE(s.message().find("limit is 65536"), absl::string_view::npos) << s;
 }
 
+TEST(SpecWithDefaultsTest, UnsetFieldsGetTheValuesTheJobTrainsWith) {
+  tnmt::v1::JobSpec spec;
+  spec.mutable_model()->set_preset("tiny");
+  spec.mutable_model()->set_d_ff(128);
+  spec.mutable_schedule()->set_warmup_steps(50);
+  spec.mutable_stop()->set_max_steps(200);
+  const tnmt::v1::JobSpec full = SpecWithDefaults(spec);
+  EXPECT_EQ(full.model().d_model(), 32);   // the tiny preset's
+  EXPECT_EQ(full.model().d_ff(), 128);     // given: kept
+  EXPECT_FLOAT_EQ(full.model().dropout(), 0.1f);
+  EXPECT_EQ(full.vocabulary().vocab_size(), 8000);
+  EXPECT_EQ(full.schedule().warmup_steps(), 50);
+  EXPECT_EQ(full.schedule().max_tokens(), 4096);
+  EXPECT_EQ(full.schedule().keep_last(), 5);
+  EXPECT_EQ(full.stop().max_epochs(), 0);  // 0 means no limit: kept
+  EXPECT_EQ(full.device().type(), "cpu");
+  EXPECT_EQ(full.device().threads(), 0);   // the server's --job-threads: not known here
+  EXPECT_EQ(full.publish().average_last(), kDefaultAverageLast);
+  EXPECT_EQ(full.on_interrupt(), tnmt::v1::ON_INTERRUPT_RESUME);
+  EXPECT_EQ(SpecWithDefaults(full).DebugString(), full.DebugString());
+}
+
 TEST(ModelNameTest, Rules) {
   EXPECT_TRUE(IsValidModelName("en-de_v1.2"));
   for (const char* bad : {"", ".", "..", "a/b", "a b", "ü"}) EXPECT_FALSE(IsValidModelName(bad)) << bad;

@@ -10,7 +10,6 @@
 #include <iostream>
 #include <sstream>
 
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
@@ -20,7 +19,9 @@
 #include "absl/strings/strip.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/tnmt/v1/training.grpc.pb.h"
+#include "server/jobs/job_spec.h"
 #include "tools/tnmt/args.h"
+#include "tools/tnmt/proto_json.h"
 
 namespace tnmt::cli {
 
@@ -40,6 +41,7 @@ constexpr const char* kJobsUsage =
     "  cancel ID            cancel a queued or running job\n"
     "  watch ID             follow a job until it finishes (exit 0 only if it SUCCEEDED)\n"
     "\n"
+    "Flags may come before or after ID. --json prints JSON (a list as one array).\n"
     "Run `tnmt jobs <command> --help` for its flags.\n";
 
 int Usage(const std::string& message) {
@@ -76,13 +78,17 @@ std::string Summary(const Job& j) {
   return line;
 }
 
-std::string ToJson(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions o;
-  o.preserve_proto_field_names = true;
-  o.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  return out;
+// A job as JSON, its spec (when present) with the defaults it trains with filled in.
+nlohmann::ordered_json JobJson(Job job) {
+  if (job.has_spec()) *job.mutable_spec() = server::jobs::SpecWithDefaults(job.spec());
+  return ProtoToJson(job);
+}
+
+nlohmann::ordered_json UpdateJson(JobUpdate update) {
+  if (update.job().has_spec()) {
+    *update.mutable_job()->mutable_spec() = server::jobs::SpecWithDefaults(update.job().spec());
+  }
+  return ProtoToJson(update);
 }
 
 struct Client {
@@ -98,18 +104,22 @@ struct Client {
 
 void AddCommonFlags(Args* args) {
   args->AddString("server", "localhost:50051", "server address, host:port");
-  args->AddString("token-file", "", "file with the bearer token (default: $TNMT_JOBS_TOKEN_FILE)");
-  args->AddBool("json", false, "print JSON (proto field names) instead of text");
-  args->AddInt("timeout-seconds", 30, "deadline of each call (not of watch)");
+  args->AddString("token-file", "", "file with the bearer token", "$TNMT_JOBS_TOKEN_FILE, else none");
+  args->AddBool("json", false, "print JSON (proto field names; 64-bit integers as numbers) instead of text");
+  args->AddInt("timeout-seconds", 30, "deadline of each call in seconds (not of watch)");
 }
 
 absl::StatusOr<Client> MakeClient(const Args& args) {
   Client c;
   std::string token_file = args.GetString("token-file");
-  if (token_file.empty() && std::getenv("TNMT_JOBS_TOKEN_FILE") != nullptr) token_file = std::getenv("TNMT_JOBS_TOKEN_FILE");
+  std::string source = "--token-file ";  // where the file's name came from, for errors
+  if (!args.given("token-file") && std::getenv("TNMT_JOBS_TOKEN_FILE") != nullptr) {
+    token_file = std::getenv("TNMT_JOBS_TOKEN_FILE");
+    source = "TNMT_JOBS_TOKEN_FILE=";
+  }
   if (!token_file.empty()) {
     std::ifstream in(token_file);
-    if (!in) return absl::NotFoundError(absl::StrCat("--token-file ", token_file, ": cannot open"));
+    if (!in) return absl::NotFoundError(absl::StrCat(source, token_file, ": cannot open"));
     std::stringstream ss;
     ss << in.rdbuf();
     c.token = std::string(absl::StripAsciiWhitespace(ss.str()));
@@ -123,6 +133,9 @@ absl::StatusOr<Client> MakeClient(const Args& args) {
   return c;
 }
 
+// Follows a job until its stream ends. On a terminal the summary line is redrawn in place;
+// otherwise a line is written for each change of state, validation or checkpoint and every
+// 100 steps, never the same line twice in a row, and the final summary once.
 int Watch(const Client& c, const std::string& id, bool json) {
   grpc::ClientContext ctx;
   c.Prepare(&ctx, false);
@@ -132,20 +145,26 @@ int Watch(const Client& c, const std::string& id, bool json) {
   const bool live = !json && ::isatty(STDOUT_FILENO);
   JobUpdate u;
   Job last;
+  std::string printed;  // the last line written (not live)
+  auto print = [&printed](const std::string& line) {
+    if (line == printed) return;
+    std::cout << line << std::endl;
+    printed = line;
+  };
   while (reader->Read(&u)) {
     last = u.job();
     if (json) {
-      std::cout << ToJson(u) << std::endl;
+      std::cout << UpdateJson(u).dump() << std::endl;
     } else if (live) {
       std::cout << "\r\033[K" << Summary(last) << std::flush;
     } else if (u.kind() != JobUpdate::PROGRESS || last.step() % 100 == 0) {
-      std::cout << Summary(last) << std::endl;
+      print(Summary(last));
     }
   }
   if (live) std::cout << "\n";
   grpc::Status s = reader->Finish();
   if (!s.ok()) return RpcFailed(s);
-  if (!json && !live) std::cout << Summary(last) << std::endl;
+  if (!json && !live) print(Summary(last));
   return last.state() == tnmt::v1::SUCCEEDED ? 0 : 1;
 }
 
@@ -157,36 +176,29 @@ int JobsCommand(int argc, char** argv) {
     return argc < 3 ? 2 : 0;
   }
   const std::string command = argv[2];
-  // `tnmt jobs COMMAND [ID] [flags]`: the job id, if any, comes right after the command.
-  std::vector<char*> rest = {argv[0], argv[1]};
-  std::string id;
-  int first_flag = 3;
-  if (argc > 3 && argv[3][0] != '-') id = argv[first_flag++];
-  for (int i = first_flag; i < argc; ++i) rest.push_back(argv[i]);
   Args args(absl::StrCat("tnmt jobs ", command), "Client of the training-job service (see `tnmt jobs --help`).");
   AddCommonFlags(&args);
+  const bool needs_id = command == "get" || command == "cancel" || command == "watch";
+  if (needs_id) args.AllowPositionals("ID", 1);  // before or after the flags
   if (command == "submit") {
-    args.AddString("spec", "", "job spec: JSON file (\"-\": stdin) in proto JSON form");
+    args.AddString("spec", "", "job spec: JSON file (\"-\": stdin) in proto JSON form (required)");
     args.AddString("request-id", "", "idempotency key: resubmitting with it returns the first job");
     args.AddBool("watch", false, "after submitting, watch the job until it finishes");
   } else if (command == "list") {
-    args.AddString("state", "", "only these states, comma-separated (e.g. RUNNING,QUEUED)");
+    args.AddString("state", "", "only these states, comma-separated (e.g. RUNNING,QUEUED)", "every state");
     args.AddString("name-contains", "", "only jobs whose name contains this");
     args.AddInt("page-size", 50, "jobs per page");
     args.AddBool("all", false, "follow every page");
-  } else if (command != "get" && command != "cancel" && command != "watch") {
+  } else if (!needs_id) {
     return Usage(absl::StrCat("unknown command \"", command, "\"\n", kJobsUsage));
   }
-  if (absl::Status s = args.Parse(static_cast<int>(rest.size()), rest.data(), 2); !s.ok()) {
-    return Usage(std::string(s.message()));
-  }
+  if (absl::Status s = args.Parse(argc, argv, 3); !s.ok()) return Usage(std::string(s.message()));
   if (args.help_requested()) {
     std::cout << args.Help();
     return 0;
   }
-  const bool needs_id = command == "get" || command == "cancel" || command == "watch";
+  const std::string id = args.positionals().empty() ? "" : args.positionals()[0];
   if (needs_id && id.empty()) return Usage(absl::StrCat(command, " needs a job id: tnmt jobs ", command, " ID"));
-  if (!needs_id && !id.empty()) return Usage(absl::StrCat("unexpected argument \"", id, "\""));
   auto client = MakeClient(args);
   if (!client.ok()) return Usage(std::string(client.status().message()));
   const bool json = args.GetBool("json");
@@ -211,7 +223,7 @@ int JobsCommand(int argc, char** argv) {
     Job job;
     grpc::Status s = client->stub->SubmitJob(&ctx, req, &job);
     if (!s.ok()) return RpcFailed(s);
-    std::cout << (json ? ToJson(job) : job.id()) << std::endl;
+    std::cout << (json ? JobJson(job).dump() : job.id()) << std::endl;
     return args.GetBool("watch") ? Watch(*client, job.id(), json) : 0;
   }
   if (command == "get" || command == "cancel") {
@@ -230,7 +242,7 @@ int JobsCommand(int argc, char** argv) {
     }
     if (!s.ok()) return RpcFailed(s);
     if (json) {
-      std::cout << ToJson(job) << std::endl;
+      std::cout << JobJson(job).dump() << std::endl;
     } else {
       std::cout << Summary(job) << "\n";
       if (command == "get") {
@@ -254,7 +266,11 @@ int JobsCommand(int argc, char** argv) {
   }
   req.set_name_contains(args.GetString("name-contains"));
   req.set_page_size(args.GetInt("page-size"));
-  if (!json) std::cout << absl::StrFormat("%-10s %-10s %-13s %-8s %-8s %-20s %s\n", "ID", "STATE", "STEP", "LOSS", "BLEU", "NAME", "MODEL");
+  // Nothing is written before the first page arrives, so a failed call prints only its error.
+  // --json: one JSON array, one job per line (`[]` when there are none).
+  std::vector<std::string> rows;
+  std::vector<nlohmann::ordered_json> items;
+  bool more = false;
   while (true) {
     grpc::ClientContext ctx;
     client->Prepare(&ctx, true);
@@ -263,29 +279,37 @@ int JobsCommand(int argc, char** argv) {
     if (!s.ok()) return RpcFailed(s);
     for (const Job& j : resp.jobs()) {
       if (json) {
-        std::cout << ToJson(j) << "\n";
+        items.push_back(JobJson(j));
         continue;
       }
-      std::cout << absl::StrFormat("%-10s %-10s %-13s %-8s %-8s %-20s %s\n", j.id(), StateName(j.state()),
-                                   absl::StrCat(j.step(), "/", j.max_steps()),
-                                   j.step() > 0 ? absl::StrFormat("%.3f", j.loss()) : "-",
-                                   j.dev_bleu() >= 0 ? absl::StrFormat("%.2f", j.dev_bleu()) : "-", j.name(),
-                                   j.published_model());
+      rows.push_back(absl::StrFormat("%-10s %-10s %-13s %-8s %-8s %-20s %s", j.id(), StateName(j.state()),
+                                     absl::StrCat(j.step(), "/", j.max_steps()),
+                                     j.step() > 0 ? absl::StrFormat("%.3f", j.loss()) : "-",
+                                     j.dev_bleu() >= 0 ? absl::StrFormat("%.2f", j.dev_bleu()) : "-", j.name(),
+                                     j.published_model()));
     }
     if (resp.next_page_token().empty() || !args.GetBool("all")) {
-      if (!resp.next_page_token().empty() && !json) std::cout << "(more: --all)\n";
+      more = !resp.next_page_token().empty();
       break;
     }
     req.set_page_token(resp.next_page_token());
   }
+  if (json) {
+    std::cout << JsonArrayByLine(items);
+    return 0;
+  }
+  std::cout << absl::StrFormat("%-10s %-10s %-13s %-8s %-8s %-20s %s\n", "ID", "STATE", "STEP", "LOSS", "BLEU", "NAME",
+                               "MODEL");
+  for (const std::string& row : rows) std::cout << row << "\n";
+  if (more) std::cout << "(more: --all)\n";
   return 0;
 }
 
 int HealthCommand(int argc, char** argv) {
   Args args("tnmt health", "Asks a server's grpc.health.v1.Health/Check; exit 0 if SERVING, 1 otherwise.");
   args.AddString("address", "localhost:50051", "server address, host:port");
-  args.AddString("service", "", "service name (\"\": the whole server)");
-  args.AddInt("timeout-ms", 2000, "deadline of the check");
+  args.AddString("service", "", "service name to check", "the whole server");
+  args.AddInt("timeout-ms", 2000, "deadline of the check, in milliseconds");
   if (absl::Status s = args.Parse(argc, argv, 2); !s.ok()) {
     std::cerr << "tnmt health: " << s.message() << "\n";
     return 2;

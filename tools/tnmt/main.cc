@@ -10,9 +10,11 @@
 #include "absl/strings/numbers.h"
 
 #include "tools/tnmt/jobs_command.h"
+#include "tools/tnmt/models_command.h"
 #include "tools/tnmt/serve_command.h"
 #include "tools/tnmt/train_command.h"
 #include "tools/tnmt/translate_command.h"
+#include "tools/tnmt/version.h"
 
 namespace {
 
@@ -26,7 +28,9 @@ constexpr const char* kUsage =
     "  average     average the last checkpoints into a model directory\n"
     "  serve       serve translation over gRPC with health, metrics and hot reload\n"
     "  jobs        submit, watch and cancel training jobs on a server (tnmt jobs --help)\n"
+    "  models      list the models a server serves\n"
     "  health      check a server's gRPC health (exit 0 when serving)\n"
+    "  version     print the version (also tnmt --version)\n"
     "\n"
     "Run `tnmt <command> --help` for the flags of a command.\n";
 
@@ -51,12 +55,17 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+  if (command == "--version" || command == "version") {
+    std::cout << "tnmt " << tnmt::kVersion << "\n";
+    return 0;
+  }
   if (command == "translate") return tnmt::cli::TranslateCommand(argc, argv);
   if (command == "train") return tnmt::cli::TrainCommand(argc, argv);
   if (command == "serve") return tnmt::cli::ServeCommand(argc, argv);
   if (command == "average") return tnmt::cli::AverageCommand(argc, argv);
   if (command == "jobs") return tnmt::cli::JobsCommand(argc, argv);
   if (command == "health") return tnmt::cli::HealthCommand(argc, argv);
+  if (command == "models") return tnmt::cli::ModelsCommand(argc, argv);
   std::cerr << "tnmt: unknown command \"" << command << "\"\n" << kUsage;
   return 2;
 }

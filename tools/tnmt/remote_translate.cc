@@ -1,14 +1,18 @@
+// Translation through a server; see remote_translate.h.
 #include "tools/tnmt/remote_translate.h"
 
 #include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "proto/tnmt/v1/translation.grpc.pb.h"
+#include "tools/tnmt/decoding_flags.h"
 
 namespace tnmt::cli {
 
@@ -18,15 +22,22 @@ std::string CodeName(const grpc::Status& s) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()));
 }
 
-// Codes that say the server (not this input) is the problem: stop instead of blaming lines.
-bool ServerProblem(const grpc::Status& s) {
-  switch (s.error_code()) {
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return false;
-    default:
-      return true;
+// A refusal caused by one of the request's texts ("texts[i]: ...") or by their number
+// ("texts: ..."): retried line by line. Anything else (options, model, server state) concerns
+// every line and ends the run.
+bool TextProblem(const grpc::Status& s) {
+  return (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+          s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) &&
+         absl::StartsWith(s.error_message(), "texts");
+}
+
+int RunFailed(const RemoteTranslateOptions& o, const grpc::Status& s) {
+  if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {  // the options: a usage error
+    std::cerr << "tnmt translate: " << InFlagTerms(s.error_message()) << "\n";
+  } else {
+    std::cerr << "tnmt translate: " << o.server << ": " << CodeName(s) << ": " << s.error_message() << "\n";
   }
+  return 2;
 }
 
 class Remote {
@@ -38,14 +49,15 @@ class Remote {
         grpc::CreateCustomChannel(o.server, grpc::InsecureChannelCredentials(), args));
   }
 
-  grpc::Status Translate(const std::vector<std::string>& lines, tnmt::v1::TranslateResponse* resp) {
+  grpc::Status Translate(std::vector<std::string>::const_iterator begin, std::vector<std::string>::const_iterator end,
+                         tnmt::v1::TranslateResponse* resp) {
     tnmt::v1::TranslateRequest req;
     req.set_model(o_.model);
-    for (const auto& l : lines) req.add_texts(l);
+    for (auto it = begin; it != end; ++it) req.add_texts(*it);
     auto* opt = req.mutable_options();
     if (o_.beam_size) opt->set_beam_size(*o_.beam_size);
     if (o_.length_penalty) opt->set_length_penalty(*o_.length_penalty);
-    opt->set_n_best(o_.n_best);
+    opt->set_n_best(o_.format.n_best);
     opt->set_return_scores(true);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(o_.timeout_seconds));
@@ -57,37 +69,25 @@ class Remote {
   std::unique_ptr<tnmt::v1::TranslationService::Stub> stub_;
 };
 
-void Write(const RemoteTranslateOptions& o, int64_t line_no, const tnmt::v1::Translation* t, std::ostream& out) {
-  if (t == nullptr) {  // a failed line keeps its place
-    for (int k = 0; k < o.n_best; ++k) {
-      if (o.n_best > 1) out << line_no << " |||  ||| error";
-      out << "\n";
-    }
-    return;
-  }
-  for (const auto& h : t->hypotheses()) {
-    if (o.n_best > 1) {
-      out << line_no << " ||| " << h.text() << " ||| " << absl::StrFormat("%.6f", h.score()) << "\n";
-    } else if (o.scores) {
-      out << absl::StrFormat("%.6f", h.score()) << " ||| " << h.text() << "\n";
-    } else {
-      out << h.text() << "\n";
-    }
-  }
+void Write(const RemoteTranslateOptions& o, int64_t line_no, const std::string& line, const tnmt::v1::Translation& t,
+           std::ostream& out) {
+  std::vector<OutputHypothesis> hypotheses;
+  for (const auto& h : t.hypotheses()) hypotheses.push_back({h.text(), h.score()});
+  WriteTranslation(o.format, line_no, IsBlankLine(line), hypotheses, out);
 }
 
 }  // namespace
 
 int TranslateRemote(const RemoteTranslateOptions& o, std::istream& in, std::ostream& out) {
   Remote remote(o);
-  int errors = 0;
-  int64_t line_base = 0;
+  LineErrors errors(o.quiet);
+  int64_t line_base = 0;  // input lines before this chunk
   std::vector<std::string> lines;
   std::string line;
   bool eof = false;
   while (!eof) {
     lines.clear();
-    while (static_cast<int>(lines.size()) < o.request_sentences) {
+    while (static_cast<int>(lines.size()) < o.chunk_lines) {
       if (!std::getline(in, line)) {
         eof = true;
         break;
@@ -96,41 +96,47 @@ int TranslateRemote(const RemoteTranslateOptions& o, std::istream& in, std::ostr
       lines.push_back(line);
     }
     if (lines.empty()) break;
-    tnmt::v1::TranslateResponse resp;
-    grpc::Status s = remote.Translate(lines, &resp);
-    if (s.ok()) {
-      for (size_t i = 0; i < lines.size(); ++i) Write(o, line_base + i, &resp.translations(i), out);
-    } else if (ServerProblem(s)) {
-      std::cerr << "tnmt translate: " << o.server << ": " << CodeName(s) << ": " << s.error_message() << "\n";
-      return 2;
-    } else {
-      for (size_t i = 0; i < lines.size(); ++i) {  // find the bad lines one by one
-        tnmt::v1::TranslateResponse one;
-        grpc::Status si = remote.Translate({lines[i]}, &one);
-        if (!si.ok() && ServerProblem(si)) {
-          std::cerr << "tnmt translate: " << o.server << ": " << CodeName(si) << ": " << si.error_message() << "\n";
-          return 2;
-        }
-        if (!si.ok()) {
-          ++errors;
-          std::cerr << "tnmt translate: input line " << line_base + i + 1 << ": " << CodeName(si) << ": "
-                    << si.error_message() << "\n";
-        }
-        Write(o, line_base + i, si.ok() ? &one.translations(0) : nullptr, out);
+    const int total = static_cast<int>(lines.size());
+    for (int first = 0; first < total; first += o.request_sentences) {
+      const int count = std::min(o.request_sentences, total - first);
+      const auto begin = lines.cbegin() + first;
+      tnmt::v1::TranslateResponse resp;
+      grpc::Status s = remote.Translate(begin, begin + count, &resp);
+      if (!s.ok() && !TextProblem(s)) {
+        if (o.progress) std::fprintf(stderr, "\n");
+        return RunFailed(o, s);
       }
+      for (int i = first; i < first + count; ++i) {
+        const int64_t line_no = line_base + i + 1;
+        if (s.ok()) {
+          Write(o, line_no, lines[i], resp.translations(i - first), out);
+          continue;
+        }
+        tnmt::v1::TranslateResponse one;  // find the bad lines one by one
+        grpc::Status si = remote.Translate(lines.cbegin() + i, lines.cbegin() + i + 1, &one);
+        if (si.ok()) {
+          Write(o, line_no, lines[i], one.translations(0), out);
+        } else if (TextProblem(si)) {
+          std::string message = si.error_message();
+          if (absl::StartsWith(message, "texts[0]: ")) message.erase(0, 10);
+          errors.Report(line_no, message);
+          WriteFailedLine(o.format, line_no, out);
+        } else {
+          if (o.progress) std::fprintf(stderr, "\n");
+          return RunFailed(o, si);
+        }
+      }
+      if (o.progress) DrawProgress(first + count, total);
     }
+    if (o.progress) std::fprintf(stderr, "\n");
     out.flush();
-    line_base += static_cast<int64_t>(lines.size());
+    line_base += total;
   }
   if (!out) {
     std::cerr << "tnmt translate: writing the output failed\n";
     return 2;
   }
-  if (errors > 0) {
-    std::cerr << "tnmt translate: " << errors << " line(s) could not be translated\n";
-    return 1;
-  }
-  return 0;
+  return errors.Finish();
 }
 
 }  // namespace tnmt::cli

@@ -1,7 +1,7 @@
 // `tnmt translate`; see translate_command.h. Reads the input in chunks (so a huge file is
-// never held whole), translates each chunk sorted by length, writes outputs in input order.
-// A bad line gets an error on stderr naming the line and an empty output line (alignment is
-// kept); the exit status is then 1.
+// never held whole), translates each chunk sorted by length, writes outputs in input order in
+// the format of translate_output.h. A bad line gets an error on stderr naming the line and
+// keeps its place in the output; the exit status is then 1.
 #include "tools/tnmt/translate_command.h"
 
 #include <sys/stat.h>
@@ -16,12 +16,14 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "engine/runtime/translator.h"
 #include "engine/runtime/placement.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/tnmt/args.h"
+#include "tools/tnmt/decoding_flags.h"
 #include "tools/tnmt/remote_translate.h"
+#include "tools/tnmt/translate_output.h"
 
 namespace tnmt::cli {
 
@@ -32,14 +34,6 @@ constexpr int kChunkLines = 20000;
 int Fail(const std::string& message) {
   std::cerr << "tnmt translate: " << message << "\n";
   return 2;
-}
-
-void DrawProgress(int done, int total) {
-  const int width = 40;
-  const int filled = total > 0 ? width * done / total : width;
-  std::fprintf(stderr, "\r[%s%s] %d/%d", std::string(filled, '#').c_str(),
-               std::string(width - filled, ' ').c_str(), done, total);
-  std::fflush(stderr);
 }
 
 // Opens --input and --output (empty: stdin/stdout). Refused before anything is written: an input
@@ -91,32 +85,51 @@ absl::Status OpenIo(const std::string& input, const std::string& output, std::if
 
 int TranslateCommand(int argc, char** argv) {
   Args args("tnmt translate",
-            "Translates text, one sentence per line, from --input (default stdin) to --output\n"
-            "(default stdout). Output: one line per input line; with --n-best N > 1, N lines per\n"
-            "input as 'LINE ||| TEXT ||| SCORE' (LINE counts from 0); with --scores and N = 1,\n"
-            "'SCORE ||| TEXT'.");
-  args.AddString("model", "", "model directory (config.json, model.safetensors, spm.model)");
-  args.AddString("input", "", "input file (default: stdin)");
-  args.AddString("output", "", "output file (default: stdout)");
-  args.AddInt("beam-size", 0, "beam size; 1 = greedy (default: the model's config, usually 4)");
-  args.AddFloat("length-penalty", -1000.0f, "length penalty alpha (default: the model's config, usually 0.6)");
-  args.AddInt("max-length-offset", -1, "max output length = input length + this (default: config, usually 50)");
-  args.AddInt("n-best", 1, "hypotheses to output per line");
-  args.AddBool("scores", false, "also print scores");
+            "Translates text, one sentence per line, from --input to --output, with a model directory\n"
+            "(--model) or through a running `tnmt serve` (--server); both write the same output.\n"
+            "Output: one line per input line; with --scores, 'SCORE ||| TEXT'; with --n-best N > 1,\n"
+            "up to N lines per input line as 'LINE ||| TEXT ||| SCORE', LINE counting input lines\n"
+            "from 1 as error messages do. A blank input line gives an empty line (with --n-best:\n"
+            "one line, 'LINE |||  ||| 0.000000'); a line that cannot be translated is reported on\n"
+            "stderr as 'input line N: ...' and keeps its place as an empty line (with --n-best:\n"
+            "'LINE |||  ||| error').\n"
+            "Exit status: 0; 1 if some lines could not be translated; 2 for a usage error or a model\n"
+            "or server that cannot be used.");
+  args.AddString("model", "", "model directory (config.json, model.safetensors, spm.model)",
+                 "none; required unless --server");
+  args.AddString("input", "", "input file", "stdin");
+  args.AddString("output", "", "output file (never the input file)", "stdout");
+  AddDecodingFlags(&args);
+  args.AddBool("scores", false, "with --n-best 1: write 'SCORE ||| TEXT'");
   args.AddInt("max-batch-tokens", 4096, "source tokens per batch, padding included");
   args.AddInt("max-input-length", 1024, "longer lines (in pieces) are an error for that line");
-  args.AddInt("threads", 0, "compute threads (default: all cores)");
+  args.AddInt("threads", 0, "compute threads", "all cores");
   args.AddString("device", "cpu", "cpu, cuda or cuda:N (CUDA builds)");
-  args.AddString("dtype", "", "GPU precision: float16 (default on cuda), bfloat16 or float32");
+  args.AddString("dtype", "", "GPU precision: float16, bfloat16 or float32", "float16 on cuda, float32 on cpu");
+  args.AddBool("progress", false, "progress bar on stderr", "on when --input is a file and stderr is a terminal");
+  args.AddBool("quiet", false, "no progress bar; failed lines are counted on stderr, not listed");
   args.AddString("server", "", "translate through a running `tnmt serve` at HOST:PORT instead of --model");
-  args.AddString("model-name", "", "with --server: the served model's name (default: the server's default)");
-  args.AddInt("timeout-seconds", 300, "with --server: deadline of each request");
+  args.AddString("model-name", "", "with --server: the served model's name (`tnmt models` lists them)",
+                 "the server's default model");
+  args.AddInt("timeout-seconds", 300, "with --server: deadline of each request, in seconds");
   absl::Status parsed = args.Parse(argc, argv, 2);
   if (!parsed.ok()) return Fail(std::string(parsed.message()));
   if (args.help_requested()) {
     std::cout << args.Help();
     return 0;
   }
+  if (absl::Status s = CheckDecodingFlags(args); !s.ok()) return Fail(std::string(s.message()));
+  if (args.GetBool("quiet") && args.given("progress") && args.GetBool("progress")) {
+    return Fail("give --quiet or --progress, not both");
+  }
+  const bool quiet = args.GetBool("quiet");
+  const bool show_progress =
+      !quiet && (args.given("progress") ? args.GetBool("progress")
+                                        : !args.GetString("input").empty() && ::isatty(STDERR_FILENO));
+  OutputFormat format;
+  format.n_best = args.GetInt("n-best");
+  format.scores = args.GetBool("scores");
+
   if (!args.GetString("server").empty()) {
     for (const char* local : {"model", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device", "dtype"}) {
       if (args.given(local)) return Fail(absl::StrCat("--", local, " applies to local translation, not with --server"));
@@ -126,10 +139,10 @@ int TranslateCommand(int argc, char** argv) {
     ro.model = args.GetString("model-name");
     if (args.given("beam-size")) ro.beam_size = args.GetInt("beam-size");
     if (args.given("length-penalty")) ro.length_penalty = args.GetFloat("length-penalty");
-    ro.n_best = args.GetInt("n-best");
-    ro.scores = args.GetBool("scores");
+    ro.format = format;
     ro.timeout_seconds = args.GetInt("timeout-seconds");
-    if (ro.n_best < 1) return Fail("--n-best must be positive");
+    ro.progress = show_progress;
+    ro.quiet = quiet;
     if (ro.timeout_seconds < 1) return Fail("--timeout-seconds must be positive");
     std::ifstream file_in;
     std::ofstream file_out;
@@ -141,26 +154,28 @@ int TranslateCommand(int argc, char** argv) {
   }
   if (args.GetString("model").empty()) return Fail("--model (or --server) is required");
   if (args.given("model-name")) return Fail("--model-name needs --server");
+  if (args.given("timeout-seconds")) return Fail("--timeout-seconds needs --server");
   absl::StatusOr<Placement> placement = Placement::Parse(args.GetString("device"), args.GetString("dtype"));
   if (!placement.ok()) return Fail(std::string(placement.status().message()));
   int threads = args.GetInt("threads");
   if (threads < 0) return Fail("--threads must be >= 0");
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  if (args.GetInt("max-batch-tokens") < 1) return Fail("--max-batch-tokens must be positive");
+  if (args.GetInt("max-input-length") < 1) return Fail("--max-input-length must be positive");
   kernels::cpu::SetBlasThreads(threads);
 
   auto model = LoadModelDirectory(args.GetString("model"), *placement);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   TranslationOptions opt;
   opt.decode = DecodeOptions::FromConfig((*model)->config);
+  if (absl::Status s = CheckNBestWithinBeam(args, opt.decode.beam_size); !s.ok()) return Fail(std::string(s.message()));
   if (args.given("beam-size")) opt.decode.beam_size = args.GetInt("beam-size");
   if (args.given("length-penalty")) opt.decode.length_penalty = args.GetFloat("length-penalty");
   if (args.given("max-length-offset")) opt.decode.max_length_offset = args.GetInt("max-length-offset");
   opt.decode.n_best = args.GetInt("n-best");
   opt.max_batch_tokens = args.GetInt("max-batch-tokens");
   opt.max_input_length = args.GetInt("max-input-length");
-  if (absl::Status s = opt.decode.Validate(); !s.ok()) return Fail(std::string(s.message()));
-  if (opt.max_batch_tokens < 1) return Fail("--max-batch-tokens must be positive");
-  if (opt.max_input_length < 1) return Fail("--max-input-length must be positive");
+  if (absl::Status s = opt.decode.Validate(); !s.ok()) return Fail(InFlagTerms(s.message()));
 
   std::ifstream file_in;
   std::ofstream file_out;
@@ -169,11 +184,9 @@ int TranslateCommand(int argc, char** argv) {
   }
   std::istream* in = args.GetString("input").empty() ? static_cast<std::istream*>(&std::cin) : &file_in;
   std::ostream* out = args.GetString("output").empty() ? static_cast<std::ostream*>(&std::cout) : &file_out;
-  const bool show_progress = !args.GetString("input").empty() && ::isatty(STDERR_FILENO);
-  const bool scores = args.GetBool("scores");
 
   Translator translator(*model);
-  int errors = 0;
+  LineErrors errors(quiet);
   int64_t line_base = 0;
   std::vector<std::string> lines;
   std::string line;
@@ -193,40 +206,27 @@ int TranslateCommand(int argc, char** argv) {
     if (show_progress) progress = DrawProgress;
     auto results = translator.Translate(lines, opt, progress);
     if (show_progress) std::fprintf(stderr, "\n");
-    if (!results.ok()) return Fail(std::string(results.status().message()));
+    if (!results.ok()) return Fail(InFlagTerms(results.status().message()));
     for (size_t i = 0; i < results->size(); ++i) {
-      const int64_t line_no = line_base + static_cast<int64_t>(i);
+      const int64_t line_no = line_base + static_cast<int64_t>(i) + 1;
       const auto& r = (*results)[i];
       if (!r.ok()) {
-        ++errors;
-        // Messages name the line within the chunk; report the line of the whole input.
-        std::cerr << "tnmt translate: input line " << line_no + 1 << ": " << r.status().message()
-                  << "\n";
-        for (int k = 0; k < opt.decode.n_best; ++k) {
-          if (opt.decode.n_best > 1) *out << line_no << " |||  ||| error";
-          *out << "\n";
-        }
+        // The engine names the line within the chunk; report the line of the whole input.
+        absl::string_view message = r.status().message();
+        absl::ConsumePrefix(&message, absl::StrCat("line ", i + 1, ": "));
+        errors.Report(line_no, std::string(message));
+        WriteFailedLine(format, line_no, *out);
         continue;
       }
-      for (const TextHypothesis& h : r->hypotheses) {
-        if (opt.decode.n_best > 1) {
-          *out << line_no << " ||| " << h.text << " ||| " << absl::StrFormat("%.6f", h.score) << "\n";
-        } else if (scores) {
-          *out << absl::StrFormat("%.6f", h.score) << " ||| " << h.text << "\n";
-        } else {
-          *out << h.text << "\n";
-        }
-      }
+      std::vector<OutputHypothesis> hypotheses;
+      for (const TextHypothesis& h : r->hypotheses) hypotheses.push_back({h.text, h.score});
+      WriteTranslation(format, line_no, IsBlankLine(lines[i]), hypotheses, *out);
     }
     out->flush();
     line_base += static_cast<int64_t>(lines.size());
   }
   if (!*out) return Fail("writing the output failed");
-  if (errors > 0) {
-    std::cerr << "tnmt translate: " << errors << " line(s) could not be translated\n";
-    return 1;
-  }
-  return 0;
+  return errors.Finish();
 }
 
 }  // namespace tnmt::cli

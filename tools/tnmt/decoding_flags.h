@@ -1,0 +1,27 @@
+// The decoding flags of `tnmt translate` (--beam-size, --length-penalty, --max-length-offset,
+// --n-best): declared once for local translation and --server, checked before any work, and
+// every error names the flag as typed, not the engine's or the API's field name.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "tools/tnmt/args.h"
+
+namespace tnmt::cli {
+
+void AddDecodingFlags(Args* args);
+
+// Checks the decoding flags that were given (ranges, --n-best within --beam-size).
+absl::Status CheckDecodingFlags(const Args& args);
+
+// Checks --n-best against the beam size it will be used with when --beam-size was not given
+// (`beam_size`: the model's default).
+absl::Status CheckNBestWithinBeam(const Args& args, int beam_size);
+
+// A message about decoding options from the engine (`beam_size must be ...`) or a server
+// (`options.n_best: ...`) in the flags' words (`--beam-size must be ...`).
+std::string InFlagTerms(absl::string_view message);
+
+}  // namespace tnmt::cli

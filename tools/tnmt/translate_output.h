@@ -1,0 +1,57 @@
+// What `tnmt translate` writes, one contract for local translation and --server: the output
+// formats, per-line error reports and the progress bar.
+//
+// Output: one line per input line (the translation; with --scores, 'SCORE ||| TEXT'); with
+// --n-best N > 1, up to N lines per input line as 'LINE ||| TEXT ||| SCORE', LINE counting input
+// lines from 1 as error messages do. A blank input line and a failed line keep their place:
+// an empty line, or with --n-best exactly one line ('LINE |||  ||| 0.000000' for a blank line,
+// 'LINE |||  ||| error' for a failed one), so no two identical empty hypotheses are written.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace tnmt::cli {
+
+struct OutputFormat {
+  int n_best = 1;
+  bool scores = false;  // with n_best == 1: 'SCORE ||| TEXT'
+};
+
+struct OutputHypothesis {
+  std::string text;
+  float score = 0.0f;
+};
+
+// Writes the translation of input line `line_no` (counted from 1); `blank`: that line had
+// nothing to translate.
+void WriteTranslation(const OutputFormat& format, int64_t line_no, bool blank,
+                      const std::vector<OutputHypothesis>& hypotheses, std::ostream& out);
+
+// Writes the place holder of input line `line_no` that could not be translated.
+void WriteFailedLine(const OutputFormat& format, int64_t line_no, std::ostream& out);
+
+// True if `line` has nothing to translate (empty or whitespace only).
+bool IsBlankLine(const std::string& line);
+
+// Reports failed lines on stderr: each as 'tnmt translate: input line N: MESSAGE', or with
+// `quiet` only their number at the end (Finish).
+class LineErrors {
+ public:
+  explicit LineErrors(bool quiet) : quiet_(quiet) {}
+  void Report(int64_t line_no, const std::string& message);
+  // Prints the count of failed lines; returns the exit status (0, or 1 if some lines failed).
+  int Finish() const;
+
+ private:
+  bool quiet_;
+  int64_t count_ = 0;
+  int64_t first_line_ = 0;
+};
+
+// The progress bar on stderr: '[####    ] done/total', redrawn in place.
+void DrawProgress(int done, int total);
+
+}  // namespace tnmt::cli
