@@ -193,13 +193,17 @@ HttpResponse FormatHttpError(const HttpRequest& request, int status, const std::
   if (!absl::StartsWith(request.path, "/api/")) {
     return HttpResponse{status, "text/plain; charset=utf-8", message};
   }
+  if (status == 405) {  // an HTTP matter with no gRPC counterpart (UNIMPLEMENTED is 501)
+    HttpResponse response = JsonReply(json{{"code", "METHOD_NOT_ALLOWED"}, {"message", message}});
+    response.status = 405;
+    return response;
+  }
   grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
   switch (status) {
     case 400: code = grpc::StatusCode::INVALID_ARGUMENT; break;
     case 401: code = grpc::StatusCode::UNAUTHENTICATED; break;
     case 403: code = grpc::StatusCode::PERMISSION_DENIED; break;
     case 404: code = grpc::StatusCode::NOT_FOUND; break;
-    case 405: code = grpc::StatusCode::UNIMPLEMENTED; break;
     case 413: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
     case 429: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
     case 500: code = grpc::StatusCode::INTERNAL; break;

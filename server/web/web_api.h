@@ -68,8 +68,8 @@ std::string CodeName(grpc::StatusCode code);
 HttpResponse JsonError(grpc::StatusCode code, const std::string& message, int http_status = 0);
 
 // For HttpServerOptions::error_formatter: JSON errors for /api/ paths (code from the HTTP
-// status: 404 NOT_FOUND, 405 and 400 INVALID_ARGUMENT, 413 RESOURCE_EXHAUSTED, ...), text
-// otherwise.
+// status: 400 INVALID_ARGUMENT, 404 NOT_FOUND, 413 RESOURCE_EXHAUSTED, ...; 405, which no gRPC
+// code means, METHOD_NOT_ALLOWED), text otherwise.
 HttpResponse FormatHttpError(const HttpRequest& request, int status, const std::string& message);
 
 // Compares a presented secret with the expected one in time independent of where they differ.

@@ -144,6 +144,11 @@ TEST(WebApi, StatusMappingAndLoopback) {
   HttpResponse formatted = FormatHttpError(api, 413, "request body too large: the limit is 1 bytes");
   EXPECT_EQ(formatted.status, 413);
   EXPECT_EQ(json::parse(formatted.body)["code"], "RESOURCE_EXHAUSTED");
+  // A wrong method is not UNIMPLEMENTED (which the API maps to 501).
+  formatted = FormatHttpError(api, 405, "method GET not allowed for /api/translate (allowed: POST)");
+  EXPECT_EQ(formatted.status, 405);
+  EXPECT_EQ(json::parse(formatted.body),
+            (json{{"code", "METHOD_NOT_ALLOWED"}, {"message", "method GET not allowed for /api/translate (allowed: POST)"}}));
   api.path = "/api/nope";
   EXPECT_EQ(json::parse(FormatHttpError(api, 404, "not found").body)["message"],
             "no API route /api/nope");

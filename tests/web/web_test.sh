@@ -4,13 +4,16 @@
 #   a. the JSON API with curl: models; a good translation (n-best, scores); garbage bodies
 #      (not JSON, wrong types, unknown field, huge integers, invalid UTF-8, over 1 MiB) get a
 #      4xx JSON error; an unknown model 404 NOT_FOUND; the gRPC path's own validation
-#      (beam_size 0) and metrics apply; GET on a POST route 405;
+#      (beam_size 0) and metrics apply; GET on a POST route 405 METHOD_NOT_ALLOWED (not
+#      UNIMPLEMENTED, which is 501);
 #   b. the jobs API: no or wrong token 401, the job listed, its progress and validation events,
 #      an unknown job 404;
 #   c. headless Chromium: the translation page (/?text=...) shows exactly the hypotheses the
-#      JSON API returned for the same input, an unknown model shows NOT_FOUND; the jobs page
+#      JSON API returned for the same input, a blank input line stays a blank output line (3
+#      lines in, 3 rows out), an unknown model shows NOT_FOUND; the jobs page
 #      (/jobs?token=...&job=...) draws the loss curve (SVG polyline) of the job and names it,
-#      asks for a token without one; screenshots of both pages are PNGs (kept in
+#      without a token prompts for one (no error banner), with a wrong one shows
+#      UNAUTHENTICATED; screenshots of both pages are PNGs (kept in
 #      $TEST_UNDECLARED_OUTPUTS_DIR with the DOM dumps);
 #   d. a server without --state-dir: /api/jobs 501 and the jobs page says there is no job
 #      service; both servers stay healthy and exit 0 on SIGTERM.
@@ -184,7 +187,7 @@ check "beam_size 0: 400 from the gRPC service's validation" api_error 400 INVALI
   -d '{"model": "tiny", "texts": ["a"], "beam_size": 0}'
 check "  naming the field" grep -q beam_size "$TMP/err.json"
 check "no texts: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '{"model": "tiny", "texts": []}'
-check "GET on the POST route: 405" api_error 405 UNIMPLEMENTED GET /api/translate
+check "GET on the POST route: 405 METHOD_NOT_ALLOWED" api_error 405 METHOD_NOT_ALLOWED GET /api/translate
 check "an unknown API route: 404 JSON" api_error 404 NOT_FOUND GET /api/nope
 curl -s "http://127.0.0.1:$HTTP/metrics" > "$TMP/metrics.txt"
 check "the web requests are counted as gRPC Translate calls (OK)" \
@@ -219,6 +222,18 @@ if p.texts != want:
 print("  %d hypotheses match" % len(want))
 EOF
 check "  with their scores" grep -q '>score -[0-9.]* · [0-9]* tok<' "$TMP/translate.dom.html"
+chrome --dump-dom "http://127.0.0.1:$HTTP/?text=the%20man%20runs%0A%0Aa%20small%20dog%0A&model=tiny" > "$TMP/translate-blank.dom.html"
+check "a blank line between two sentences: 3 result rows, the middle one blank" /usr/bin/python3 - \
+  "$TMP/translate-blank.dom.html" << 'EOF'
+import re, sys
+dom = open(sys.argv[1], encoding="utf-8").read()
+rows = re.findall(r'<div class="(result[^"]*)">', dom)
+summary = re.search(r'<div class="summary" id="summary">([^<]*)</div>', dom)
+print("  rows:", rows, "summary:", summary.group(1) if summary else None)
+ok = (rows == ["result", "result blank", "result"] and '<body data-state="done"' in dom
+      and summary and "3 lines (2 sentences, 1 blank)" in summary.group(1))
+sys.exit(0 if ok else 1)
+EOF
 chrome --screenshot="$TMP/translate.png" --window-size=1200,900 "http://127.0.0.1:$HTTP$PAGE" > /dev/null
 check "translation page screenshot is a 1200x900 PNG" is_png "$TMP/translate.png"
 chrome --dump-dom "http://127.0.0.1:$HTTP/?text=hello&model=nope" > "$TMP/translate-error.dom.html"
@@ -266,7 +281,12 @@ chrome --screenshot="$TMP/jobs.png" --window-size=1200,900 "http://127.0.0.1:$HT
 check "jobs page screenshot is a 1200x900 PNG" is_png "$TMP/jobs.png"
 chrome --dump-dom "http://127.0.0.1:$HTTP/jobs" > "$TMP/jobs-notoken.dom.html"
 check "without a token the jobs page asks for one" bash -c \
-  "grep -q '<body data-state=\"auth\"' '$TMP/jobs-notoken.dom.html' && grep -q 'UNAUTHENTICATED' '$TMP/jobs-notoken.dom.html'"
+  "grep -q '<body data-state=\"auth\"' '$TMP/jobs-notoken.dom.html' && grep -q 'Enter the training API token' '$TMP/jobs-notoken.dom.html'"
+check "  as a prompt, not an error (no UNAUTHENTICATED banner)" bash -c \
+  "! grep -q 'UNAUTHENTICATED' '$TMP/jobs-notoken.dom.html' && ! grep -q 'class=\"notice error\"' '$TMP/jobs-notoken.dom.html'"
+chrome --dump-dom "http://127.0.0.1:$HTTP/jobs?token=not-the-token" > "$TMP/jobs-badtoken.dom.html"
+check "a wrong token shows the server's UNAUTHENTICATED error" bash -c \
+  "grep -q '<body data-state=\"auth\"' '$TMP/jobs-badtoken.dom.html' && grep -q 'class=\"notice error\"' '$TMP/jobs-badtoken.dom.html' && grep -q 'UNAUTHENTICATED' '$TMP/jobs-badtoken.dom.html'"
 
 echo "== d. a server without the job service"
 start_server plain
