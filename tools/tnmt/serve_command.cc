@@ -1,6 +1,7 @@
-// `tnmt serve`; see serve_command.h. Flags (or a JSON --config with the same keys) configure
-// the server; signals drive its lifecycle: SIGTERM/SIGINT drain and exit 0, SIGHUP reloads
-// every model from its directory without failing requests.
+// `tnmt serve`; see serve_command.h. Flags (or a JSON --config with the same keys, spelled with
+// '-' or '_') configure the server; signals drive its lifecycle: SIGTERM/SIGINT drain and exit
+// 0, SIGHUP reloads every model from its directory without failing requests. A model directory
+// that does not exist stops the start (exit 2) unless --on-missing-model=wait.
 #include "tools/tnmt/serve_command.h"
 
 #include <signal.h>
@@ -10,16 +11,20 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/runtime/placement.h"
 #include "kernels/cpu/gemm.h"
 #include "server/server.h"
 #include "tools/tnmt/args.h"
+#include "tools/tnmt/config_file.h"
+#include "tools/tnmt/version.h"
 
 namespace tnmt::cli {
 
@@ -47,35 +52,78 @@ std::string FindDemoModel() {
   return "";
 }
 
-// --config FILE: a JSON object whose keys are flag names; turned into --key=value arguments
-// placed before the command line's own, so flags override the file.
-absl::StatusOr<std::vector<std::string>> ConfigArgs(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read --config ", path));
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  }
-  std::vector<std::string> out;
-  for (auto& [key, value] : j.items()) {
+// The serve flag that `--max-tokens` once named (pieces per text; `tnmt train --max-tokens` is
+// tokens per batch). The old name is still accepted, with a warning.
+constexpr char kMaxInputLength[] = "max-input-length";
+constexpr char kDeprecatedMaxTokens[] = "max-tokens";
+
+// --config FILE: a JSON object whose keys are flag names (spelled with '-' or '_'), plus
+// "models": {name: dir}. Each key is applied as its flag; an error names the file and the key
+// as the file spells it. The command line is parsed afterwards, so flags override the file.
+absl::Status ApplyConfigFile(const std::string& path, Args* args) {
+  std::map<std::string, std::string> written;
+  absl::StatusOr<nlohmann::json> j = ReadConfigFile(path, '-', &written);
+  if (!j.ok()) return j.status();
+  for (auto& [key, value] : j->items()) {
+    const std::string& as_written = written.at(key);
+    std::string flag = key, arg;
     if (key == "models" && value.is_object()) {  // {"name": "dir", ...}
       std::string list;
       for (auto& [name, dir] : value.items()) {
-        if (!dir.is_string()) return absl::InvalidArgumentError(absl::StrCat(path, ": models.", name, " must be a directory string"));
+        if (!dir.is_string()) {
+          return absl::InvalidArgumentError(absl::StrCat(path, ": \"", as_written, "\".", name, " must be a directory string"));
+        }
         absl::StrAppend(&list, list.empty() ? "" : ",", name, "=", dir.get<std::string>());
       }
-      out.push_back("--model=" + list);
-    } else if (value.is_string()) {
-      out.push_back(absl::StrCat("--", key, "=", value.get<std::string>()));
-    } else if (value.is_boolean()) {
-      out.push_back(absl::StrCat(value.get<bool>() ? "--" : "--no-", key));
-    } else if (value.is_number()) {
-      out.push_back(absl::StrCat("--", key, "=", value.dump()));
+      flag = "model";
+      arg = "--model=" + list;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": \"", key, "\" must be a string, number or boolean"));
+      if (key == kDeprecatedMaxTokens) {
+        Log(absl::StrCat(path, ": \"", as_written, "\" is deprecated: use \"", kMaxInputLength, "\" (pieces per text)"));
+        flag = kMaxInputLength;
+      }
+      if (value.is_string()) {
+        arg = absl::StrCat("--", flag, "=", value.get<std::string>());
+      } else if (value.is_boolean()) {
+        arg = absl::StrCat("--", flag, "=", value.get<bool>() ? "true" : "false");
+      } else if (value.is_number()) {
+        arg = absl::StrCat("--", flag, "=", value.dump());
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": \"", as_written, "\" must be a string, number or boolean"));
+      }
     }
+    char program[] = "tnmt";
+    std::vector<char*> argv = {program, program, arg.data()};
+    absl::Status s = args->Parse(static_cast<int>(argv.size()), argv.data(), 2);
+    if (s.ok()) continue;
+    std::string message(s.message());
+    if (absl::StartsWith(message, "unknown flag")) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": unknown key \"", as_written,
+                                                     "\" (the keys are the flags of tnmt serve --help, without --)"));
+    }
+    // "--port expects an integer, got ..." -> "FILE: \"port\" expects an integer, got ..."
+    const std::string prefix = absl::StrCat("--", flag, " ");
+    if (absl::StartsWith(message, prefix)) message = message.substr(prefix.size());
+    return absl::InvalidArgumentError(absl::StrCat(path, ": \"", as_written, "\" ", message));
   }
-  return out;
+  return absl::OkStatus();
+}
+
+// Whether argv[first..) gives `flag` (as --flag V or --flag=V).
+bool OnCommandLine(int argc, char** argv, int first, const std::string& flag) {
+  for (int i = first; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--" + flag || absl::StartsWith(a, "--" + flag + "=")) return true;
+  }
+  return false;
+}
+
+// A model directory that cannot be loaded because it is not there: "" when it looks loadable.
+std::string MissingModel(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return "no such directory";
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json", ec)) return "no config.json (not a model directory)";
+  return "";
 }
 
 }  // namespace
@@ -96,14 +144,18 @@ int ServeCommand(int argc, char** argv) {
             "reflection; with --state-dir also tnmt.v1.TrainingService) and HTTP (the web page /,\n"
             "/jobs, its JSON API /api/..., /metrics, /healthz, /readyz). SIGTERM drains and exits 0;\n"
             "SIGHUP reloads every model from its directory.");
-  args.AddString("config", "", "JSON file with any of these flags as keys (\"models\": {name: dir})");
-  args.AddString("model", "", "models: DIR, or NAME=DIR[,NAME=DIR...] (default: the bundled demo model)");
+  args.AddString("config", "", "JSON file with any of these flags as keys, '-' or '_' (\"models\": {name: dir})");
+  args.AddString("model", "", "models: DIR (named after its last component), or NAME=DIR[,NAME=DIR...]",
+                 "the bundled demo model, named demo");
+  args.AddString("on-missing-model", "exit",
+                 "a --model directory that does not exist: exit (status 2, at start-up) or wait (serve "
+                 "without it, not ready, until a SIGHUP reload finds it)");
   args.AddString("host", "0.0.0.0", "address to listen on");
   args.AddInt("port", 50051, "gRPC port (0: any free port)");
-  args.AddInt("http-port", 8080, "HTTP port for /metrics, /healthz, /readyz (0: any; -1: off)");
-  args.AddInt("threads", 0, "compute threads shared by all models (default: all cores)");
+  args.AddInt("http-port", 8080, "HTTP port for the web pages, /metrics, /healthz, /readyz (0: any; -1: off)");
+  args.AddInt("threads", 0, "compute threads shared by all models; 0: all cores");
   args.AddString("device", "cpu", "where models compute: cpu, cuda or cuda:N (CUDA builds)");
-  args.AddString("dtype", "", "GPU precision: float16 (default on cuda), bfloat16 or float32");
+  args.AddString("dtype", "", "GPU precision: float16, bfloat16 or float32", "float16 on cuda");
   args.AddString("model-devices", "", "per-model placement: NAME=DEVICE[,NAME=DEVICE...] (DEVICE as --device)");
   args.AddInt("max-batch-rows", 256, "hypotheses (sentences x beam) decoded per step");
   args.AddInt("max-batch-tokens", 8192, "source tokens encoded per admission, padding included");
@@ -111,7 +163,8 @@ int ServeCommand(int argc, char** argv) {
   args.AddInt("max-queue-delay-ms", 5, "how long an idle model waits to fill a batch");
   args.AddBool("continuous-batching", true, "admit sentences into a running decode between steps");
   args.AddInt("max-sentences", 256, "texts per request; beyond: RESOURCE_EXHAUSTED");
-  args.AddInt("max-tokens", 512, "source pieces per text; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt(kMaxInputLength, 512, "source pieces per text, </s> included; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt(kDeprecatedMaxTokens, 512, "deprecated name of --max-input-length", "as --max-input-length");
   args.AddInt("max-text-bytes", 65536, "bytes per text; beyond: RESOURCE_EXHAUSTED");
   args.AddInt("max-message-bytes", 4 << 20, "largest gRPC request message; beyond: RESOURCE_EXHAUSTED");
   args.AddInt("grace-seconds", 30, "on SIGTERM, time for in-flight requests to finish");
@@ -121,32 +174,39 @@ int ServeCommand(int argc, char** argv) {
   args.AddString("jobs-token-file", "", "file holding the bearer token the training API requires");
   args.AddInt("max-running-jobs", 1, "training jobs running at once per device");
   args.AddInt("max-unfinished-jobs", 16, "queued + running jobs; beyond: RESOURCE_EXHAUSTED");
-  args.AddInt("job-threads", 0, "compute threads per training job when its spec gives none (default: half the cores)");
+  args.AddInt("job-threads", 0, "compute threads per training job when its spec gives none; 0: half the cores");
 
   // A --config file's values come first, so the command line overrides them.
-  std::vector<std::string> argv_copy(argv, argv + argc);
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     std::string path;
     if (a.rfind("--config=", 0) == 0) path = a.substr(9);
     if (a == "--config" && i + 1 < argc) path = argv[i + 1];
     if (path.empty()) continue;
-    absl::StatusOr<std::vector<std::string>> extra = ConfigArgs(path);
-    if (!extra.ok()) return Fail(std::string(extra.status().message()));
-    argv_copy.insert(argv_copy.begin() + 2, extra->begin(), extra->end());
+    if (absl::Status s = ApplyConfigFile(path, &args); !s.ok()) return Fail(std::string(s.message()));
     break;
   }
-  std::vector<char*> cargv;
-  for (std::string& s : argv_copy) cargv.push_back(s.data());
-  if (absl::Status s = args.Parse(static_cast<int>(cargv.size()), cargv.data(), 2); !s.ok()) {
-    return Fail(std::string(s.message()));
-  }
+  if (absl::Status s = args.Parse(argc, argv, 2); !s.ok()) return Fail(std::string(s.message()));
   if (args.help_requested()) {
     std::cout << args.Help();
     return 0;
   }
+  int max_input_length = args.GetInt(kMaxInputLength);
+  if (OnCommandLine(argc, argv, 2, kDeprecatedMaxTokens)) {
+    if (OnCommandLine(argc, argv, 2, kMaxInputLength)) {
+      return Fail("give --max-input-length only (--max-tokens is its deprecated name)");
+    }
+    Log("--max-tokens is deprecated: use --max-input-length (source pieces per text)");
+    max_input_length = args.GetInt(kDeprecatedMaxTokens);
+  }
+  if (max_input_length < 1) return Fail(absl::StrCat("--max-input-length must be positive, got ", max_input_length));
+  const std::string on_missing = args.GetString("on-missing-model");
+  if (on_missing != "exit" && on_missing != "wait") {
+    return Fail(absl::StrCat("--on-missing-model must be exit or wait, got \"", on_missing, "\""));
+  }
 
   server::ServerOptions o;
+  o.version = kVersion;
   absl::StatusOr<Placement> device = Placement::Parse(args.GetString("device"), args.GetString("dtype"));
   if (!device.ok()) return Fail(std::string(device.status().message()));
   o.device = *device;
@@ -169,6 +229,15 @@ int ServeCommand(int argc, char** argv) {
     }
     o.models.push_back(nd);
   }
+  if (on_missing == "exit") {
+    for (const auto& [name, dir] : o.models) {
+      const std::string missing = MissingModel(dir);
+      if (!missing.empty()) {
+        return Fail(absl::StrCat("model \"", name, "\": ", dir, ": ", missing,
+                                 " (--on-missing-model=wait starts without it)"));
+      }
+    }
+  }
   for (absl::string_view item : absl::StrSplit(args.GetString("model-devices"), ',', absl::SkipEmpty())) {
     std::pair<std::string, std::string> nd = absl::StrSplit(item, absl::MaxSplits('=', 1));
     const bool known = std::any_of(o.models.begin(), o.models.end(),
@@ -185,12 +254,12 @@ int ServeCommand(int argc, char** argv) {
   o.scheduler.max_queue_delay = absl::Milliseconds(args.GetInt("max-queue-delay-ms"));
   o.scheduler.continuous = args.GetBool("continuous-batching");
   o.limits.max_sentences_per_request = args.GetInt("max-sentences");
-  o.limits.max_tokens_per_sentence = args.GetInt("max-tokens");
+  o.limits.max_tokens_per_sentence = max_input_length;
   o.limits.max_text_bytes = args.GetInt("max-text-bytes");
   o.max_message_bytes = args.GetInt("max-message-bytes");
   o.grace_period = absl::Seconds(args.GetInt("grace-seconds"));
   for (const char* flag : {"max-batch-rows", "max-batch-tokens", "max-queue", "max-sentences",
-                           "max-tokens", "max-text-bytes", "max-message-bytes"}) {
+                           "max-text-bytes", "max-message-bytes"}) {
     if (args.GetInt(flag) < 1) {
       return Fail(absl::StrCat("--", flag, " must be positive, got ", args.GetInt(flag)));
     }
@@ -221,7 +290,8 @@ int ServeCommand(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<server::TranslationServer>> server = server::TranslationServer::Start(o);
   if (!server.ok()) return Fail(std::string(server.status().message()));
   server::TranslationServer& srv = **server;
-  Log(absl::StrCat("gRPC on ", o.host, ":", srv.port(), ", HTTP on ", o.host, ":", srv.http_port(),
+  Log(absl::StrCat("gRPC on ", o.host, ":", srv.port(), ", ",
+                   srv.http_port() >= 0 ? absl::StrCat("HTTP on ", o.host, ":", srv.http_port()) : "HTTP off",
                    "; loading ", o.models.size(), " model(s)"));
   std::thread loaded([&srv, ready_file = args.GetString("ready-file")] {
     absl::Status s = srv.WaitForInitialLoad();
