@@ -130,6 +130,12 @@ class Trainer {
     if (config_.pad_id < 0 || config_.bos_id < 0 || config_.eos_id < 0) {
       return absl::InvalidArgumentError(absl::StrCat(spm_path_, ": needs pad, bos and eos pieces"));
     }
+    // A run that cannot resume fails now, before the data is read and tokenized.
+    TNMT_ASSIGN_OR_RETURN(const std::vector<std::string> saved, ListCheckpoints(cfg_.save_dir));
+    if (!saved.empty()) {
+      TNMT_ASSIGN_OR_RETURN(const ModelConfig saved_model, ModelConfig::Load(saved.back() + "/config.json"));
+      TNMT_RETURN_IF_ERROR(ResumableFrom(saved.back(), saved_model));
+    }
 
     data::DatasetOptions dopt;
     dopt.max_length = cfg_.max_length;
@@ -191,15 +197,20 @@ class Trainer {
     return absl::OkStatus();
   }
 
+  // Whether the checkpoint at `where` holds the model the config asks for (see CheckResumable).
+  absl::Status ResumableFrom(const std::string& where, const ModelConfig& saved) const {
+    absl::Status s = CheckResumable(saved, config_);
+    if (s.ok()) return s;
+    return absl::InvalidArgumentError(absl::StrCat(where, ": cannot resume: ", s.message(),
+                                                   "; restore those settings or train into a new save_dir"));
+  }
+
   absl::Status Resume(Checkpoint ck) {
     TensorMap p, m, v;
     for (auto& [name, t] : ck.params) p.emplace(name, StoredTensor{t, DType::kFloat32});
     for (auto& [name, t] : ck.adam_m) m.emplace(name, StoredTensor{t, DType::kFloat32});
     for (auto& [name, t] : ck.adam_v) v.emplace(name, StoredTensor{t, DType::kFloat32});
-    if (ck.config.vocab_size != config_.vocab_size || ck.config.d_model != config_.d_model) {
-      return absl::InvalidArgumentError(absl::StrCat(cfg_.save_dir, ": the checkpoint's model does not match the config"));
-    }
-    config_ = ck.config;
+    TNMT_RETURN_IF_ERROR(ResumableFrom(cfg_.save_dir, ck.config));
     TNMT_ASSIGN_OR_RETURN(params_, ModelWeights::Build(config_, std::move(p), "checkpoint params"));
     TNMT_ASSIGN_OR_RETURN(adam_, Adam::Create(config_, params_));
     TNMT_ASSIGN_OR_RETURN(adam_.m(), ModelWeights::Build(config_, std::move(m), "checkpoint adam m"));
@@ -249,11 +260,14 @@ class Trainer {
       const double stats[3] = {totals.loss_sum, totals.nll_sum, totals.tokens};
       const double tokens = std::max(1.0, stats[2]);
       float grad_scale = static_cast<float>(1.0 / tokens);
+      // The norm of the per-token gradient: for clipping, and for the log when this update is
+      // logged (every rank computes it at the same steps).
+      const bool log_due = (state_.step + 1) % cfg_.log_every_steps == 0 || state_.step + 1 == cfg_.max_steps;
       double gnorm = 0;
-      if (cfg_.clip_norm > 0) {
+      if (cfg_.clip_norm > 0 || log_due) {
         TNMT_ASSIGN_OR_RETURN(const double norm, engine_->GradNorm());
         gnorm = norm * grad_scale;
-        if (gnorm > cfg_.clip_norm) grad_scale *= static_cast<float>(cfg_.clip_norm / gnorm);
+        if (cfg_.clip_norm > 0 && gnorm > cfg_.clip_norm) grad_scale *= static_cast<float>(cfg_.clip_norm / gnorm);
       }
       const double lr = NoamLearningRate(state_.step + 1, config_.d_model, {cfg_.warmup_steps, cfg_.lr_scale});
       const double scale_before = engine_->loss_scale();
@@ -280,7 +294,7 @@ class Trainer {
       state_.elapsed_seconds = start_elapsed + std::chrono::duration<double>(Clock::now() - start).count();
       window_tokens += stats[2], window_loss += stats[0], window_nll += stats[1], window_count += stats[2];
 
-      if (state_.step % cfg_.log_every_steps == 0 || state_.step == cfg_.max_steps) {
+      if (log_due) {
         const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
         const double tps = secs > 0 ? window_tokens / secs : 0;
         const double loss = window_loss / std::max(1.0, window_count);
@@ -289,8 +303,9 @@ class Trainer {
         const double eta = per_step * static_cast<double>(cfg_.max_steps - state_.step);
         json m = {{"event", "train"}, {"step", state_.step}, {"epoch", state_.epoch}, {"loss", loss},
                   {"nll", nll}, {"ppl", std::exp(nll)}, {"lr", lr}, {"tokens_per_second", tps},
-                  {"grad_norm", gnorm}, {"tokens_seen", state_.tokens_seen},
+                  {"tokens_seen", state_.tokens_seen},
                   {"elapsed_seconds", state_.elapsed_seconds}, {"eta_seconds", eta}};
+        if (std::isfinite(gnorm)) m["grad_norm"] = gnorm;
         if (precision_ == TrainPrecision::kFloat16) {
           m["loss_scale"] = engine_->loss_scale();
           m["skipped_steps"] = skipped_steps_;
@@ -301,6 +316,7 @@ class Trainer {
                        static_cast<long long>(state_.step), static_cast<long long>(cfg_.max_steps),
                        static_cast<long long>(state_.epoch), loss, std::exp(nll), lr, tps, FormatDuration(eta).c_str());
           std::fflush(stderr);
+          progress_shown_ = true;
         }
         window_start = Clock::now();
         window_tokens = window_loss = window_nll = window_count = 0;
@@ -312,7 +328,7 @@ class Trainer {
         last_saved = state_.step;
       }
     }
-    if (hooks_.progress_line && rank0_) std::fprintf(stderr, "\n");
+    EndProgressLine();
     if (last_saved != state_.step || !LoadLatestCheckpoint(cfg_.save_dir).ok()) TNMT_RETURN_IF_ERROR(Save());
     Log(absl::StrCat("done at step ", state_.step));
     return absl::OkStatus();
@@ -354,7 +370,11 @@ class Trainer {
     }
     m["seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
     Metric(m);
-    Log(absl::StrCat("validation at step ", state_.step, ": ", m.dump()));
+    std::string line = absl::StrFormat("validation at step %d: dev loss %.4f, ppl %.2f", state_.step,
+                                       m["dev_loss"].get<double>(), m["dev_ppl"].get<double>());
+    if (m.contains("dev_bleu")) absl::StrAppendFormat(&line, ", BLEU %.2f", m["dev_bleu"].get<double>());
+    absl::StrAppendFormat(&line, " (%.1f s)", m["seconds"].get<double>());
+    Log(line);
     return absl::OkStatus();
   }
 
@@ -385,8 +405,15 @@ class Trainer {
     metrics_ << m.dump() << "\n";
     metrics_.flush();
   }
+  // Log lines start on a line of their own, after the live progress line if one is shown.
   void Log(const std::string& s) {
-    if (rank0_) std::fprintf(stderr, "tnmt train: %s\n", s.c_str());
+    if (!rank0_) return;
+    EndProgressLine();
+    std::fprintf(stderr, "tnmt train: %s\n", s.c_str());
+  }
+  void EndProgressLine() {
+    if (progress_shown_) std::fprintf(stderr, "\n");
+    progress_shown_ = false;
   }
 
   const TrainConfig& cfg_;
@@ -404,6 +431,7 @@ class Trainer {
   std::unique_ptr<TrainEngine> engine_;
   TrainPrecision precision_ = TrainPrecision::kFloat32;
   int64_t skipped_steps_ = 0;
+  bool progress_shown_ = false;  // the live progress line is the last thing on stderr
   TrainerState state_;
   std::ofstream metrics_;
 };
