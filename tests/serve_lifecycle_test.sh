@@ -5,9 +5,10 @@
 #   b. two SIGHUP reloads under 16-client load: no failed request, model generation 3;
 #   c. SIGTERM under 16-client load: exit 0 within the grace period, every request either OK or
 #      refused with UNAVAILABLE (sent after shutdown began), some OK;
-#   d. a missing model directory: the server runs but is not ready (/readyz 503 naming the
-#      directory, health NOT_SERVING) and still exits 0 on SIGTERM; --max-queue 0 exits 2
-#      naming the flag.
+#   d. a missing model directory: by default exit 2 at start-up naming the model and the
+#      directory; with --on-missing-model=wait the server runs but is not ready (/readyz 503
+#      naming the directory, health NOT_SERVING) and still exits 0 on SIGTERM; --max-queue 0
+#      exits 2 naming the flag.
 # Usage: serve_lifecycle_test.sh TNMT SERVE_LOAD MODEL_DIR
 set -u
 TNMT="$1"
@@ -163,7 +164,12 @@ check "server logged draining and stopped" grep -q "stopped" "$TMP/a.log"
 
 # ---------------------------------------------------------------------------------------------
 echo "== d. missing model directory; bad flag"
-start_server d --model /nonexistent --port 0 --http-port 0 --grace-seconds "$GRACE"
+timeout 20 "$TNMT" serve --model x=/nonexistent --port 0 --http-port 0 2> "$TMP/d0.log"
+rc=$?
+check "a missing model directory exits 2 at start-up (got $rc)" test "$rc" -eq 2
+check "  naming the model and the directory (got: $(head -c 200 "$TMP/d0.log"))" \
+  grep -q 'model "x": /nonexistent: no such directory' "$TMP/d0.log"
+start_server d --model /nonexistent --on-missing-model=wait --port 0 --http-port 0 --grace-seconds "$GRACE"
 HTTP_PORT=""
 for _ in $(seq 300); do
   HTTP_PORT=$(sed -n 's/.*HTTP on .*:\([0-9][0-9]*\);.*/\1/p' "$TMP/d.log")
