@@ -164,8 +164,14 @@ void PackLinear(Linear* l) {
 }  // namespace
 
 void ModelWeights::PackForInference() {
+  // Every linear, the encoder's and the cross-attention K/V too: then no inference GEMM goes
+  // through OpenBLAS, whose rounding depends on the thread count and the batch, and a
+  // sentence's scores are the same whatever it is batched with and however many threads run.
+  for (EncoderLayerWeights& l : encoder) {
+    for (Linear* x : {&l.self_qkv, &l.self_out, &l.fc1, &l.fc2}) PackLinear(x);
+  }
   for (DecoderLayerWeights& l : decoder) {
-    for (Linear* x : {&l.self_qkv, &l.self_out, &l.cross_q, &l.cross_out, &l.fc1, &l.fc2}) {
+    for (Linear* x : {&l.self_qkv, &l.self_out, &l.cross_q, &l.cross_kv, &l.cross_out, &l.fc1, &l.fc2}) {
       PackLinear(x);
     }
   }

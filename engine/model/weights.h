@@ -72,15 +72,13 @@ struct ModelWeights {
   static absl::StatusOr<ModelWeights> Build(const ModelConfig& config, TensorMap tensors,
                                             const std::string& source);
 
-  // Packs the weights of every decode step (the decoder layers' linears except cross_kv, and
-  // the output projection) for GemmPacked, so decode steps never re-pack them (no-op on CPUs
-  // without a packed kernel). For weights that no longer change: model loading calls it, the
-  // trainer (which updates weights in place) must not. The row-major tensors are kept: they
-  // stay the model's weights for ToTensors, for sharing with a trainer and for the GemmNT
-  // shapes where OpenBLAS is faster. The packed copies add 4 bytes per packed parameter
-  // (Transformer-base: 26M parameters, 100 MiB; bench/translate_bench's decode peak RSS
-  // 558 -> 659 MiB). Encoder and cross K/V linears (one GEMM per batch of sources, not per
-  // step) stay unpacked.
+  // Packs every linear (encoder, decoder, cross-attention K/V) and the output projection for
+  // GemmPacked (no-op on CPUs without a packed kernel), so no inference GEMM re-packs weights
+  // or goes through OpenBLAS: a sentence's scores then do not depend on its batch or on the
+  // thread count. For weights that no longer change: model loading calls it, the trainer
+  // (which updates weights in place) must not. The row-major tensors are kept: they stay the
+  // model's weights for ToTensors and for sharing with a trainer. The packed copies add 4
+  // bytes per packed parameter (Transformer-base, 37k vocabulary: ~63M, ~240 MiB).
   void PackForInference();
   // Bytes held by the packed copies.
   int64_t PackedBytes() const;
