@@ -13,7 +13,9 @@
 #      A job with on_interrupt FAIL is failed by the restart instead, naming the interruption;
 #   e. SIGTERM with a job running and a watch open: exit 0 promptly, the watch ends UNAVAILABLE,
 #      the job goes back to the queue and the next start resumes it;
-#   f. the store survives every restart (jobs list) and published models are served again.
+#   f. the store survives every restart (jobs list) and published models are served again;
+#   g. three SIGTERM/restart cycles of a server computing on two threads while a job trains:
+#      the runner never hangs starting the trainer, the job finishes, SIGTERM always stops it.
 # Usage: jobs_e2e_test.sh TNMT SERVE_LOAD COMPARE_MODELS SPM_MODEL
 set -u
 TNMT="$1"
@@ -131,6 +133,7 @@ check "a retried submit with the same request id returns the same job" test "$A"
 jobs_cmd watch "$A" > "$TMP/watch-a.txt"
 check "watch ends 0 when the job succeeds" test $? -eq 0
 check "watch showed RUNNING and SUCCEEDED" bash -c "grep -q RUNNING $TMP/watch-a.txt && grep -q SUCCEEDED $TMP/watch-a.txt"
+check "watch writes no line twice in a row (stdout not a terminal)" bash -c "[[ -z \$(uniq -d $TMP/watch-a.txt) ]]"
 check "job a published as model 'a'" test "$(field "$A" published_model)" = a
 check "job a reached step 200" test "$(field "$A" step)" = 200
 check "the server translates with the published model" \
@@ -138,6 +141,16 @@ check "the server translates with the published model" \
 printf 'the man runs\n' | "$TNMT" translate --model "$STATE/models/a" > "$TMP/a.out" 2> /dev/null
 check "the published directory translates offline" test -s "$TMP/a.out"
 check "the published model records its job" grep -q "\"job_id\": \"$A\"" "$STATE/models/a/job.json"
+printf 'the man runs\n' | "$TNMT" translate --server "127.0.0.1:$PORT" > "$TMP/default.out" 2> "$TMP/default.err"
+check "a request naming no model still gets the configured one after a job published another" \
+  bash -c "[[ \$? -eq 0 && -s $TMP/default.out ]] || { cat $TMP/default.err; false; }"
+long=$(head -c 16000 /dev/zero | tr '\0' m)
+printf 'the man runs\n' | "$TNMT" translate --server "127.0.0.1:$PORT" --model-name "$long" > /dev/null 2> "$TMP/long.err"
+check "a 16,000-character model name: NOT_FOUND with a bounded message" \
+  bash -c "grep -q NOT_FOUND $TMP/long.err && grep -q '(16000 bytes)' $TMP/long.err && [[ \$(wc -c < $TMP/long.err) -lt 2000 ]]"
+"$TNMT" jobs get "job-$(head -c 100000 /dev/zero | tr '\0' 7)" --server "127.0.0.1:$PORT" --token-file "$TMP/token" 2> "$TMP/longid.err"
+check "a 100,000-character job id: NOT_FOUND with a bounded message" \
+  bash -c "grep -q NOT_FOUND $TMP/longid.err && grep -q '(100004 bytes)' $TMP/longid.err && [[ \$(wc -c < $TMP/longid.err) -lt 2000 ]]"
 
 # c. Cancel a running job.
 spec long b 100000 1000 > "$TMP/b.json"
@@ -225,6 +238,53 @@ check "published models are served after restarts" \
   "$LOAD" --target "127.0.0.1:$PORT" --model a --clients 1 --requests 2 --json
 kill -TERM "$SERVER_PID"; wait "$SERVER_PID"
 check "final SIGTERM exits 0" test $? -eq 0
+
+# g. Restarts while a job runs and the engine computes: a server with two compute threads
+#    serving the demo model (its start-up warm-up runs multi-threaded GEMMs while the runner
+#    restarts the interrupted job). Starting the trainer must never hang the runner (fork() in
+#    this multi-threaded process used to block forever in OpenBLAS's atfork handler: the job
+#    stayed QUEUED, submits timed out and SIGTERM no longer stopped the server). Three SIGTERM
+#    and restart cycles, then the job finishes; every SIGTERM stops the server promptly.
+start_busy_server() {  # as start_server, with the demo model and two compute threads
+  rm -f "$TMP/ready"
+  "$TNMT" serve --model "tiny=tests/golden/data/tiny,demo=models/demo" --host 127.0.0.1 --port 0 --http-port 0 \
+    --threads 2 --ready-file "$TMP/ready" --state-dir "$STATE" --data-root "$DATA" --jobs-token-file "$TMP/token" \
+    --job-threads 1 --max-unfinished-jobs 3 --grace-seconds 20 2>> "$TMP/$1" &
+  SERVER_PID=$!
+  pids+=("$SERVER_PID")
+  for _ in $(seq 300); do [[ -s "$TMP/ready" ]] && break; sleep 0.1; done
+  PORT=$(cut -d' ' -f1 "$TMP/ready" 2> /dev/null)
+}
+spec restarted g 3000 100 > "$TMP/g.json"
+start_busy_server server4.log
+check "busy server ready" test -n "$PORT"
+G=$(jobs_cmd submit --spec "$TMP/g.json")
+for cycle in 1 2 3; do
+  check "cycle $cycle: job g runs (attempt $cycle)" wait_field "$G" attempts "$cycle" 60
+  check "cycle $cycle:   and trains (step $(field "$G" step))" wait_step "$G" $((cycle * 100 + 10)) 120
+  "$LOAD" --target "127.0.0.1:$PORT" --model demo --clients 2 --requests 6 --json > /dev/null 2>&1 &
+  load=$!
+  sleep 1
+  t0=$(date +%s)
+  kill -TERM "$SERVER_PID"
+  for _ in $(seq 300); do kill -0 "$SERVER_PID" 2> /dev/null || break; sleep 0.1; done
+  check "cycle $cycle: SIGTERM stops the server within 30 s ($(( $(date +%s) - t0 )) s)" bash -c "! kill -0 $SERVER_PID 2> /dev/null"
+  kill -KILL "$SERVER_PID" 2> /dev/null; wait "$SERVER_PID" 2> /dev/null; wait "$load" 2> /dev/null
+  check "cycle $cycle: its trainer was stopped" bash -c "! pgrep -f '[j]obs/$G/train_config.json' > /dev/null"
+  start_busy_server "server4-$cycle.log"
+  check "cycle $cycle: restarted server ready" test -n "$PORT"
+done
+spec after h 20 10 > "$TMP/h.json"
+H=$(timeout 30 "$TNMT" jobs submit --spec "$TMP/h.json" --server "127.0.0.1:$PORT" --token-file "$TMP/token")
+check "a submit after the restarts answers" test -n "$H"
+timeout 300 "$TNMT" jobs watch "$G" --server "127.0.0.1:$PORT" --token-file "$TMP/token" > "$TMP/watch-g.txt"
+check "the restarted job finishes after three restarts" test $? -eq 0
+check "  on its fourth attempt" test "$(field "$G" attempts)" = 4
+jobs_cmd cancel "$H" > /dev/null 2>&1
+t0=$(date +%s)
+kill -TERM "$SERVER_PID"
+for _ in $(seq 300); do kill -0 "$SERVER_PID" 2> /dev/null || break; sleep 0.1; done
+check "the last SIGTERM stops the server ($(( $(date +%s) - t0 )) s)" bash -c "! kill -0 $SERVER_PID 2> /dev/null"
 
 if [[ $fails -ne 0 ]]; then
   echo "$fails check(s) failed; server logs:"

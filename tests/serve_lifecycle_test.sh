@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tnmt serve` lifecycle end to end, on the tiny golden model, driven by bench/serve_load:
 #   a. start on free ports, ready file, /healthz and /readyz 200, health Check SERVING,
-#      tnmt_requests_total in /metrics after some requests;
+#      tnmt_requests_total in /metrics after some requests; a second server on the same gRPC
+#      port exits non-zero naming it, and every call still reaches the first;
 #   b. two SIGHUP reloads under 16-client load: no failed request, model generation 3;
 #   c. SIGTERM under 16-client load: exit 0 within the grace period, every request either OK or
 #      refused with UNAVAILABLE (sent after shutdown began), some OK;
@@ -104,6 +105,16 @@ check "a bad line: exit 1, its own error, alignment kept" \
   bash -c "[[ $? -eq 1 && \$(wc -l < $TMP/bad.out) -eq 3 ]] && grep -q 'input line 2: RESOURCE_EXHAUSTED' $TMP/bad.err"
 http /metrics "$TMP/metrics.a" > /dev/null
 check "/metrics has tnmt_requests_total samples" grep -q '^tnmt_requests_total{' "$TMP/metrics.a"
+# A second server on the busy gRPC port must fail naming the port, not share it (with
+# SO_REUSEPORT both would listen and clients would be split between them).
+timeout 30 "$TNMT" serve --model "tiny=$MODEL" --host 127.0.0.1 --port "$GRPC_PORT" --http-port 0 --threads 1 \
+  --ready-file "$TMP/ready.dup" 2> "$TMP/dup.log"
+rc=$?
+check "a second server on the busy gRPC port exits non-zero (got $rc)" bash -c "[[ $rc -ne 0 && $rc -ne 124 ]]"
+check "  naming the port (got: $(tail -c 200 "$TMP/dup.log"))" grep -q ":$GRPC_PORT" "$TMP/dup.log"
+check "  and never reports ready" test ! -s "$TMP/ready.dup"
+for _ in 1 2 3 4 5 6; do "$TNMT" translate --server "$TARGET" < "$TMP/in.txt" > /dev/null 2>&1 || echo fail; done > "$TMP/dup.calls"
+check "every call still reaches the first server" test ! -s "$TMP/dup.calls"
 
 # ---------------------------------------------------------------------------------------------
 echo "== b. two SIGHUP reloads under load"

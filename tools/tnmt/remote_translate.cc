@@ -119,7 +119,7 @@ int TranslateRemote(const RemoteTranslateOptions& o, std::istream& in, std::ostr
         } else if (TextProblem(si)) {
           std::string message = si.error_message();
           if (absl::StartsWith(message, "texts[0]: ")) message.erase(0, 10);
-          errors.Report(line_no, message);
+          errors.Report(line_no, absl::StrCat(CodeName(si), ": ", message));  // the server's code too
           WriteFailedLine(o.format, line_no, out);
         } else {
           if (o.progress) std::fprintf(stderr, "\n");
