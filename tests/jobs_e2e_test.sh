@@ -240,14 +240,14 @@ kill -TERM "$SERVER_PID"; wait "$SERVER_PID"
 check "final SIGTERM exits 0" test $? -eq 0
 
 # g. Restarts while a job runs and the engine computes: a server with two compute threads
-#    serving the demo model (its start-up warm-up runs multi-threaded GEMMs while the runner
-#    restarts the interrupted job). Starting the trainer must never hang the runner (fork() in
+#    serving the demo model on the portable kernels, so every GEMM goes through OpenBLAS's
+#    thread pool (its start-up warm-up runs them while the runner restarts the interrupted job). Starting the trainer must never hang the runner (fork() in
 #    this multi-threaded process used to block forever in OpenBLAS's atfork handler: the job
 #    stayed QUEUED, submits timed out and SIGTERM no longer stopped the server). Three SIGTERM
 #    and restart cycles, then the job finishes; every SIGTERM stops the server promptly.
-start_busy_server() {  # as start_server, with the demo model and two compute threads
+start_busy_server() {  # as start_server, with the demo model, two compute threads and OpenBLAS
   rm -f "$TMP/ready"
-  "$TNMT" serve --model "tiny=tests/golden/data/tiny,demo=models/demo" --host 127.0.0.1 --port 0 --http-port 0 \
+  TNMT_CPU_ISA=portable "$TNMT" serve --model "tiny=tests/golden/data/tiny,demo=models/demo" --host 127.0.0.1 --port 0 --http-port 0 \
     --threads 2 --ready-file "$TMP/ready" --state-dir "$STATE" --data-root "$DATA" --jobs-token-file "$TMP/token" \
     --job-threads 1 --max-unfinished-jobs 3 --grace-seconds 20 2>> "$TMP/$1" &
   SERVER_PID=$!
