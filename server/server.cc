@@ -4,6 +4,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -39,7 +40,13 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
   // One configured model is the default for requests that name none, also after training
   // jobs publish more models next to it.
   if (o.models.size() == 1) s->registry_->SetDefault(o.models.begin()->first);
-  s->service_ = std::make_unique<TranslationServiceImpl>(s->registry_.get(), s->metrics_.get(), o.limits);
+  if (!o.request_log.empty()) {
+    absl::StatusOr<std::unique_ptr<RequestLog>> log = RequestLog::Open(o.request_log);
+    if (!log.ok()) return log.status();
+    s->request_log_ = *std::move(log);
+  }
+  s->service_ = std::make_unique<TranslationServiceImpl>(s->registry_.get(), s->metrics_.get(), o.limits,
+                                                         s->request_log_.get());
   if (!o.jobs.state_dir.empty()) TNMT_RETURN_IF_ERROR(s->StartJobs());
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -207,6 +214,10 @@ void TranslationServer::SetServing(bool serving) {
 
 absl::Status TranslationServer::Reload(const std::string& name) {
   if (stopping_) return absl::UnavailableError("server is shutting down");
+  if (name.empty() && request_log_ != nullptr) {
+    // A full reload (SIGHUP) also reopens the request log, for log rotation.
+    if (absl::Status r = request_log_->Reopen(); !r.ok()) std::fprintf(stderr, "tnmt serve: %s\n", std::string(r.message()).c_str());
+  }
   absl::Status s = name.empty() ? registry_->LoadAll() : registry_->Load(name);
   if (registry_->AllReady() && !stopping_) SetServing(true);
   return s;

@@ -23,6 +23,7 @@
 #include "server/jobs/training_service.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "server/request_log.h"
 #include "server/translation_service.h"
 #include "server/web/web_api.h"
 
@@ -52,6 +53,7 @@ struct ServerOptions {
   int max_message_bytes = 4 << 20;  // largest request message; bigger: RESOURCE_EXHAUSTED
   absl::Duration grace_period = absl::Seconds(30);  // drain time on Shutdown
   std::string version = "dev";
+  std::string request_log;  // --request-log: JSON line per finished call ("-": stderr; "": none)
   JobsServerOptions jobs;
 };
 
@@ -87,6 +89,7 @@ class TranslationServer {
 
   const ServerOptions options_;
   std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<RequestLog> request_log_;
   std::unique_ptr<ModelRegistry> registry_;
   std::unique_ptr<TranslationServiceImpl> service_;
   std::unique_ptr<jobs::JobStore> job_store_;

@@ -16,6 +16,22 @@ namespace {
 using tnmt::v1::TranslateStreamRequest;
 using tnmt::v1::TranslateStreamResponse;
 
+// Appends one finished call to the request log, if there is one.
+void LogCall(RequestLog* log, const char* method, const std::string& model, const std::string& peer, int texts,
+             const absl::Status& s, absl::Time start) {
+  if (log == nullptr) return;
+  RequestRecord r;
+  r.time = absl::Now();
+  r.method = method;
+  r.model = model;
+  r.peer = peer;
+  r.texts = texts;
+  r.code = static_cast<int>(s.code());
+  r.message = std::string(s.message());
+  r.seconds = absl::ToDoubleSeconds(r.time - start);
+  log->Write(r);
+}
+
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
@@ -36,6 +52,9 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
     state_->reactor = this;
     state_->metrics = metrics;
     state_->response = resp;
+    state_->log = service->request_log();
+    if (state_->log != nullptr) state_->peer = ctx->peer();
+    state_->texts = req->texts_size();
     if (metrics != nullptr) metrics->RequestStarted();
     entered_ = service_->Enter();
     if (!entered_) {
@@ -91,6 +110,9 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
     grpc::ServerUnaryReactor* reactor = nullptr;
     tnmt::v1::TranslateResponse* response = nullptr;
     ServerMetrics* metrics = nullptr;
+    RequestLog* log = nullptr;
+    std::string peer;
+    int texts = 0;
 
     void Done(int index, SentenceResult r) {
       std::lock_guard<std::mutex> lock(mu);
@@ -117,6 +139,7 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
         response->Clear();
       }
       if (metrics != nullptr) metrics->RequestDone(model, "Translate", static_cast<int>(s.code()), total);
+      LogCall(log, "Translate", model, peer, texts, s, start);
       reactor->Finish(ToGrpc(s));
     }
   };
@@ -135,6 +158,8 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
       : service_(service), registry_(registry), limits_(limits), ctx_(ctx), state_(std::make_shared<State>()) {
     state_->reactor = this;
     state_->metrics = metrics;
+    state_->log = service->request_log();
+    if (state_->log != nullptr) state_->peer = ctx->peer();
     if (metrics != nullptr) metrics->RequestStarted();
     entered_ = service_->Enter();
     if (!entered_) {
@@ -155,6 +180,10 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
     if (request_.texts().empty()) {  // nothing to answer
       StartRead(&request_);
       return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->texts += request_.texts_size();
     }
     absl::StatusOr<PreparedRequest> p =
         PrepareRequest(*registry_, limits_, request_.model(), request_.options(), request_.texts());
@@ -233,6 +262,9 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
     ServerMetrics* metrics = nullptr;
     std::string model;
     absl::Time start = absl::Now();
+    RequestLog* log = nullptr;
+    std::string peer;
+    int texts = 0;  // over all request messages
     std::deque<TranslateStreamResponse> writes;  // front is in flight when writing
     bool writing = false;
     bool reads_done = false;
@@ -270,6 +302,7 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
         metrics->RequestDone(model, "TranslateStream", static_cast<int>(s.code()),
                              absl::ToDoubleSeconds(absl::Now() - start));
       }
+      LogCall(log, "TranslateStream", model, peer, texts, s, start);
       reactor->Finish(ToGrpc(s));
     }
   };
@@ -362,6 +395,7 @@ grpc::ServerUnaryReactor* TranslationServiceImpl::ListModels(grpc::CallbackServe
     metrics_->RequestStarted();
     metrics_->RequestDone("", "ListModels", "OK", absl::ToDoubleSeconds(absl::Now() - start));
   }
+  LogCall(request_log_, "ListModels", "", request_log_ != nullptr ? context->peer() : "", 0, absl::OkStatus(), start);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -15,13 +15,17 @@
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/request.h"
+#include "server/request_log.h"
 
 namespace tnmt::server {
 
 class TranslationServiceImpl final : public tnmt::v1::TranslationService::CallbackService {
  public:
-  TranslationServiceImpl(ModelRegistry* registry, ServerMetrics* metrics, ServiceLimits limits)
-      : registry_(registry), metrics_(metrics), limits_(limits) {}
+  // request_log: where each finished call is logged (may be null: no log).
+  TranslationServiceImpl(ModelRegistry* registry, ServerMetrics* metrics, ServiceLimits limits,
+                         RequestLog* request_log = nullptr)
+      : registry_(registry), metrics_(metrics), limits_(limits), request_log_(request_log) {}
+  RequestLog* request_log() const { return request_log_; }
 
   grpc::ServerUnaryReactor* Translate(grpc::CallbackServerContext* context,
                                       const tnmt::v1::TranslateRequest* request,
@@ -52,6 +56,7 @@ class TranslationServiceImpl final : public tnmt::v1::TranslationService::Callba
   ModelRegistry* const registry_;
   ServerMetrics* const metrics_;
   const ServiceLimits limits_;
+  RequestLog* const request_log_;
 };
 
 }  // namespace tnmt::server

@@ -2,7 +2,8 @@
 # `tnmt serve` lifecycle end to end, on the tiny golden model, driven by bench/serve_load:
 #   a. start on free ports, ready file, /healthz and /readyz 200, health Check SERVING,
 #      tnmt_requests_total in /metrics after some requests; a second server on the same gRPC
-#      port exits non-zero naming it, and every call still reaches the first;
+#      port exits non-zero naming it, and every call still reaches the first; --request-log
+#      writes one JSON line per call;
 #   b. two SIGHUP reloads under 16-client load: no failed request, model generation 3;
 #   c. SIGTERM under 16-client load: exit 0 within the grace period, every request either OK or
 #      refused with UNAVAILABLE (sent after shutdown began), some OK;
@@ -74,7 +75,7 @@ show_log() { echo "--- $1 (last lines) ---"; tail -n 20 "$1"; echo "---"; }
 echo "== a. start, readiness, health, metrics"
 t0=$(now)
 start_server a --model "tiny=$MODEL" --port 0 --http-port 0 --ready-file "$TMP/ready" --threads 2 \
-    --grace-seconds "$GRACE"
+    --grace-seconds "$GRACE" --request-log "$TMP/requests.jsonl"
 if ! wait_file "$TMP/ready" 60 "$SERVER_PID"; then
   echo "FAIL: server not ready within 60 s (or died)"
   show_log "$TMP/a.log"
@@ -105,6 +106,16 @@ check "a bad line: exit 1, its own error, alignment kept" \
   bash -c "[[ $? -eq 1 && \$(wc -l < $TMP/bad.out) -eq 3 ]] && grep -q 'input line 2: RESOURCE_EXHAUSTED' $TMP/bad.err"
 http /metrics "$TMP/metrics.a" > /dev/null
 check "/metrics has tnmt_requests_total samples" grep -q '^tnmt_requests_total{' "$TMP/metrics.a"
+printf 'x\n' | "$TNMT" translate --server "$TARGET" --model-name nope > /dev/null 2>&1
+"$TNMT" models --server "$TARGET" > /dev/null 2>&1
+check "--request-log: one valid JSON line per call, the right fields" python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open('$TMP/requests.jsonl')]
+ok = [r for r in rows if r['method'] == 'Translate' and r['code'] == 'OK' and r['model'] == 'tiny' and r['texts'] >= 1]
+nf = [r for r in rows if r['code'] == 'NOT_FOUND' and 'nope' in r.get('message', '')]
+lm = [r for r in rows if r['method'] == 'ListModels']
+assert ok and nf and lm and all(r['peer'] and r['seconds'] >= 0 and r['time'].endswith('Z') for r in rows), rows[-5:]
+"
 # A second server on the busy gRPC port must fail naming the port, not share it (with
 # SO_REUSEPORT both would listen and clients would be split between them).
 timeout 30 "$TNMT" serve --model "tiny=$MODEL" --host 127.0.0.1 --port "$GRPC_PORT" --http-port 0 --threads 1 \

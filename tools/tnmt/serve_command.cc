@@ -143,7 +143,7 @@ int ServeCommand(int argc, char** argv) {
             "Serves translation over gRPC (tnmt.v1.TranslationService, grpc.health.v1.Health,\n"
             "reflection; with --state-dir also tnmt.v1.TrainingService) and HTTP (the web page /,\n"
             "/jobs, its JSON API /api/..., /metrics, /healthz, /readyz). SIGTERM drains and exits 0;\n"
-            "SIGHUP reloads every model from its directory.");
+            "SIGHUP reloads every model from its directory (and reopens --request-log).");
   args.AddString("config", "", "JSON file with any of these flags as keys, '-' or '_' (\"models\": {name: dir})");
   args.AddString("model", "", "models: DIR (named after its last component), or NAME=DIR[,NAME=DIR...]",
                  "the bundled demo model, named demo");
@@ -174,6 +174,7 @@ int ServeCommand(int argc, char** argv) {
   args.AddString("jobs-token-file", "", "file holding the bearer token the training API requires");
   args.AddInt("max-running-jobs", 1, "training jobs running at once per device");
   args.AddInt("max-unfinished-jobs", 16, "queued + running jobs; beyond: RESOURCE_EXHAUSTED");
+  args.AddString("request-log", "", "append one JSON line per finished call (time, method, model, peer, texts, code, seconds) to this file; - for stderr; reopened on SIGHUP", "off");
   args.AddInt("job-threads", 0, "compute threads per training job when its spec gives none; 0: half the cores");
 
   // A --config file's values come first, so the command line overrides them.
@@ -207,6 +208,7 @@ int ServeCommand(int argc, char** argv) {
 
   server::ServerOptions o;
   o.version = kVersion;
+  o.request_log = args.GetString("request-log");
   absl::StatusOr<Placement> device = Placement::Parse(args.GetString("device"), args.GetString("dtype"));
   if (!device.ok()) return Fail(std::string(device.status().message()));
   o.device = *device;
