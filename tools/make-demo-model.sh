@@ -7,13 +7,13 @@
 #   tools/make-demo-model.sh RUN_DIR [LAST] [DATA_DIR]
 #     RUN_DIR   the recipe's save_dir (checkpoints, metrics.jsonl, train_config.json)
 #     LAST      checkpoints to average (default 5)
-#     DATA_DIR  Multi30k files (default ../shared/data/multi30k)
+#     DATA_DIR  Multi30k files (default data/multi30k: tools/get-multi30k.sh fetches them)
 # Needs: a built tnmt (bazel build //tools/tnmt) and `python3 -m sacrebleu` (pip install sacrebleu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run="${1:?usage: tools/make-demo-model.sh RUN_DIR [LAST] [DATA_DIR]}"
 last="${2:-5}"
-data="${3:-../shared/data/multi30k}"
+data="${3:-data/multi30k}"
 tnmt=bazel-bin/tools/tnmt/tnmt
 out=models/demo
 tmp=$(mktemp -d)
@@ -80,8 +80,8 @@ when no \`--model\` is given.
 | weights | average of ${last} checkpoints (${averaged% }), float16, ${size} KiB |
 | training steps | ${final_step} |
 
-Reproduce: \`tnmt train --config models/recipes/multi30k-small.json\` (save_dir, data paths
-adjusted), then \`tools/make-demo-model.sh SAVE_DIR ${last}\`, which also recomputes the score
+Reproduce: \`tools/get-multi30k.sh\` (the data, into data/multi30k), \`tnmt train --config
+models/recipes/multi30k-small.json\` (checkpoints in runs/multi30k-small), then \`tools/make-demo-model.sh SAVE_DIR ${last}\`, which also recomputes the score
 above. \`train_config.json\` is the recipe as trained; \`training-log.jsonl\` is the trainer's
 log (training loss, tokens/s and learning rate every 20 steps, validations, checkpoints). Dev
 perplexity and dev BLEU (first 300 sentences of val, beam 4) at each validation:
