@@ -14,6 +14,7 @@
 #include "tools/tnmt/serve_command.h"
 #include "tools/tnmt/train_command.h"
 #include "tools/tnmt/translate_command.h"
+#include "kernels/cpu/cpu_features.h"
 #include "tools/tnmt/version.h"
 
 namespace {
@@ -56,7 +57,9 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   if (command == "--version" || command == "version") {
-    std::cout << "tnmt " << tnmt::kVersion << "\n";
+    // The CPU kernel path is part of what a user reports (TNMT_CPU_ISA may cap it).
+    std::cout << "tnmt " << tnmt::kVersion << " (cpu kernels: "
+              << tnmt::kernels::cpu::IsaName(tnmt::kernels::cpu::ActiveIsa()) << ")\n";
     return 0;
   }
   if (command == "translate") return tnmt::cli::TranslateCommand(argc, argv);
