@@ -153,11 +153,18 @@ constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeKernels(std::integer_seque
 // kKernels[mr]: the kernel for tiles of mr rows (1..kMaxMr).
 constexpr auto kKernels = MakeKernels(std::make_integer_sequence<int, kMaxMr>{});
 
-// AVX2: c[MR, 16] (the 16 columns of one panel half; lanes masked by m0, m1) = init +
-// a[kc, MR] . b[kc, 16 of 32]. b points at the half's first column of the panel's first k row.
+// Lanes [0, valid) of an AVX2 mask (valid clamped to [0, 8]).
+TNMT_AVX2_TARGET inline __m256i LaneMask(int valid) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// AVX2: c[MR, 16] (the 16 columns of one panel half, the first valid0 + valid1 of them
+// written) = init + a[kc, MR] . b[kc, 16 of 32]. b points at the half's first column of the
+// panel's first k row.
 template <int MR>
 TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* c, int64_t ldc,
-                                 __m256i m0, __m256i m1, Init init, const float* bias) {
+                                 int valid0, int valid1, Init init, const float* bias) {
+  const __m256i m0 = LaneMask(valid0), m1 = LaneMask(valid1);
   __m256 c0[MR], c1[MR];
   const bool with_bias = init == Init::kBias || init == Init::kLoadBias;
   const __m256 b0 = with_bias ? _mm256_maskload_ps(bias, m0) : _mm256_setzero_ps();
@@ -199,8 +206,7 @@ TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* 
   }
 }
 
-using KernelAvx2Fn = void (*)(int, const float*, const float*, float*, int64_t, __m256i, __m256i, Init,
-                              const float*);
+using KernelAvx2Fn = void (*)(int, const float*, const float*, float*, int64_t, int, int, Init, const float*);
 
 template <int... MR>
 constexpr std::array<KernelAvx2Fn, sizeof...(MR) + 1> MakeKernelsAvx2(std::integer_sequence<int, MR...>) {
@@ -210,19 +216,14 @@ constexpr std::array<KernelAvx2Fn, sizeof...(MR) + 1> MakeKernelsAvx2(std::integ
 // kKernelsAvx2[mr]: the AVX2 kernel for tiles of mr rows (1..kMaxMrAvx2).
 constexpr auto kKernelsAvx2 = MakeKernelsAvx2(std::make_integer_sequence<int, kMaxMrAvx2>{});
 
-// Lanes [0, valid) of an AVX2 mask (valid clamped to [0, 8]).
-TNMT_AVX2_TARGET inline __m256i LaneMask(int valid) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 // The AVX2 path for one tile and one panel: both 16-column halves that have valid columns.
 TNMT_AVX2_TARGET void TileAvx2(int mr, int kc, const float* a, const float* b, float* c, int64_t ldc,
                                int nvalid, Init init, const float* bias) {
   for (int h = 0; h < 2; ++h) {
     const int valid = nvalid - 16 * h;
     if (valid <= 0) break;
-    const __m256i m0 = LaneMask(std::min(valid, 8)), m1 = LaneMask(std::max(0, std::min(valid - 8, 8)));
-    kKernelsAvx2[mr](kc, a, b + 16 * h, c + 16 * h, ldc, m0, m1, init, bias != nullptr ? bias + 16 * h : nullptr);
+    kKernelsAvx2[mr](kc, a, b + 16 * h, c + 16 * h, ldc, std::min(valid, 8), std::max(0, std::min(valid - 8, 8)),
+                     init, bias != nullptr ? bias + 16 * h : nullptr);
   }
 }
 
