@@ -136,6 +136,8 @@ check "watch showed RUNNING and SUCCEEDED" bash -c "grep -q RUNNING $TMP/watch-a
 check "watch writes no line twice in a row (stdout not a terminal)" bash -c "[[ -z \$(uniq -d $TMP/watch-a.txt) ]]"
 check "job a published as model 'a'" test "$(field "$A" published_model)" = a
 check "job a reached step 200" test "$(field "$A" step)" = 200
+check "its dev BLEU carries the sacreBLEU signature and the sentence count" \
+  bash -c "[[ '$(field "$A" dev_bleu_signature)' == 'nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0|sentences:5' ]]"
 check "the server translates with the published model" \
   "$LOAD" --target "127.0.0.1:$PORT" --model a --clients 1 --requests 3 --json
 printf 'the man runs\n' | "$TNMT" translate --model "$STATE/models/a" > "$TMP/a.out" 2> /dev/null

@@ -285,4 +285,8 @@ absl::StatusOr<double> CorpusBleu(const std::vector<std::string>& hyps,
   return stats.Score();
 }
 
+std::string BleuSignature(int64_t sentences) {
+  return "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0|sentences:" + std::to_string(sentences);
+}
+
 }  // namespace tnmt::trainer

@@ -67,4 +67,9 @@ class BleuStats {
 absl::StatusOr<double> CorpusBleu(const std::vector<std::string>& hyps,
                                   const std::vector<std::string>& refs);
 
+// The sacreBLEU signature of the BLEU computed here (the one sacreBLEU 2.6.0 prints for its
+// default BLEU, which this agrees with), followed by "|sentences:N": a score is comparable
+// with another only when both parts are equal.
+std::string BleuSignature(int64_t sentences);
+
 }  // namespace tnmt::trainer

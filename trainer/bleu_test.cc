@@ -68,6 +68,12 @@ TEST(BleuGoldenTest, FileIsComplete) {
   EXPECT_GE(g.at("tokenize").size(), 20u);
 }
 
+TEST(BleuSignatureTest, IsSacreBleusSignaturePlusTheSentenceCount) {
+  // The signature sacreBLEU printed when it wrote the golden file, then the corpus size.
+  EXPECT_EQ(BleuSignature(300), Golden().at("signature").get<std::string>() + "|sentences:300");
+  EXPECT_EQ(BleuSignature(1014), Golden().at("signature").get<std::string>() + "|sentences:1014");
+}
+
 TEST(Tokenize13aTest, EdgeCasesMatchSacreBleu) {
   const json& g = Golden();
   ASSERT_TRUE(g.contains("tokenize"));

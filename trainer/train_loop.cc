@@ -367,6 +367,7 @@ class Trainer {
       for (auto& r : results) hyps.push_back(r.ok() && !r->hypotheses.empty() ? r->hypotheses[0].text : "");
       TNMT_ASSIGN_OR_RETURN(double bleu, trainer::CorpusBleu(hyps, valid_ref_lines_));
       m["dev_bleu"] = bleu;
+      m["dev_bleu_signature"] = trainer::BleuSignature(static_cast<int64_t>(hyps.size()));
     }
     m["seconds"] = std::chrono::duration<double>(Clock::now() - t0).count();
     Metric(m);

@@ -373,6 +373,7 @@ void JobRunner::Follow(const std::string& id, Child* child) {
     } else if (event == "validation") {
       kind = "validation";
       job->dev_bleu = m.value("dev_bleu", job->dev_bleu);
+      job->dev_bleu_signature = m.value("dev_bleu_signature", job->dev_bleu_signature);
       dev_loss = m.value("dev_loss", 0.0);
     } else if (event == "checkpoint") {
       kind = "checkpoint";
@@ -430,6 +431,7 @@ void JobRunner::Publish(JobRecord* job, const JobSpec& spec) {
                                  {"job_name", job->name},
                                  {"step", job->step},
                                  {"dev_bleu", job->dev_bleu},
+                                 {"dev_bleu_signature", job->dev_bleu_signature},
                                  {"averaged_checkpoints", std::min<int>(want, checkpoints->size())},
                                  {"source_language", spec.data().source_language()},
                                  {"target_language", spec.data().target_language()},

@@ -68,6 +68,10 @@ ALTER TABLE jobs ADD COLUMN event_count INTEGER NOT NULL DEFAULT 0;
 UPDATE jobs SET event_count = (SELECT COUNT(*) FROM job_events WHERE job_events.job_id = jobs.id);
 CREATE INDEX jobs_state ON jobs(state);
 )sql",
+    // 3: the signature of the newest dev BLEU (which BLEU, on how many dev sentences).
+    R"sql(
+ALTER TABLE jobs ADD COLUMN dev_bleu_signature TEXT NOT NULL DEFAULT '';
+)sql",
 };
 constexpr int kLatestVersion = sizeof(kMigrations) / sizeof(kMigrations[0]);
 
@@ -92,6 +96,7 @@ constexpr const char* kMutableColumns[] = {
     "published_model",
     "error",
     "cancel_requested",
+    "dev_bleu_signature",
 };
 constexpr int kNumMutable = sizeof(kMutableColumns) / sizeof(kMutableColumns[0]);
 
@@ -244,6 +249,7 @@ void BindMutable(const JobRecord& r, Statement& s) {
   s.BindText(r.published_model);
   s.BindText(r.error);
   s.BindInt(r.cancel_requested ? 1 : 0);
+  s.BindText(r.dev_bleu_signature);
 }
 
 // The current row of a statement selecting JobColumns().
@@ -275,6 +281,7 @@ absl::StatusOr<JobRecord> ReadJob(const Statement& s) {
   r.published_model = s.Text(19);
   r.error = s.Text(20);
   r.cancel_requested = s.Int(21) != 0;
+  r.dev_bleu_signature = s.Text(22);
   return r;
 }
 

@@ -52,6 +52,7 @@ struct JobRecord {
   int attempts = 0;  // trainer processes started for this job
   int64_t step = 0, max_steps = 0;
   double loss = 0, dev_bleu = -1, tokens_per_second = 0, eta_seconds = -1;  // -1 = unknown
+  std::string dev_bleu_signature;  // which BLEU dev_bleu is (sacreBLEU-style), "" if none
   std::string last_checkpoint;  // path of the newest checkpoint
   std::string published_model;  // model name once published
   std::string error;            // why it failed

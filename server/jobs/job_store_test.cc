@@ -74,6 +74,7 @@ JobRecord FullRecord() {
   r.max_steps = 1000;
   r.loss = 3.25;
   r.dev_bleu = 17.5;
+  r.dev_bleu_signature = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0|sentences:300";
   r.tokens_per_second = 12345.5;
   r.eta_seconds = 600.25;
   r.last_checkpoint = "/ckpt/step-400";
@@ -99,6 +100,7 @@ void ExpectSameJob(const JobRecord& a, const JobRecord& b) {
   EXPECT_EQ(a.max_steps, b.max_steps);
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.dev_bleu, b.dev_bleu);
+  EXPECT_EQ(a.dev_bleu_signature, b.dev_bleu_signature);
   EXPECT_EQ(a.tokens_per_second, b.tokens_per_second);
   EXPECT_EQ(a.eta_seconds, b.eta_seconds);
   EXPECT_EQ(a.last_checkpoint, b.last_checkpoint);
@@ -385,6 +387,7 @@ TEST_F(JobStoreTest, MigratesAVersion1DatabaseKeepingItsRows) {
   EXPECT_EQ(job->loss, 2.5);
   EXPECT_EQ(job->dev_bleu, 9.5);
   EXPECT_EQ(job->eta_seconds, -1);  // column default
+  EXPECT_EQ(job->dev_bleu_signature, "");  // added by version 3
   EXPECT_EQ(job->last_checkpoint, "/ckpt/50");
   EXPECT_EQ((*store)->Events("job-000001", 0, 100)->size(), 4u);
   // Version 2 backfilled the event count the cap relies on: with a cap of 4, one more event

@@ -87,6 +87,7 @@ Job ToProto(const JobRecord& job, bool with_spec, const std::string& work_dir) {
   p.set_max_steps(job.max_steps);
   p.set_loss(job.loss);
   p.set_dev_bleu(job.dev_bleu);
+  p.set_dev_bleu_signature(job.dev_bleu_signature);
   p.set_tokens_per_second(job.tokens_per_second);
   p.set_eta_seconds(job.eta_seconds);
   p.set_last_checkpoint(job.last_checkpoint);

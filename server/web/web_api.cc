@@ -116,6 +116,7 @@ json JobToJson(const tnmt::v1::Job& job) {
       {"max_steps", job.max_steps()},
       {"loss", job.loss()},
       {"dev_bleu", job.dev_bleu()},
+      {"dev_bleu_signature", job.dev_bleu_signature()},
       {"tokens_per_second", job.tokens_per_second()},
       {"eta_seconds", job.eta_seconds()},
       {"attempts", job.attempts()},
