@@ -200,7 +200,10 @@ ServerMetrics::ModelSeries& ServerMetrics::Model(std::string_view model) {
 ServerMetrics::RequestSeries& ServerMetrics::Request(std::string_view model,
                                                      std::string_view method,
                                                      std::string_view code) {
-  const std::string& label = Model(model).label;
+  // A call that resolved no model (ListModels, an unknown or missing name) is labelled "" and
+  // creates no per-model series: a tnmt_model_loaded{model=""} 0 would fire the documented
+  // min(tnmt_model_loaded) == 0 alert forever.
+  const std::string label = model.empty() ? std::string() : Model(model).label;
   const absl::string_view separator("\0", 1);
   const std::string key = absl::StrCat(label, separator, Absl(method), separator, Absl(code));
   {

@@ -123,6 +123,21 @@ TEST(ServerMetrics, RequestsCountedByModelMethodAndCode) {
   EXPECT_EQ(Value(s, "tnmt_inflight_requests"), 1);
 }
 
+TEST(ServerMetrics, CallsWithoutAModelCreateNoModelSeries) {
+  // ListModels (and a call naming no known model) is counted under model="" but must not add
+  // tnmt_model_loaded{model=""} 0, which would fire min(tnmt_model_loaded) == 0 for good.
+  ServerMetrics metrics;
+  metrics.ModelLoaded("en-de", 1);
+  metrics.RequestStarted();
+  metrics.RequestDone("", "ListModels", "OK", 0.001);
+  const std::string text = metrics.Serialize();
+  auto s = Parse(text);
+  EXPECT_EQ(Value(s, "tnmt_requests_total", {{"model", ""}, {"method", "ListModels"}, {"code", "OK"}}), 1);
+  EXPECT_EQ(Value(s, "tnmt_model_loaded", {{"model", "en-de"}}), 1);
+  EXPECT_EQ(text.find("tnmt_model_loaded{model=\"\"}"), std::string::npos) << text;
+  EXPECT_EQ(text.find("tnmt_queue_length{model=\"\"}"), std::string::npos);
+}
+
 TEST(ServerMetrics, SchedulerAndModelSeries) {
   ServerMetrics metrics;
   const Labels m = {{"model", "en-de"}};

@@ -32,6 +32,19 @@ void LogCall(RequestLog* log, const char* method, const std::string& model, cons
   log->Write(r);
 }
 
+// The code a finished call is counted and logged under: a call the transport cancelled because
+// the client's deadline passed is DEADLINE_EXCEEDED (what the client saw), not CANCELLED. The
+// client's own timer cancels the call at its deadline, which reaches this server a little
+// before the server's copy of that deadline (taken from the grpc-timeout header on arrival),
+// hence the slack.
+absl::Status AsObserved(const absl::Status& s, absl::Time deadline) {
+  constexpr absl::Duration kClockSlack = absl::Milliseconds(100);
+  if (absl::IsCancelled(s) && absl::Now() >= deadline - kClockSlack) {
+    return absl::DeadlineExceededError(absl::StrCat("deadline passed: ", s.message()));
+  }
+  return s;
+}
+
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
@@ -55,6 +68,7 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
     state_->log = service->request_log();
     if (state_->log != nullptr) state_->peer = ctx->peer();
     state_->texts = req->texts_size();
+    state_->deadline = Deadline(ctx);
     if (metrics != nullptr) metrics->RequestStarted();
     entered_ = service_->Enter();
     if (!entered_) {
@@ -113,6 +127,7 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
     RequestLog* log = nullptr;
     std::string peer;
     int texts = 0;
+    absl::Time deadline = absl::InfiniteFuture();
 
     void Done(int index, SentenceResult r) {
       std::lock_guard<std::mutex> lock(mu);
@@ -138,8 +153,9 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
       } else {
         response->Clear();
       }
-      if (metrics != nullptr) metrics->RequestDone(model, "Translate", static_cast<int>(s.code()), total);
-      LogCall(log, "Translate", model, peer, texts, s, start);
+      const absl::Status observed = AsObserved(s, deadline);
+      if (metrics != nullptr) metrics->RequestDone(model, "Translate", static_cast<int>(observed.code()), total);
+      LogCall(log, "Translate", model, peer, texts, observed, start);
       reactor->Finish(ToGrpc(s));
     }
   };
@@ -160,6 +176,7 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
     state_->metrics = metrics;
     state_->log = service->request_log();
     if (state_->log != nullptr) state_->peer = ctx->peer();
+    state_->deadline = Deadline(ctx);
     if (metrics != nullptr) metrics->RequestStarted();
     entered_ = service_->Enter();
     if (!entered_) {
@@ -265,6 +282,7 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
     RequestLog* log = nullptr;
     std::string peer;
     int texts = 0;  // over all request messages
+    absl::Time deadline = absl::InfiniteFuture();
     std::deque<TranslateStreamResponse> writes;  // front is in flight when writing
     bool writing = false;
     bool reads_done = false;
@@ -299,10 +317,10 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
       if (finished || reactor == nullptr) return;
       finished = true;
       if (metrics != nullptr) {
-        metrics->RequestDone(model, "TranslateStream", static_cast<int>(s.code()),
+        metrics->RequestDone(model, "TranslateStream", static_cast<int>(AsObserved(s, deadline).code()),
                              absl::ToDoubleSeconds(absl::Now() - start));
       }
-      LogCall(log, "TranslateStream", model, peer, texts, s, start);
+      LogCall(log, "TranslateStream", model, peer, texts, AsObserved(s, deadline), start);
       reactor->Finish(ToGrpc(s));
     }
   };

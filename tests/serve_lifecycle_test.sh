@@ -116,6 +116,13 @@ nf = [r for r in rows if r['code'] == 'NOT_FOUND' and 'nope' in r.get('message',
 lm = [r for r in rows if r['method'] == 'ListModels']
 assert ok and nf and lm and all(r['peer'] and r['seconds'] >= 0 and r['time'].endswith('Z') for r in rows), rows[-5:]
 "
+# Calls whose client deadline passes are counted as DEADLINE_EXCEEDED (what the client saw),
+# never as CANCELLED, so the documented deadline alert can fire.
+"$LOAD" --target "$TARGET" --clients 8 --requests 30 --deadline-ms 3 --json > "$TMP/dl.json" 2> /dev/null
+http /metrics "$TMP/metrics.dl" > /dev/null
+check "client deadline misses are not counted as CANCELLED ($(grep -o 'code="DEADLINE_EXCEEDED"} [0-9]*' "$TMP/metrics.dl" | head -1))" \
+  bash -c "! grep -q 'tnmt_requests_total{.*code=\"CANCELLED\"' $TMP/metrics.dl"
+check "ListModels adds no model series with an empty name" bash -c "! grep -q 'tnmt_model_loaded{model=\"\"}' $TMP/metrics.dl"
 # A second server on the busy gRPC port must fail naming the port, not share it (with
 # SO_REUSEPORT both would listen and clients would be split between them).
 timeout 30 "$TNMT" serve --model "tiny=$MODEL" --host 127.0.0.1 --port "$GRPC_PORT" --http-port 0 --threads 1 \
