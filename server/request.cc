@@ -52,6 +52,11 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
     return absl::InvalidArgumentError(absl::StrCat("options.max_length: ", o.max_length(),
                                                    " is outside [0, ", MaxPositions(m.config) - 1, "]"));
   }
+  if (o.max_length() > limits.max_output_length) {
+    return absl::InvalidArgumentError(absl::StrCat("options.max_length: ", o.max_length(),
+                                                   " exceeds this server's limit of ", limits.max_output_length,
+                                                   " tokens"));
+  }
   if (o.max_length() > 0) d.max_length = o.max_length() + 1;  // the engine counts </s>
   if (absl::Status s = d.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("options.", s.message()));
@@ -89,6 +94,21 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
     }
     p.indices.push_back(i);
     p.ids.push_back(*std::move(ids));
+  }
+  // The request's worst case: every hypothesis of every text running to its length limit.
+  int64_t cost = 0;
+  int longest = 0;
+  for (const std::vector<int32_t>& ids : p.ids) {
+    int max_out = d.max_length > 0 ? d.max_length : static_cast<int>(ids.size()) + d.max_length_offset;
+    max_out = std::min(max_out, limits.max_output_length + 1);
+    longest = std::max(longest, max_out);
+    cost += static_cast<int64_t>(d.beam_size) * max_out;
+  }
+  if (cost > limits.max_request_cost) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "request cost ", cost, " hypothesis-steps (beam_size ", d.beam_size, " x ", p.ids.size(),
+        " texts x up to ", longest, " output tokens) exceeds the limit of ", limits.max_request_cost,
+        " per request: send fewer texts, a smaller beam_size or a smaller max_length"));
   }
   return p;
 }

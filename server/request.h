@@ -19,6 +19,13 @@ struct ServiceLimits {
   int max_sentences_per_request = 256;  // texts per Translate call or stream message
   int max_tokens_per_sentence = 512;    // source pieces, </s> included
   int64_t max_text_bytes = 64 * 1024;   // one text, before tokenizing
+  // Cost caps, so that one request cannot take the server: options.max_length at most this
+  // (generated tokens, </s> excluded; beyond: INVALID_ARGUMENT), and beam_size x the longest
+  // output each text may reach, summed over the request's texts ("hypothesis-steps", what the
+  // KV cache and the batch rows scale with) at most max_request_cost (beyond:
+  // RESOURCE_EXHAUSTED naming the numbers).
+  int max_output_length = 1024;
+  int64_t max_request_cost = 1 << 17;
 };
 
 struct PreparedRequest {

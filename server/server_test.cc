@@ -258,6 +258,8 @@ TEST_F(ServerTest, ErrorMatrix) {
   o.limits.max_sentences_per_request = 8;
   o.limits.max_tokens_per_sentence = 100;
   o.limits.max_text_bytes = 1000;
+  o.limits.max_output_length = 200;
+  o.limits.max_request_cost = 20000;
   o.max_message_bytes = 64 * 1024;
   auto server = StartServer(o);
   ASSERT_TRUE(server->WaitForInitialLoad().ok());
@@ -278,6 +280,12 @@ TEST_F(ServerTest, ErrorMatrix) {
       {"NaN length penalty", [](TranslateRequest* r) { r->mutable_options()->set_length_penalty(NAN); }, grpc::INVALID_ARGUMENT, "options.length_penalty"},
       {"negative max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(-5); }, grpc::INVALID_ARGUMENT, "options.max_length"},
       {"huge max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(1 << 30); }, grpc::INVALID_ARGUMENT, "options.max_length"},
+      {"max_length beyond the server's limit", [](TranslateRequest* r) { r->mutable_options()->set_max_length(201); }, grpc::INVALID_ARGUMENT, "limit of 200"},
+      {"beam 64 x 4 texts x 150 tokens", [](TranslateRequest* r) {
+         r->mutable_options()->set_beam_size(64);
+         r->mutable_options()->set_max_length(150);
+         for (int i = 0; i < 3; ++i) r->add_texts("a dog runs");
+       }, grpc::RESOURCE_EXHAUSTED, "request cost 38656 hypothesis-steps (beam_size 64 x 4 texts x up to 151 output tokens)"},
       {"unknown model", [](TranslateRequest* r) { r->set_model("klingon"); }, grpc::NOT_FOUND, "klingon"},
       {"too many texts", [](TranslateRequest* r) { for (int i = 0; i < 8; ++i) r->add_texts("a"); }, grpc::RESOURCE_EXHAUSTED, "texts"},
       {"too many tokens", [](TranslateRequest* r) { std::string t; for (int i = 0; i < 220; ++i) t += "ab "; r->add_texts(t); }, grpc::RESOURCE_EXHAUSTED, "texts[1]"},

@@ -166,6 +166,8 @@ int ServeCommand(int argc, char** argv) {
   args.AddInt(kMaxInputLength, 512, "source pieces per text, </s> included; beyond: RESOURCE_EXHAUSTED");
   args.AddInt(kDeprecatedMaxTokens, 512, "deprecated name of --max-input-length", "as --max-input-length");
   args.AddInt("max-text-bytes", 65536, "bytes per text; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt("max-output-length", 1024, "largest max_length a request may ask for (tokens); beyond: INVALID_ARGUMENT");
+  args.AddInt("max-request-cost", 1 << 17, "beam_size x the longest output each text may reach, summed over a request's texts; beyond: RESOURCE_EXHAUSTED");
   args.AddInt("max-message-bytes", 4 << 20, "largest gRPC request message; beyond: RESOURCE_EXHAUSTED");
   args.AddInt("grace-seconds", 30, "on SIGTERM, time for in-flight requests to finish");
   args.AddString("ready-file", "", "written with the gRPC and HTTP ports once ready (for scripts)");
@@ -258,10 +260,12 @@ int ServeCommand(int argc, char** argv) {
   o.limits.max_sentences_per_request = args.GetInt("max-sentences");
   o.limits.max_tokens_per_sentence = max_input_length;
   o.limits.max_text_bytes = args.GetInt("max-text-bytes");
+  o.limits.max_output_length = args.GetInt("max-output-length");
+  o.limits.max_request_cost = args.GetInt("max-request-cost");
   o.max_message_bytes = args.GetInt("max-message-bytes");
   o.grace_period = absl::Seconds(args.GetInt("grace-seconds"));
   for (const char* flag : {"max-batch-rows", "max-batch-tokens", "max-queue", "max-sentences",
-                           "max-text-bytes", "max-message-bytes"}) {
+                           "max-text-bytes", "max-message-bytes", "max-output-length", "max-request-cost"}) {
     if (args.GetInt(flag) < 1) {
       return Fail(absl::StrCat("--", flag, " must be positive, got ", args.GetInt(flag)));
     }
