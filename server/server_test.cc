@@ -253,6 +253,84 @@ TEST_F(ServerTest, NotReadyUntilLoadedAndUnavailableWhenTheModelFails) {
   EXPECT_NE(st.error_message().find("/nonexistent/model/dir"), std::string::npos) << st.error_message();
 }
 
+// Raw calls through the generic stub: what a client that sends bytes gRPC cannot decode gets.
+struct RawStream {
+  grpc::ClientContext ctx;
+  grpc::CompletionQueue cq;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call;
+  int next_tag = 1;
+  bool Step(const std::function<void(void*)>& op) {
+    void* want = reinterpret_cast<void*>(static_cast<intptr_t>(next_tag++));
+    op(want);
+    void* tag;
+    bool ok = false;
+    while (cq.Next(&tag, &ok)) {
+      if (tag == want) return ok;
+    }
+    return false;
+  }
+  ~RawStream() {
+    cq.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
+};
+
+grpc::ByteBuffer Bytes(const std::string& s) {
+  grpc::Slice slice(s);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+TEST_F(ServerTest, UndecodableMessagesAreInvalidArgument) {
+  auto server = StartServer();
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto channel = Channel(*server);
+  grpc::GenericStub generic(channel);
+  // Unary: the single byte 08 (a varint field without its value), and a model that is not UTF-8.
+  tnmt::v1::TranslateRequest bad_utf8;
+  bad_utf8.add_texts("fine");
+  std::string wire = bad_utf8.SerializeAsString();
+  wire += std::string("\x0a\x02\xff\xfe", 4);  // field 1 (model), 2 bytes of invalid UTF-8
+  for (const std::string& bytes : {std::string("\x08", 1), wire}) {
+    RawStream r;
+    r.call = generic.PrepareCall(&r.ctx, "/tnmt.v1.TranslationService/Translate", &r.cq);
+    ASSERT_TRUE(r.Step([&](void* t) { r.call->StartCall(t); }));
+    ASSERT_TRUE(r.Step([&](void* t) { r.call->WriteLast(Bytes(bytes), grpc::WriteOptions(), t); }));
+    grpc::Status st;
+    ASSERT_TRUE(r.Step([&](void* t) { r.call->Finish(&st, t); }));
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find("do not parse as tnmt.v1.TranslateRequest"), std::string::npos)
+        << st.error_message();
+  }
+  // Stream: [valid, undecodable, valid, valid] ends with the bad message's error, not OK.
+  tnmt::v1::TranslateStreamRequest good;
+  good.add_texts("Two dogs play in the snow.");
+  RawStream r;
+  r.call = generic.PrepareCall(&r.ctx, "/tnmt.v1.TranslationService/TranslateStream", &r.cq);
+  ASSERT_TRUE(r.Step([&](void* t) { r.call->StartCall(t); }));
+  for (const std::string& bytes : {good.SerializeAsString(), std::string("\x08", 1), good.SerializeAsString(),
+                                   good.SerializeAsString()}) {
+    if (!r.Step([&](void* t) { r.call->Write(Bytes(bytes), t); })) break;  // the server may end it first
+  }
+  r.Step([&](void* t) { r.call->WritesDone(t); });
+  int responses = 0;
+  grpc::ByteBuffer buf;
+  while (r.Step([&](void* t) { r.call->Read(&buf, t); })) ++responses;
+  grpc::Status st;
+  ASSERT_TRUE(r.Step([&](void* t) { r.call->Finish(&st, t); }));
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("request message 2"), std::string::npos) << st.error_message();
+  EXPECT_LE(responses, 1);
+  // The server serves on.
+  auto stub = TranslationService::NewStub(channel);
+  TranslateRequest req;
+  req.add_texts("Hello, world.");
+  TranslateResponse resp;
+  EXPECT_TRUE(Call(*stub, req, &resp).ok());
+}
+
 TEST_F(ServerTest, ErrorMatrix) {
   ServerOptions o;
   o.limits.max_sentences_per_request = 8;

@@ -6,6 +6,8 @@
 #include <memory>
 #include <mutex>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -45,6 +47,30 @@ absl::Status AsObserved(const absl::Status& s, absl::Time deadline) {
   return s;
 }
 
+// A message from its wire bytes; `what` names it in the error.
+absl::Status ParseMessage(const grpc::ByteBuffer& bytes, google::protobuf::Message* m, absl::string_view what) {
+  std::vector<grpc::Slice> slices;
+  std::string data;
+  if (bytes.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices) data.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  bool parsed;
+  {
+    google::protobuf::LogSilencer quiet;  // the error below says it; no libprotobuf ERROR line per bad call
+    parsed = m->ParseFromString(data);
+  }
+  if (!parsed) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", data.size(), " bytes that do not parse as ",
+                                                   m->GetTypeName(), " (string fields such as model must be UTF-8)"));
+  }
+  return absl::OkStatus();
+}
+
+grpc::ByteBuffer Serialize(const google::protobuf::Message& m) {
+  grpc::Slice slice(m.SerializeAsString());
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
@@ -59,15 +85,15 @@ absl::Time Deadline(const grpc::CallbackServerContext* ctx) {
 class TranslateCall final : public grpc::ServerUnaryReactor {
  public:
   TranslateCall(TranslationServiceImpl* service, ModelRegistry* registry, ServerMetrics* metrics,
-                const ServiceLimits& limits, grpc::CallbackServerContext* ctx,
-                const tnmt::v1::TranslateRequest* req, tnmt::v1::TranslateResponse* resp)
+                const ServiceLimits& limits, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* bytes,
+                grpc::ByteBuffer* out)
       : service_(service), state_(std::make_shared<State>()) {
     state_->reactor = this;
     state_->metrics = metrics;
-    state_->response = resp;
+    state_->out = out;
+    tnmt::v1::TranslateResponse* resp = state_->response = &state_->owned_response;
     state_->log = service->request_log();
     if (state_->log != nullptr) state_->peer = ctx->peer();
-    state_->texts = req->texts_size();
     state_->deadline = Deadline(ctx);
     if (metrics != nullptr) metrics->RequestStarted();
     entered_ = service_->Enter();
@@ -75,6 +101,12 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
       state_->Finish(absl::UnavailableError("server is shutting down"));
       return;
     }
+    if (absl::Status parsed = ParseMessage(*bytes, &request_, "request"); !parsed.ok()) {
+      state_->Finish(parsed);
+      return;
+    }
+    const tnmt::v1::TranslateRequest* req = &request_;
+    state_->texts = req->texts_size();
     absl::StatusOr<PreparedRequest> p =
         PrepareRequest(*registry, limits, req->model(), req->options(), req->texts());
     if (!p.ok()) {
@@ -122,7 +154,9 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
     std::string model;
     absl::Time start = absl::Now();
     grpc::ServerUnaryReactor* reactor = nullptr;
-    tnmt::v1::TranslateResponse* response = nullptr;
+    tnmt::v1::TranslateResponse owned_response;
+    tnmt::v1::TranslateResponse* response = nullptr;  // &owned_response
+    grpc::ByteBuffer* out = nullptr;                   // the response's wire bytes
     ServerMetrics* metrics = nullptr;
     RequestLog* log = nullptr;
     std::string peer;
@@ -153,6 +187,7 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
       } else {
         response->Clear();
       }
+      if (s.ok()) *out = Serialize(*response);
       const absl::Status observed = AsObserved(s, deadline);
       if (metrics != nullptr) metrics->RequestDone(model, "Translate", static_cast<int>(observed.code()), total);
       LogCall(log, "Translate", model, peer, texts, observed, start);
@@ -161,13 +196,14 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
   };
   TranslationServiceImpl* const service_;
   bool entered_ = false;
+  tnmt::v1::TranslateRequest request_;
   std::shared_ptr<State> state_;
 };
 
 // One TranslateStream: reads request messages, queues their texts, writes one response per
 // text as it finishes (one write in flight at a time), and finishes after the client
 // half-closed and every accepted text was answered.
-class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, TranslateStreamResponse> {
+class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamCall(TranslationServiceImpl* service, ModelRegistry* registry, ServerMetrics* metrics,
              const ServiceLimits& limits, grpc::CallbackServerContext* ctx)
@@ -184,7 +220,7 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
       state_->FinishLocked(absl::UnavailableError("server is shutting down"));
       return;
     }
-    StartRead(&request_);
+    StartRead(&read_bytes_);
   }
 
   void OnReadDone(bool ok) override {
@@ -194,8 +230,17 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
       state_->MaybeFinishLocked();
       return;
     }
+    ++messages_read_;
+    request_.Clear();
+    if (absl::Status parsed = ParseMessage(read_bytes_, &request_, absl::StrCat("request message ", messages_read_));
+        !parsed.ok()) {
+      state_->cancelled = true;  // drop this stream's queued texts: the client sent a bad message
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->FinishLocked(parsed);
+      return;
+    }
     if (request_.texts().empty()) {  // nothing to answer
-      StartRead(&request_);
+      StartRead(&read_bytes_);
       return;
     }
     {
@@ -213,7 +258,7 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
         r.set_id(request_.id());
         r.set_index(i);
         FillBlank(p->options.n_best, p->source_tokens[i], r.mutable_translation());
-        state_->writes.push_back(std::move(r));
+        state_->writes.push_back(Serialize(r));
       }
       state_->pending += static_cast<int>(p->indices.size());
       state_->MaybeWriteLocked();
@@ -244,7 +289,7 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
       state_->FinishLocked(absl::Status(s.code(), absl::StrCat("request message id ", request_.id(), ": ", s.message())));
       return;
     }
-    StartRead(&request_);
+    StartRead(&read_bytes_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -283,7 +328,7 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
     std::string peer;
     int texts = 0;  // over all request messages
     absl::Time deadline = absl::InfiniteFuture();
-    std::deque<TranslateStreamResponse> writes;  // front is in flight when writing
+    std::deque<grpc::ByteBuffer> writes;  // serialized responses; front is in flight when writing
     bool writing = false;
     bool reads_done = false;
     bool finished = false;
@@ -302,7 +347,7 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
       resp.set_id(id);
       resp.set_index(index);
       FillTranslation(r, scores, resp.mutable_translation());
-      writes.push_back(std::move(resp));
+      writes.push_back(Serialize(resp));
       MaybeWriteLocked();
     }
     void MaybeWriteLocked() {
@@ -331,6 +376,8 @@ class StreamCall final : public grpc::ServerBidiReactor<TranslateStreamRequest, 
   const ServiceLimits limits_;
   grpc::CallbackServerContext* const ctx_;
   std::shared_ptr<State> state_;
+  grpc::ByteBuffer read_bytes_;
+  int messages_read_ = 0;  // including the one in read_bytes_
   TranslateStreamRequest request_;
 };
 
@@ -377,13 +424,13 @@ bool TranslationServiceImpl::WaitIdle(absl::Time deadline) {
 }
 
 grpc::ServerUnaryReactor* TranslationServiceImpl::Translate(grpc::CallbackServerContext* context,
-                                                            const tnmt::v1::TranslateRequest* request,
-                                                            tnmt::v1::TranslateResponse* response) {
+                                                            const grpc::ByteBuffer* request,
+                                                            grpc::ByteBuffer* response) {
   return new TranslateCall(this, registry_, metrics_, limits_, context, request, response);
 }
 
-grpc::ServerBidiReactor<TranslateStreamRequest, TranslateStreamResponse>*
-TranslationServiceImpl::TranslateStream(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* TranslationServiceImpl::TranslateStream(
+    grpc::CallbackServerContext* context) {
   return new StreamCall(this, registry_, metrics_, limits_, context);
 }
 

@@ -19,7 +19,15 @@
 
 namespace tnmt::server {
 
-class TranslationServiceImpl final : public tnmt::v1::TranslationService::CallbackService {
+// Translate and TranslateStream take their messages as raw bytes and parse them here, so that
+// an undecodable message is INVALID_ARGUMENT naming the message (gRPC's generated code answered
+// UNIMPLEMENTED with no message, uncounted; in a stream it ended the reads as if the client had
+// half-closed, and the call finished OK with the later messages silently lost).
+using TranslationServiceBase = tnmt::v1::TranslationService::WithRawCallbackMethod_Translate<
+    tnmt::v1::TranslationService::WithRawCallbackMethod_TranslateStream<
+        tnmt::v1::TranslationService::WithCallbackMethod_ListModels<tnmt::v1::TranslationService::Service>>>;
+
+class TranslationServiceImpl final : public TranslationServiceBase {
  public:
   // request_log: where each finished call is logged (may be null: no log).
   TranslationServiceImpl(ModelRegistry* registry, ServerMetrics* metrics, ServiceLimits limits,
@@ -27,11 +35,12 @@ class TranslationServiceImpl final : public tnmt::v1::TranslationService::Callba
       : registry_(registry), metrics_(metrics), limits_(limits), request_log_(request_log) {}
   RequestLog* request_log() const { return request_log_; }
 
-  grpc::ServerUnaryReactor* Translate(grpc::CallbackServerContext* context,
-                                      const tnmt::v1::TranslateRequest* request,
-                                      tnmt::v1::TranslateResponse* response) override;
-  grpc::ServerBidiReactor<tnmt::v1::TranslateStreamRequest, tnmt::v1::TranslateStreamResponse>*
-  TranslateStream(grpc::CallbackServerContext* context) override;
+  // request: a serialized tnmt.v1.TranslateRequest; response: the TranslateResponse.
+  grpc::ServerUnaryReactor* Translate(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                      grpc::ByteBuffer* response) override;
+  // Reads serialized TranslateStreamRequests, writes serialized TranslateStreamResponses.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* TranslateStream(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const tnmt::v1::ListModelsRequest* request,
                                        tnmt::v1::ListModelsResponse* response) override;
