@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -234,11 +237,62 @@ HttpResponse HttpServer::Route(HttpRequest& request) const {
   return response;
 }
 
+namespace {
+
+// httplib's connection queue: a thread per connection, up to `max` at once, instead of
+// httplib's fixed pool. With the fixed pool (8 threads), eight clients sending a header line a
+// second, or a few dozen idle sockets, held every worker and /healthz, /readyz and /metrics went
+// unanswered for as long as they kept at it. Threads are started on demand and end with their
+// connection, or serve the connections waiting beyond `max`.
+class ConnectionThreads final : public httplib::TaskQueue {
+ public:
+  explicit ConnectionThreads(size_t max) : max_(max) {}
+  ~ConnectionThreads() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_ >= max_) {
+      waiting_.push_back(std::move(fn));
+      return;
+    }
+    ++running_;
+    std::thread([this, first = std::move(fn)]() mutable { Run(std::move(first)); }).detach();
+  }
+
+  // Waits until every accepted connection was served (httplib calls it once it stopped accepting).
+  void shutdown() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    idle_.wait(lock, [this] { return running_ == 0 && waiting_.empty(); });
+  }
+
+ private:
+  void Run(std::function<void()> fn) {
+    while (true) {
+      fn();
+      std::lock_guard<std::mutex> lock(mu_);
+      if (waiting_.empty()) {
+        if (--running_ == 0) idle_.notify_all();
+        return;  // touches nothing of this object after unlocking
+      }
+      fn = std::move(waiting_.front());
+      waiting_.pop_front();
+    }
+  }
+
+  const size_t max_;
+  std::mutex mu_;
+  std::condition_variable idle_;
+  size_t running_ = 0;
+  std::deque<std::function<void()>> waiting_;
+};
+
+}  // namespace
+
 absl::Status HttpServer::Start() {
   if (started_) return absl::FailedPreconditionError("HttpServer: already started");
   auto server = std::make_unique<httplib::Server>();
   const size_t threads = options_.threads > 0 ? options_.threads : 1;
-  server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server->new_task_queue = [threads] { return new ConnectionThreads(threads); };
   server->set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));

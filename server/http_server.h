@@ -81,9 +81,11 @@ struct HttpServerOptions {
   std::string host = "0.0.0.0";
   // Port to listen on; 0 lets the kernel pick a free one (see HttpServer::port()).
   int port = 0;
-  // Worker threads handling connections. Each keep-alive connection holds one for up to 2 s
-  // of idleness, and each request for as long as its handler runs, so this bounds concurrent
-  // clients, not throughput.
+  // Connections served at once, each on a thread of its own, started when the connection is
+  // accepted (none are kept idle). A connection holds its thread while its request arrives (a
+  // slow client for as long as it keeps sending, up to the read timeout between bytes), while
+  // its handler runs and for up to 2 s of keep-alive idleness; so this is how many slow or idle
+  // clients the server absorbs before new connections, health probes included, have to wait.
   int threads = 4;
   // Largest request body accepted; larger: 413.
   size_t max_body_bytes = 1 << 20;

@@ -16,6 +16,8 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "server/metrics.h"
@@ -399,6 +401,54 @@ TEST(HttpServer, ErrorFormatterAndFailingHandlers) {
   const std::string answer = RawExchange(port, "NOT-A-METHOD / HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
   EXPECT_NE(answer.find(R"("message":"bad request")"), std::string::npos) << answer;
+}
+
+TEST(HttpServer, SlowClientsDoNotBlockProbes) {
+  // 40 slowloris connections (a request line, then a header line every 250 ms, for 2 s) and 40
+  // idle ones: /healthz and /metrics still answer at once. Bounded: 80 sockets, a few seconds.
+  HttpServerOptions options = Loopback();
+  options.threads = 256;
+  HttpServer server(options, [] { return std::string("tnmt_up 1\n"); }, nullptr);
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<int> socks;
+  auto open_socket = [&]() {
+    int sock = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(server.port());
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    socks.push_back(sock);
+    return sock;
+  };
+  std::vector<int> slow;
+  for (int i = 0; i < 40; ++i) {
+    const int s = open_socket();
+    const std::string start = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+    send(s, start.data(), start.size(), MSG_NOSIGNAL);
+    slow.push_back(s);
+  }
+  for (int i = 0; i < 40; ++i) open_socket();  // idle: never send anything
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  int probes = 0;
+  for (int round = 0; std::chrono::steady_clock::now() < until; ++round) {
+    for (int s : slow) {
+      const std::string line = "X-Slow-" + std::to_string(round) + ": 1\r\n";
+      send(s, line.data(), line.size(), MSG_NOSIGNAL);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const Reply health = Fetch(server.port(), "/healthz");
+    const Reply metrics = Fetch(server.port(), "/metrics");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(health.status, 200) << "round " << round;
+    EXPECT_EQ(metrics.status, 200) << "round " << round;
+    EXPECT_LT(seconds, 1.0) << "round " << round;
+    ++probes;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  EXPECT_GE(probes, 3);
+  for (int s : socks) close(s);
+  server.Stop();
 }
 
 TEST(HttpServer, BusyPortFailsWithReason) {

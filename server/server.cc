@@ -72,8 +72,10 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
     HttpServerOptions ho;
     ho.host = o.host;
     ho.port = o.http_port;
-    // A web translation holds a worker for as long as it takes; keep room for probes.
-    ho.threads = 8;
+    // Each connection has its own thread while it lasts: slow or idle clients (and web
+    // translations, which hold theirs for as long as they take) leave room for the probes and
+    // the metrics scrape up to this many at once.
+    ho.threads = 256;
     ho.error_formatter = web::FormatHttpError;
     TranslationServer* self = s.get();
     s->http_ = std::make_unique<HttpServer>(

@@ -123,6 +123,22 @@ http /metrics "$TMP/metrics.dl" > /dev/null
 check "client deadline misses are not counted as CANCELLED ($(grep -o 'code="DEADLINE_EXCEEDED"} [0-9]*' "$TMP/metrics.dl" | head -1))" \
   bash -c "! grep -q 'tnmt_requests_total{.*code=\"CANCELLED\"' $TMP/metrics.dl"
 check "ListModels adds no model series with an empty name" bash -c "! grep -q 'tnmt_model_loaded{model=\"\"}' $TMP/metrics.dl"
+# Slow and idle HTTP clients (24 sending a header line every 0.3 s, 24 sending nothing, for
+# about 2 s; bounded) do not keep /healthz and /metrics from answering.
+slow_fds=()
+for i in $(seq 48); do
+  exec {fd}<> "/dev/tcp/127.0.0.1/$HTTP_PORT" && slow_fds+=("$fd")
+  ((i <= 24)) && printf 'GET /healthz HTTP/1.1\r\nHost: x\r\n' >&"$fd"
+done
+probe_fail=0
+for round in 1 2 3 4 5 6; do
+  for fd in "${slow_fds[@]:0:24}"; do printf 'X-Slow-%d: 1\r\n' "$round" >&"$fd" 2> /dev/null; done
+  curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$HTTP_PORT/healthz" || probe_fail=$((probe_fail + 1))
+  curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$HTTP_PORT/metrics" || probe_fail=$((probe_fail + 1))
+  sleep 0.3
+done
+for fd in "${slow_fds[@]}"; do exec {fd}>&-; done
+check "/healthz and /metrics answer within 1 s while 48 slow or idle clients hold connections ($probe_fail misses)" test "$probe_fail" -eq 0
 # A second server on the busy gRPC port must fail naming the port, not share it (with
 # SO_REUSEPORT both would listen and clients would be split between them).
 timeout 30 "$TNMT" serve --model "tiny=$MODEL" --host 127.0.0.1 --port "$GRPC_PORT" --http-port 0 --threads 1 \
