@@ -130,6 +130,8 @@ A=$(jobs_cmd submit --spec "$TMP/a.json" --request-id straight-1)
 check "submit prints a job id ($A)" test -n "$A"
 A2=$(jobs_cmd submit --spec "$TMP/a.json" --request-id straight-1)
 check "a retried submit with the same request id returns the same job" test "$A" = "$A2"
+sed 's/"seed": 3/"seed": 4/' "$TMP/a.json" > "$TMP/a-other.json"
+check "the same request id with a different spec: ALREADY_EXISTS" refused ALREADY_EXISTS submit --spec "$TMP/a-other.json" --request-id straight-1 --server "127.0.0.1:$PORT" --token-file "$TMP/token"
 jobs_cmd watch "$A" > "$TMP/watch-a.txt"
 check "watch ends 0 when the job succeeds" test $? -eq 0
 check "watch showed RUNNING and SUCCEEDED" bash -c "grep -q RUNNING $TMP/watch-a.txt && grep -q SUCCEEDED $TMP/watch-a.txt"

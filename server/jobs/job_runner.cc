@@ -21,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "engine/core/quote.h"
 #include "engine/core/status_macros.h"
 #include "server/jobs/job_spec.h"
 #include "trainer/checkpoint/average.h"
@@ -132,6 +133,12 @@ absl::StatusOr<JobRecord> JobRunner::Submit(const JobSpec& spec, const std::stri
   job.max_steps = spec.stop().max_steps();
   job.state = JobState::kQueued;
   TNMT_ASSIGN_OR_RETURN(JobRecord stored, store_->Insert(std::move(job), created));
+  if (!*created && stored.spec_json != json) {
+    // A retry must repeat its request; the same request_id with another spec is a client bug
+    // that would otherwise silently get the first job back.
+    return absl::AlreadyExistsError(absl::StrCat("request_id ", QuoteForError(request_id), " was used for ", stored.id,
+                                                 " with a different spec; use a new request_id for a new job"));
+  }
   if (*created) {
     store_->AppendEvent(stored.id, "state", R"({"state":"QUEUED"})").IgnoreError();
     {

@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -65,11 +66,15 @@ absl::StatusOr<std::string> ResolveUnderRoot(const std::string& root, const std:
   }
   auto real_root = RealPath(root);
   if (!real_root.ok()) return absl::FailedPreconditionError(absl::StrCat("data root ", real_root.status().message()));
-  const std::string joined = path[0] == '/' ? path : absl::StrCat(*real_root, "/", path);
-  if (path[0] == '/' && !Within(*real_root, joined)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(field, " \"", path, "\": outside the data root ", *real_root));
+  if (path[0] == '/') {  // the contract is a path relative to the data root
+    if (!Within(*real_root, path)) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(field, " \"", path, "\": outside the data root ", *real_root));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(field, " \"", path,
+                                                   "\": give the path relative to the data root, not absolute"));
   }
+  const std::string joined = absl::StrCat(*real_root, "/", path);
   auto real = RealPath(joined);
   if (!real.ok()) {
     if (absl::IsNotFound(real.status())) {
@@ -80,6 +85,16 @@ absl::StatusOr<std::string> ResolveUnderRoot(const std::string& root, const std:
   if (!Within(*real_root, *real)) {
     return absl::PermissionDeniedError(absl::StrCat(field, " \"", path, "\": resolves to ", *real,
                                                     ", outside the data root ", *real_root, " (symlink)"));
+  }
+  // Only regular files: a FIFO would hold the job's trainer (and the device's only run slot) at
+  // step 0 waiting for a writer; a directory or device is never a corpus.
+  struct stat st;
+  if (::stat(real->c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    const char* what = ::stat(real->c_str(), &st) != 0 ? "cannot be read"
+                       : S_ISDIR(st.st_mode)            ? "is a directory"
+                       : S_ISFIFO(st.st_mode)           ? "is a FIFO"
+                                                        : "is not a regular file";
+    return absl::InvalidArgumentError(absl::StrCat(field, " \"", path, "\": ", what, " (a regular file is needed)"));
   }
   return *real;
 }
@@ -137,6 +152,30 @@ absl::Status ValidateJobSpec(const JobSpec& spec, const SpecPolicy& policy) {
   }
   if (!p.dtype().empty() && p.dtype() != "float32" && p.dtype() != "float16" && p.dtype() != "bfloat16") {
     return absl::InvalidArgumentError(absl::StrCat("publish.dtype \"", p.dtype(), "\": expected float32, float16 or bfloat16"));
+  }
+  // Sizes this server will train at all: beyond them one job could exhaust host memory
+  // (a d_model of 10^6 is terabytes of weights) or run for years.
+  const auto& m = spec.model();
+  const struct {
+    const char* field;
+    int64_t value, max;
+  } bounds[] = {
+      {"model.d_model", m.d_model(), 8192},
+      {"model.d_ff", m.d_ff(), 65536},
+      {"model.num_heads", m.num_heads(), 128},
+      {"model.encoder_layers", m.encoder_layers(), 64},
+      {"model.decoder_layers", m.decoder_layers(), 64},
+      {"vocabulary.vocab_size", spec.vocabulary().vocab_size(), 1000000},
+      {"schedule.max_tokens", spec.schedule().max_tokens(), 1 << 20},
+      {"schedule.accum_steps", spec.schedule().accum_steps(), 1024},
+      {"schedule.max_length", spec.schedule().max_length(), 4096},
+      {"stop.max_steps", spec.stop().max_steps(), 100000000},
+      {"stop.max_epochs", spec.stop().max_epochs(), 100000},
+  };
+  for (const auto& b : bounds) {
+    if (b.value < 0 || b.value > b.max) {
+      return absl::InvalidArgumentError(absl::StrCat(b.field, " ", b.value, " is outside [0, ", b.max, "]"));
+    }
   }
   // Everything else is the trainer's own validation, run here so a bad job fails at submit.
   auto j = TrainConfigJson(spec, policy.data_root, "/nonexistent-save-dir", 1);

@@ -3,6 +3,8 @@
 // the trainer config a valid spec turns into.
 #include "server/jobs/job_spec.h"
 
+#include <sys/stat.h>
+
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -76,8 +78,44 @@ TEST_F(JobSpecTest, SymlinkInsideTheRootIsFine) {
   auto spec = Valid();
   spec.mutable_data()->set_train_source("corpus/inside-link.en");
   EXPECT_TRUE(ValidateJobSpec(spec, policy_).ok());
-  spec.mutable_data()->set_train_source(root_ + "/corpus/train.en");  // absolute, inside
-  EXPECT_TRUE(ValidateJobSpec(spec, policy_).ok());
+}
+
+TEST_F(JobSpecTest, PathsAreRelativeRegularFiles) {
+  ASSERT_EQ(::mkfifo((root_ + "/corpus/pipe.en").c_str(), 0644), 0);
+  struct Case {
+    std::string path;
+    std::string needle;
+  } cases[] = {
+      {root_ + "/corpus/train.en", "relative to the data root"},  // absolute, even inside the root
+      {"corpus/pipe.en", "is a FIFO"},                            // would hold the run slot at step 0
+      {"corpus", "is a directory"},
+  };
+  for (const Case& c : cases) {
+    auto spec = Valid();
+    spec.mutable_data()->set_train_source(c.path);
+    absl::Status s = ValidateJobSpec(spec, policy_);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.path << ": " << s;
+    EXPECT_NE(s.message().find(c.needle), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("data.train_source"), absl::string_view::npos) << s;
+  }
+}
+
+TEST_F(JobSpecTest, SizesAreBounded) {
+  const std::pair<std::function<void(tnmt::v1::JobSpec*)>, std::string> cases[] = {
+      {[](auto* s) { s->mutable_model()->set_d_model(1000000); }, "model.d_model 1000000 is outside [0, 8192]"},
+      {[](auto* s) { s->mutable_model()->set_encoder_layers(1000); }, "model.encoder_layers"},
+      {[](auto* s) { s->mutable_model()->set_d_ff(-4); }, "model.d_ff"},
+      {[](auto* s) { s->mutable_vocabulary()->set_vocab_size(50000000); }, "vocabulary.vocab_size"},
+      {[](auto* s) { s->mutable_stop()->set_max_steps(int64_t{1} << 40); }, "stop.max_steps"},
+      {[](auto* s) { s->mutable_schedule()->set_max_tokens(1 << 30); }, "schedule.max_tokens"},
+  };
+  for (const auto& [change, needle] : cases) {
+    auto spec = Valid();
+    change(&spec);
+    absl::Status s = ValidateJobSpec(spec, policy_);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(needle), absl::string_view::npos) << s;
+  }
 }
 
 TEST_F(JobSpecTest, PathsAreConfinedToTheDataRoot) {
