@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole tnmt test suite on a fresh Debian machine: installs what is missing (apt),
-# builds everything, runs every test, and ends with one line "N passed, N failed" (Bazel test
-# targets; with nvcc present the CUDA build and its tests count too). Exits non-zero if any
+# builds everything, runs every test, and ends with one line "N passed, N failed, N skipped"
+# (Bazel test targets; with nvcc present the CUDA build and its tests count too, and a CUDA test
+# that found no GPU counts as skipped). Exits non-zero if any
 # test failed or did not build. TNMT_NO_CUDA_BUILD=1 skips the CUDA build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,7 @@ rc=${PIPESTATUS[0]}
 # CUDA kernels, engine and trainer, and every binary linked with them), and the CUDA tests
 # run: without a GPU each prints "SKIPPED: no CUDA device" and passes; tests/gpu/check.sh runs
 # them on a GPU.
+cuda_tests=()
 if [[ -x /usr/local/cuda/bin/nvcc && -z "${TNMT_NO_CUDA_BUILD:-}" ]]; then
   mapfile -t cuda_tests < <(bazel query 'attr(target_compatible_with, "cuda_build", kind("cc_test", //...))' 2>/dev/null)
   { bazel build --config=cuda --keep_going //... &&
@@ -22,8 +24,19 @@ if [[ -x /usr/local/cuda/bin/nvcc && -z "${TNMT_NO_CUDA_BUILD:-}" ]]; then
   ((rc == 0)) && rc=$cuda_rc
 fi
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+# A CUDA test that ran without a GPU skipped every case (GTEST_SKIP "SKIPPED: no CUDA device"):
+# Bazel calls it PASSED, but a skipped test is not a passed one.
+skipped=0
+for t in "${cuda_tests[@]}"; do
+  tlog="bazel-testlogs/${t#//}"
+  tlog="${tlog/://}/test.log"
+  if grep -q '^\[  PASSED  \] 0 tests' "$tlog" 2> /dev/null && grep -q '^\[  SKIPPED \]' "$tlog"; then
+    skipped=$((skipped + 1))
+  fi
+done
+passed=$((passed - skipped))
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE)' "$log")
 if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi  # e.g. a build error before any test ran
 rm -f "$log"
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 exit $rc
