@@ -1,6 +1,7 @@
 // Request preparation; see request.h.
 #include "server/request.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/ascii.h"
@@ -137,7 +138,7 @@ absl::Status SubmitRequest(const ModelRegistry& registry, PreparedRequest& p,
 }
 
 void FillTranslation(const SentenceResult& r, bool return_scores, tnmt::v1::Translation* out) {
-  out->set_source_tokens(r.source_tokens);
+  out->set_source_tokens(std::max(0, r.source_tokens - 1));  // the API excludes </s> (the engine counts it)
   for (const TextHypothesis& h : r.hypotheses) {
     tnmt::v1::Hypothesis* o = out->add_hypotheses();
     o->set_text(h.text);
@@ -147,7 +148,7 @@ void FillTranslation(const SentenceResult& r, bool return_scores, tnmt::v1::Tran
 }
 
 void FillBlank(int n_best, int source_tokens, tnmt::v1::Translation* out) {
-  out->set_source_tokens(source_tokens);
+  out->set_source_tokens(std::max(0, source_tokens - 1));  // without </s>, as FillTranslation
   for (int i = 0; i < n_best; ++i) out->add_hypotheses();
 }
 
