@@ -18,7 +18,7 @@
 #   WORK=DIR (default: a new temp dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA="${1:?usage: bench/run_real_bench.sh DATA_DIR (with test_2016_flickr.{en,de}.gz)}"
+DATA="${1:?usage: bench/run_real_bench.sh DATA_DIR, holding test_2016_flickr.en.gz and .de.gz}"
 MODEL="${MODEL:-models/demo}"
 THREADS="${THREADS:-1 2}"
 DECODING="${DECODING:-beam4 greedy}"
