@@ -53,5 +53,24 @@ TEST(RecipesTest, Multi30kSmall) {
   EXPECT_EQ(c.vocab_size, 8000);
 }
 
+TEST(RecipesTest, Multi30kTiny) {
+  TrainConfig c = Load("multi30k-tiny.json");
+  EXPECT_EQ(c.model.d_model, 128);
+  EXPECT_EQ(c.model.d_ff, 256);
+  EXPECT_EQ(c.model.encoder_layers, 4);
+  EXPECT_EQ(c.model.decoder_layers, 4);
+  EXPECT_EQ(c.valid_max_sentences, 0);  // dev BLEU on the whole dev set
+}
+
+TEST(RecipesTest, Multi30kRecipesReadDataFromTheRepository) {
+  // No machine paths: data under data/multi30k (tools/get-multi30k.sh), runs under runs/.
+  for (const char* name : {"multi30k-small.json", "multi30k-tiny.json"}) {
+    TrainConfig c = Load(name);
+    EXPECT_EQ(c.train_source.rfind("data/multi30k/", 0), 0u) << name << ": " << c.train_source;
+    EXPECT_EQ(c.valid_target.rfind("data/multi30k/", 0), 0u) << name << ": " << c.valid_target;
+    EXPECT_EQ(c.save_dir.rfind("runs/", 0), 0u) << name << ": " << c.save_dir;
+  }
+}
+
 }  // namespace
 }  // namespace tnmt::train
