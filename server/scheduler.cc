@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/decode/beam_search.h"
 #include "engine/layers/workspace.h"
 
@@ -47,6 +48,26 @@ absl::Status Scheduler::Enqueue(std::vector<SentenceTask> tasks) {
           "queue of model ", name_, " is full (", queue_.size(), " sentences waiting, limit ",
           options_.max_queue, "); retry later"));
     }
+    if (rate_ > 0 && !tasks.empty()) {
+      // Sentences ahead of these: the queue, and the decoder's beyond what fits beside them.
+      const int beam = std::max(1, tasks[0].options.beam_size);
+      const int room = std::max(1, options_.max_batch_rows / beam);
+      const double ahead = static_cast<double>(queue_.size()) + std::max(0, live_sentences_ - room);
+      const double wait_s = ahead / rate_;
+      if (options_.max_queue_seconds > 0 && wait_s > options_.max_queue_seconds) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "model %s has about %.1f s of work queued (%d sentences at %.1f/s; limit %.0f s); retry later",
+            name_, wait_s, static_cast<int>(queue_.size()), rate_, options_.max_queue_seconds));
+      }
+      absl::Time deadline = absl::InfiniteFuture();
+      for (const SentenceTask& t : tasks) deadline = std::min(deadline, t.deadline);
+      if (now + absl::Seconds(wait_s) > deadline) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "model %s would start this request after about %.2f s of queued work, past its deadline "
+            "(%.2f s away); retry later or with a longer deadline",
+            name_, wait_s, absl::ToDoubleSeconds(deadline - now)));
+      }
+    }
     for (SentenceTask& t : tasks) {
       auto q = std::make_unique<Queued>();
       q->task = std::move(t);
@@ -71,6 +92,11 @@ void Scheduler::Drain() {
 int Scheduler::queue_length() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(queue_.size());
+}
+
+double Scheduler::sentences_per_second() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rate_;
 }
 
 std::vector<std::unique_ptr<Scheduler::Queued>> Scheduler::AdmitLocked(int live_rows,
@@ -119,6 +145,9 @@ void Scheduler::Run() {
     if (now > q.task.deadline) return absl::DeadlineExceededError("deadline passed before the translation finished");
     return absl::OkStatus();
   };
+  // Throughput window: sentences finished and decoding time since the last estimate.
+  int window_sentences = 0;
+  double window_seconds = 0;
   while (true) {
     std::vector<std::unique_ptr<Queued>> admitted;
     const bool idle = !created.ok() || created->empty();
@@ -189,6 +218,15 @@ void Scheduler::Run() {
     done.clear();
     const absl::Time step_start = absl::Now();
     absl::Status step = decoder.Step(&done);
+    window_seconds += Seconds(step_start, absl::Now());
+    window_sentences += static_cast<int>(done.size());
+    if (window_sentences >= 32 && window_seconds > 0.05) {
+      std::lock_guard<std::mutex> lock(mu_);
+      const double measured = window_sentences / window_seconds;
+      rate_ = rate_ == 0 ? measured : 0.7 * rate_ + 0.3 * measured;
+      window_sentences = 0;
+      window_seconds = 0;
+    }
     if (metrics_ != nullptr) {
       metrics_->ObserveCompute(name_, Seconds(step_start, absl::Now()));
       metrics_->BatchDone(name_, batch_sentences, batch_tokens);
@@ -215,6 +253,8 @@ void Scheduler::Run() {
       Finish(*it->second, std::move(r));
       live.erase(it);
     }
+    std::lock_guard<std::mutex> lock(mu_);
+    live_sentences_ = static_cast<int>(live.size());
   }
 }
 

@@ -39,6 +39,11 @@ struct SchedulerOptions {
   absl::Duration max_queue_delay = absl::Milliseconds(5);
   // Off: a batch runs to completion before the next is admitted (for comparison).
   bool continuous = true;
+  // Work queued, in seconds at the measured rate, beyond which Enqueue refuses at once
+  // (RESOURCE_EXHAUSTED), so that clients are told to back off while their deadlines can still
+  // be met instead of timing out in the queue. 0: no limit. Until a rate has been measured only
+  // max_queue applies.
+  double max_queue_seconds = 30;
 };
 
 struct SentenceResult {
@@ -69,8 +74,10 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Queues all tasks or none: RESOURCE_EXHAUSTED if the queue would exceed max_queue,
-  // UNAVAILABLE once draining. Accepted tasks always get their callback.
+  // Queues all tasks or none: RESOURCE_EXHAUSTED if the queue would exceed max_queue, if the
+  // work ahead of them (at the measured sentences/s) exceeds max_queue_seconds, or if they
+  // would only start after their deadline; UNAVAILABLE once draining. Accepted tasks always
+  // get their callback.
   absl::Status Enqueue(std::vector<SentenceTask> tasks);
 
   // Stops accepting, finishes every queued and running sentence, joins the worker.
@@ -78,6 +85,8 @@ class Scheduler {
 
   const std::shared_ptr<const LoadedModel>& model() const { return model_; }
   int queue_length() const;
+  // Sentences decoded per second of decoding, measured (0 until enough have finished).
+  double sentences_per_second() const;
 
  private:
   struct Queued {
@@ -101,6 +110,9 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Queued>> queue_;
   bool draining_ = false;
+  // Throughput, measured by the worker over windows of decoding time (guarded by mu_).
+  double rate_ = 0;        // sentences per second; 0: not measured yet
+  int live_sentences_ = 0;  // in the decoder
   std::thread worker_;
 };
 

@@ -492,6 +492,35 @@ struct Load {
   }
 };
 
+TEST_F(ServerTest, QueueMeasuredInSecondsShedsAtOnce) {
+  // With a queue limit of 0.1 ms of work, once the rate is measured any request that finds
+  // sentences waiting is refused at once with RESOURCE_EXHAUSTED naming the queued seconds;
+  // the others succeed; nothing times out.
+  ServerOptions o;
+  o.scheduler.max_queue_seconds = 0.0001;
+  auto server = StartServer(o);
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto stub = TranslationService::NewStub(Channel(*server));
+  for (int i = 0; i < 40; ++i) {  // one client: nothing queues, and the rate gets measured
+    TranslateRequest req;
+    req.add_texts(Sentences()[i % 3]);
+    TranslateResponse resp;
+    ASSERT_TRUE(Call(*stub, req, &resp).ok());
+  }
+  Load load;
+  load.Start(*server, 32);
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  load.Join();
+  EXPECT_GT(load.codes[grpc::StatusCode::OK], 0);
+  EXPECT_GT(load.codes[grpc::StatusCode::RESOURCE_EXHAUSTED], 0);
+  EXPECT_EQ(load.codes[grpc::StatusCode::OK] + load.codes[grpc::StatusCode::RESOURCE_EXHAUSTED],
+            [&] { int n = 0; for (auto& [c, k] : load.codes) n += k; return n; }());
+  TranslateRequest req;
+  req.add_texts("after the load");
+  TranslateResponse resp;
+  EXPECT_TRUE(Call(*stub, req, &resp).ok());
+}
+
 TEST_F(ServerTest, SixtyFourClientsForThirtySecondsAllSucceed) {
   auto server = StartServer();
   ASSERT_TRUE(server->WaitForInitialLoad().ok());

@@ -160,6 +160,7 @@ int ServeCommand(int argc, char** argv) {
   args.AddInt("max-batch-rows", 256, "hypotheses (sentences x beam) decoded per step");
   args.AddInt("max-batch-tokens", 8192, "source tokens encoded per admission, padding included");
   args.AddInt("max-queue", 4096, "sentences waiting per model; beyond: RESOURCE_EXHAUSTED");
+  args.AddFloat("max-queue-seconds", 30, "work queued per model, in seconds at the measured sentences/s, beyond which new requests get RESOURCE_EXHAUSTED at once (also a request that would start after its deadline); 0: no limit");
   args.AddInt("max-queue-delay-ms", 5, "how long an idle model waits to fill a batch");
   args.AddBool("continuous-batching", true, "admit sentences into a running decode between steps");
   args.AddInt("max-sentences", 256, "texts per request; beyond: RESOURCE_EXHAUSTED");
@@ -257,6 +258,8 @@ int ServeCommand(int argc, char** argv) {
   o.scheduler.max_queue = args.GetInt("max-queue");
   o.scheduler.max_queue_delay = absl::Milliseconds(args.GetInt("max-queue-delay-ms"));
   o.scheduler.continuous = args.GetBool("continuous-batching");
+  o.scheduler.max_queue_seconds = args.GetFloat("max-queue-seconds");
+  if (!(o.scheduler.max_queue_seconds >= 0)) return Fail("--max-queue-seconds must be >= 0");
   o.limits.max_sentences_per_request = args.GetInt("max-sentences");
   o.limits.max_tokens_per_sentence = max_input_length;
   o.limits.max_text_bytes = args.GetInt("max-text-bytes");
