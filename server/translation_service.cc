@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include <google/protobuf/stubs/logging.h>
+#include <grpcpp/support/proto_buffer_reader.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -47,28 +48,29 @@ absl::Status AsObserved(const absl::Status& s, absl::Time deadline) {
   return s;
 }
 
-// A message from its wire bytes; `what` names it in the error.
+// A message from its wire bytes (read in place through gRPC's reader); `what` names it in the
+// error.
 absl::Status ParseMessage(const grpc::ByteBuffer& bytes, google::protobuf::Message* m, absl::string_view what) {
-  std::vector<grpc::Slice> slices;
-  std::string data;
-  if (bytes.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) data.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  bool parsed;
+  grpc::ByteBuffer shared(bytes);  // shares the slices; the reader needs a mutable buffer
+  bool parsed = false;
   {
+    grpc::ProtoBufferReader reader(&shared);
     google::protobuf::LogSilencer quiet;  // the error below says it; no libprotobuf ERROR line per bad call
-    parsed = m->ParseFromString(data);
+    parsed = reader.status().ok() && m->ParseFromZeroCopyStream(&reader);
   }
   if (!parsed) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", data.size(), " bytes that do not parse as ",
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", bytes.Length(), " bytes that do not parse as ",
                                                    m->GetTypeName(), " (string fields such as model must be UTF-8)"));
   }
   return absl::OkStatus();
 }
 
+// A message's wire bytes, written by gRPC's own serializer.
 grpc::ByteBuffer Serialize(const google::protobuf::Message& m) {
-  grpc::Slice slice(m.SerializeAsString());
-  return grpc::ByteBuffer(&slice, 1);
+  grpc::ByteBuffer out;
+  bool own = false;
+  grpc::SerializationTraits<google::protobuf::Message>::Serialize(m, &out, &own);
+  return out;
 }
 
 grpc::Status ToGrpc(const absl::Status& s) {
@@ -361,11 +363,12 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     void FinishLocked(const absl::Status& s) {
       if (finished || reactor == nullptr) return;
       finished = true;
+      const absl::Status observed = AsObserved(s, deadline);
       if (metrics != nullptr) {
-        metrics->RequestDone(model, "TranslateStream", static_cast<int>(AsObserved(s, deadline).code()),
+        metrics->RequestDone(model, "TranslateStream", static_cast<int>(observed.code()),
                              absl::ToDoubleSeconds(absl::Now() - start));
       }
-      LogCall(log, "TranslateStream", model, peer, texts, AsObserved(s, deadline), start);
+      LogCall(log, "TranslateStream", model, peer, texts, observed, start);
       reactor->Finish(ToGrpc(s));
     }
   };
