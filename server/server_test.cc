@@ -490,6 +490,12 @@ struct Load {
     stop = true;
     for (auto& t : threads) t.join();
   }
+  // True when every call got OK or RESOURCE_EXHAUSTED (no timeouts, no other errors).
+  bool OnlyOkOrResourceExhausted() {
+    int total = 0;
+    for (auto& [code, n] : codes) total += n;
+    return codes[grpc::StatusCode::OK] + codes[grpc::StatusCode::RESOURCE_EXHAUSTED] == total;
+  }
 };
 
 TEST_F(ServerTest, QueueMeasuredInSecondsShedsAtOnce) {
@@ -513,8 +519,7 @@ TEST_F(ServerTest, QueueMeasuredInSecondsShedsAtOnce) {
   load.Join();
   EXPECT_GT(load.codes[grpc::StatusCode::OK], 0);
   EXPECT_GT(load.codes[grpc::StatusCode::RESOURCE_EXHAUSTED], 0);
-  EXPECT_EQ(load.codes[grpc::StatusCode::OK] + load.codes[grpc::StatusCode::RESOURCE_EXHAUSTED],
-            [&] { int n = 0; for (auto& [c, k] : load.codes) n += k; return n; }());
+  EXPECT_TRUE(load.OnlyOkOrResourceExhausted());
   TranslateRequest req;
   req.add_texts("after the load");
   TranslateResponse resp;
@@ -543,8 +548,7 @@ TEST_F(ServerTest, OverloadIsResourceExhaustedNotTimeouts) {
   load.Join();
   EXPECT_GT(load.codes[grpc::StatusCode::OK], 0);
   EXPECT_GT(load.codes[grpc::StatusCode::RESOURCE_EXHAUSTED], 0);
-  EXPECT_EQ(load.codes[grpc::StatusCode::OK] + load.codes[grpc::StatusCode::RESOURCE_EXHAUSTED],
-            [&] { int n = 0; for (auto& [c, k] : load.codes) n += k; return n; }());
+  EXPECT_TRUE(load.OnlyOkOrResourceExhausted());
 }
 
 TEST_F(ServerTest, HotReloadUnderLoadFailsNothing) {
