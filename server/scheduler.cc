@@ -94,11 +94,6 @@ int Scheduler::queue_length() const {
   return static_cast<int>(queue_.size());
 }
 
-double Scheduler::sentences_per_second() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return rate_;
-}
-
 std::vector<std::unique_ptr<Scheduler::Queued>> Scheduler::AdmitLocked(int live_rows,
                                                                        bool decoder_idle) {
   std::vector<std::unique_ptr<Queued>> out;
@@ -218,7 +213,8 @@ void Scheduler::Run() {
     done.clear();
     const absl::Time step_start = absl::Now();
     absl::Status step = decoder.Step(&done);
-    window_seconds += Seconds(step_start, absl::Now());
+    const double step_seconds = Seconds(step_start, absl::Now());
+    window_seconds += step_seconds;
     window_sentences += static_cast<int>(done.size());
     if (window_sentences >= 32 && window_seconds > 0.05) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -228,7 +224,7 @@ void Scheduler::Run() {
       window_seconds = 0;
     }
     if (metrics_ != nullptr) {
-      metrics_->ObserveCompute(name_, Seconds(step_start, absl::Now()));
+      metrics_->ObserveCompute(name_, step_seconds);
       metrics_->BatchDone(name_, batch_sentences, batch_tokens);
     }
     if (!step.ok()) {  // an engine failure fails the sentences in flight, not the server

@@ -85,8 +85,6 @@ class Scheduler {
 
   const std::shared_ptr<const LoadedModel>& model() const { return model_; }
   int queue_length() const;
-  // Sentences decoded per second of decoding, measured (0 until enough have finished).
-  double sentences_per_second() const;
 
  private:
   struct Queued {
