@@ -2,8 +2,9 @@
 # Real-work translation benchmark: a trained model translating real sentences with natural
 # output lengths, tnmt against CTranslate2 on the same weights, in one run on one machine.
 # Default: the bundled demo model (English->German) on Multi30k test_2016_flickr (1000
-# sentences), beam 4 (alpha 0.6) and greedy, 1 and 2 threads; tnmt float32 against
-# CTranslate2 float32 and int8 (compute_type). Each run is a whole process (`tnmt translate
+# sentences), beam 4 (alpha 0.6) and greedy, 1 and 2 threads; tnmt float32 and int8
+# (--compute-type) against CTranslate2 float32 and int8 (compute_type); each CTranslate2 row
+# is compared with the tnmt row of the same type. Each run is a whole process (`tnmt translate
 # --input F`, or Python + ctranslate2 translating the same file), batches of 4096 source
 # tokens in both; wall time and peak RSS from /usr/bin/time. Runs alternate engines and the
 # table shows the best of REPEAT runs (the least disturbed), with the spread.
@@ -12,7 +13,7 @@
 #     DATA_DIR  holds test_2016_flickr.en.gz and test_2016_flickr.de.gz (tools/get-multi30k.sh)
 # Environment:
 #   MODEL=models/demo   THREADS="1 2"   DECODING="beam4 greedy"   REPEAT=3
-#   CT2_TYPES="float32 int8"  (empty: no CTranslate2 rows)
+#   TNMT_TYPES="float32 int8"   CT2_TYPES="float32 int8"  (empty: no CTranslate2 rows)
 #   PYTHON=build/py-tools/bin/python3 (deploy/install-py-tools.sh: ctranslate2, sentencepiece);
 #   BLEU needs sacrebleu importable by $PYTHON (pip install sacrebleu), else it shows "-".
 #   WORK=DIR (default: a new temp dir)
@@ -24,6 +25,7 @@ THREADS="${THREADS:-1 2}"
 DECODING="${DECODING:-beam4 greedy}"
 REPEAT="${REPEAT:-3}"
 CT2_TYPES="${CT2_TYPES-float32 int8}"
+TNMT_TYPES="${TNMT_TYPES:-float32 int8}"
 PYTHON="${PYTHON:-build/py-tools/bin/python3}"
 WORK="${WORK:-$(mktemp -d /tmp/tnmt_real_bench.XXXXXX)}"
 mkdir -p "$WORK"
@@ -52,8 +54,10 @@ for r in $(seq "$REPEAT"); do
   for t in $THREADS; do
     for d in $DECODING; do
       beam=4; [[ $d == greedy ]] && beam=1
-      run "tnmt-float32-$d-$t" "$TNMT" translate --model "$MODEL" --threads "$t" --beam-size "$beam" \
-        --max-batch-tokens 4096 --input "$WORK/src.en" --output "$WORK/tnmt-float32-$d-$t.hyp" --no-progress
+      for ct in $TNMT_TYPES; do
+        run "tnmt-$ct-$d-$t" "$TNMT" translate --model "$MODEL" --threads "$t" --beam-size "$beam" --compute-type "$ct" \
+          --max-batch-tokens 4096 --input "$WORK/src.en" --output "$WORK/tnmt-$ct-$d-$t.hyp" --no-progress
+      done
       for ct in $CT2_TYPES; do
         run "ct2-$ct-$d-$t" "$PYTHON" bench/ct2_translate_file.py --ct2 "$WORK/ct2" --input "$WORK/src.en" \
           --output "$WORK/ct2-$ct-$d-$t.hyp" --threads "$t" --beam-size "$beam" --compute-type "$ct"
@@ -62,7 +66,7 @@ for r in $(seq "$REPEAT"); do
   done
 done
 
-echo "== $(lscpu | sed -n 's/^Model name: *//p'); AVX-512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); tnmt: $("$TNMT" --version)"
+echo "== $(lscpu | sed -n 's/^Model name: *//p'); AVX-512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); VNNI: $(grep -q avx512_vnni /proc/cpuinfo && echo yes || echo no); tnmt: $("$TNMT" --version)"
 echo "== model $MODEL, $(grep -c . "$WORK/src.en") sentences, best of $REPEAT runs; work dir $WORK"
 "$PYTHON" - "$WORK" "$MODEL/spm.model" << 'PY'
 import collections, os, sys
@@ -92,7 +96,7 @@ rows.sort(key=lambda r: (r[0], r[1] != "beam4", r[2] != "tnmt", r[3]))
 print("| threads | decoding | engine | weights | wall s (best, worst) | sentences/s | target tokens/s | peak RSS MiB | BLEU | tnmt speed vs this |")
 print("|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
-    tn = [x for x in rows if x[0] == r[0] and x[1] == r[1] and x[2] == "tnmt" and x[3] == "float32"]
+    tn = [x for x in rows if x[0] == r[0] and x[1] == r[1] and x[2] == "tnmt" and x[3] == r[3]]
     ratio = f"{r[4] and tn[0][4] and r[4] / tn[0][4]:.2f}x" if tn and r[2] != "tnmt" else ""
     print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.2f} ({r[5]:.2f}) | {r[6]:.1f} | {r[7]:.0f} | {r[8]:.0f} | {r[9]} | {ratio} |")
 PY

@@ -449,6 +449,7 @@ grpc::ServerUnaryReactor* TranslationServiceImpl::ListModels(grpc::CallbackServe
     info->set_generation(m.generation);
     info->set_loaded_at(Rfc3339(m.loaded_at));
     info->set_device(m.placement.ToString());
+    info->set_compute_type(m.placement.ComputeType());
     if (m.model != nullptr) {
       const ModelConfig& c = m.model->config;
       info->set_parameters(m.model->parameter_count);

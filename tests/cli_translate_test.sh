@@ -127,5 +127,27 @@ kill -TERM $SERVER_PID
 wait $SERVER_PID
 check "server stopped cleanly" test $? -eq 0
 
+# --compute-type int8: local and served translations agree (a sentence's result does not depend
+# on its batch), `tnmt models` names the compute type; a bad type is one usage error.
+"$TNMT" translate --model "$MODEL" --compute-type int8 --scores --input "$TMP/good.txt" > "$TMP/int8.txt"
+check "int8: local translation works" test "$(wc -l < "$TMP/int8.txt")" -eq 3
+"$TNMT" translate --model "$MODEL" --compute-type int16 < "$TMP/good.txt" > /dev/null 2> "$TMP/ct-err"
+check "--compute-type int16: exit 2" test $? -eq 2
+check "  naming the flag and the values" grep -qF -- "--compute-type int16: expected float32 or int8" "$TMP/ct-err"
+rm -f "$TMP/ready"
+"$TNMT" serve --model "$MODEL" --compute-type int8 --port 0 --http-port -1 --ready-file "$TMP/ready" 2> "$TMP/serve8.log" &
+SERVER_PID=$!
+for _ in $(seq 300); do [[ -s "$TMP/ready" ]] || ! kill -0 $SERVER_PID 2> /dev/null && break; sleep 0.1; done
+check "int8 server ready" test -s "$TMP/ready"
+SERVER="127.0.0.1:$(cut -d' ' -f1 "$TMP/ready" 2> /dev/null)"
+"$TNMT" translate --server "$SERVER" --scores < "$TMP/good.txt" > "$TMP/r-int8.txt"
+check "int8: served output and scores equal local int8" cmp -s "$TMP/r-int8.txt" "$TMP/int8.txt"
+"$TNMT" models --server "$SERVER" --json > "$TMP/models8.json"
+check "int8: ListModels says compute_type int8 on cpu int8" \
+  bash -c "grep -q '\"compute_type\":\"int8\"' '$TMP/models8.json' && grep -q '\"device\":\"cpu int8\"' '$TMP/models8.json'"
+kill -TERM $SERVER_PID
+wait $SERVER_PID
+check "int8 server stopped cleanly" test $? -eq 0
+
 echo "$fails failure(s)"
 test "$fails" -eq 0

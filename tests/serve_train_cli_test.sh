@@ -94,6 +94,12 @@ check "a missing model directory exits 2 naming the model and the directory" \
   refused missing 'model "x": /nonexistent: no such directory' "$TNMT" serve --model x=/nonexistent --port 0 --http-port -1
 check "--on-missing-model takes exit or wait" \
   refused onmissing "--on-missing-model must be exit or wait" "$TNMT" serve --model "tiny=$MODEL" --on-missing-model=maybe
+check "serve --compute-type int16: refused naming the flag and the values" \
+  refused ctype "--compute-type int16: expected float32 or int8" "$TNMT" serve --model "tiny=$MODEL" --compute-type int16
+check "serve --model-compute-types for an unknown model: refused naming it" \
+  refused ctype2 '--model-compute-types other=int8: no model named "other"' "$TNMT" serve --model "tiny=$MODEL" --model-compute-types other=int8
+check "serve --model-compute-types with a bad type: refused naming the flag" \
+  refused ctype3 "--model-compute-types tiny=fp8: --compute-type fp8: expected float32 or int8" "$TNMT" serve --model "tiny=$MODEL" --model-compute-types tiny=fp8
 
 echo "== c. train"
 DATA="$TMP/data"

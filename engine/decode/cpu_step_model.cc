@@ -9,6 +9,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/layers/encoder.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/simd.h"
 
 namespace tnmt {
 
@@ -16,11 +17,22 @@ namespace {
 
 // top_logit/top_id: the k largest entries of logits: [vocab] except `exclude`, best first;
 // equal values in increasing id (a later equal value never displaces an earlier one).
+// Whether any of x[0, 16) is above t (vectorized; NaN is never above).
+TNMT_VECTORIZE bool AnyAbove16(const float* x, float t) {
+  bool any = false;
+  for (int j = 0; j < 16; ++j) any |= x[j] > t;
+  return any;
+}
+
 void RowTopK(const float* logits, int vocab, int k, int32_t exclude, float* top_logit,
              int32_t* top_id) {
   int n = 0;
   float threshold = -std::numeric_limits<float>::infinity();
   for (int32_t tok = 0; tok < vocab; ++tok) {
+    // Once the list is full, skip 16 at a time while nothing beats its last entry (the
+    // threshold only rises, so skipped tokens could never have entered).
+    while (n == k && tok % 16 == 0 && tok + 16 <= vocab && !AnyAbove16(logits + tok, threshold)) tok += 16;
+    if (tok >= vocab) break;
     const float v = logits[tok];
     if (n == k && !(v > threshold)) continue;
     if (tok == exclude) continue;

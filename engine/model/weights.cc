@@ -155,29 +155,30 @@ absl::StatusOr<ModelWeights> ModelWeights::Build(const ModelConfig& c, TensorMap
 
 namespace {
 
-void PackLinear(Linear* l) {
-  l->packed = kernels::cpu::PackedMatrix::Pack(static_cast<int>(l->weight.dim(0)),
-                                               static_cast<int>(l->weight.dim(1)), l->weight.f32(),
-                                               static_cast<int>(l->weight.dim(1)));
+void PackLinear(Linear* l, bool int8) {
+  const auto pack = int8 ? &kernels::cpu::PackedMatrix::PackInt8 : &kernels::cpu::PackedMatrix::Pack;
+  l->packed = pack(static_cast<int>(l->weight.dim(0)), static_cast<int>(l->weight.dim(1)),
+                   l->weight.f32(), static_cast<int>(l->weight.dim(1)));
 }
 
 }  // namespace
 
-void ModelWeights::PackForInference() {
+void ModelWeights::PackForInference(bool int8) {
   // Every linear, the encoder's and the cross-attention K/V too: then no inference GEMM goes
   // through OpenBLAS, whose rounding depends on the thread count and the batch, and a
   // sentence's scores are the same whatever it is batched with and however many threads run.
   for (EncoderLayerWeights& l : encoder) {
-    for (Linear* x : {&l.self_qkv, &l.self_out, &l.fc1, &l.fc2}) PackLinear(x);
+    for (Linear* x : {&l.self_qkv, &l.self_out, &l.fc1, &l.fc2}) PackLinear(x, int8);
   }
   for (DecoderLayerWeights& l : decoder) {
     for (Linear* x : {&l.self_qkv, &l.self_out, &l.cross_q, &l.cross_kv, &l.cross_out, &l.fc1, &l.fc2}) {
-      PackLinear(x);
+      PackLinear(x, int8);
     }
   }
-  output_projection_packed = kernels::cpu::PackedMatrix::Pack(
-      static_cast<int>(output_projection.dim(0)), static_cast<int>(output_projection.dim(1)),
-      output_projection.f32(), static_cast<int>(output_projection.dim(1)));
+  const auto pack = int8 ? &kernels::cpu::PackedMatrix::PackInt8 : &kernels::cpu::PackedMatrix::Pack;
+  output_projection_packed =
+      pack(static_cast<int>(output_projection.dim(0)), static_cast<int>(output_projection.dim(1)),
+           output_projection.f32(), static_cast<int>(output_projection.dim(1)));
 }
 
 int64_t ModelWeights::PackedBytes() const {

@@ -79,7 +79,9 @@ struct ModelWeights {
   // (which updates weights in place) must not. The row-major tensors are kept: they stay the
   // model's weights for ToTensors and for sharing with a trainer. The packed copies add 4
   // bytes per packed parameter (Transformer-base, 37k vocabulary: ~63M, ~240 MiB).
-  void PackForInference();
+  // int8: the same matrices quantized to int8 (PackedMatrix::PackInt8, one scale per output
+  // channel; 1 byte per parameter), on every CPU; the embeddings stay float32.
+  void PackForInference(bool int8 = false);
   // Bytes held by the packed copies.
   int64_t PackedBytes() const;
 

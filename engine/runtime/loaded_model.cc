@@ -66,8 +66,9 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std:
     }
     m->device_backend = *std::move(backend);
   } else {
-    // Inference weights never change after loading: pack the decode-step GEMM operands once.
-    m->weights.PackForInference();
+    // Inference weights never change after loading: pack the GEMM operands once (quantized
+    // to int8 when the placement asks for it).
+    m->weights.PackForInference(placement.int8);
   }
   return std::shared_ptr<const LoadedModel>(std::move(m));
 }

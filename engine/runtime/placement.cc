@@ -8,7 +8,8 @@
 
 namespace tnmt {
 
-absl::StatusOr<Placement> Placement::Parse(const std::string& device, const std::string& dtype) {
+absl::StatusOr<Placement> Placement::Parse(const std::string& device, const std::string& dtype,
+                                           const std::string& compute_type) {
   Placement p;
   absl::StatusOr<DeviceId> id = ParseDeviceId(device);
   if (!id.ok()) return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": ", id.status().message()));
@@ -29,12 +30,27 @@ absl::StatusOr<Placement> Placement::Parse(const std::string& device, const std:
     return absl::InvalidArgumentError(absl::StrCat(
         "--dtype ", dtype, ": the CPU engine computes in float32 (half precision needs --device cuda)"));
   }
+  if (compute_type == "int8") {
+    if (p.device != Device::kCpu) {
+      return absl::InvalidArgumentError(
+          "--compute-type int8: int8 runs on the CPU only (on cuda choose the precision with --dtype)");
+    }
+    p.int8 = true;
+  } else if (!compute_type.empty() && compute_type != "float32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--compute-type ", compute_type, ": expected float32 or int8"));
+  }
   return p;
 }
 
 std::string Placement::ToString() const {
-  if (device == Device::kCpu) return "cpu";
+  if (device == Device::kCpu) return int8 ? "cpu int8" : "cpu";
   return absl::StrCat("cuda:", index, " ", DTypeName(dtype));
+}
+
+std::string Placement::ComputeType() const {
+  if (device == Device::kCpu) return int8 ? "int8" : "float32";
+  return DTypeName(dtype);
 }
 
 }  // namespace tnmt

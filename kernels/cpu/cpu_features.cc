@@ -62,6 +62,23 @@ const char* IsaName(CpuIsa isa) {
 bool UseAvx512() { return ActiveIsa() == CpuIsa::kAvx512; }
 bool UseAvx2() { return ActiveIsa() >= CpuIsa::kAvx2; }
 
+bool HasAvx512Vnni() {
+#if defined(__x86_64__)
+  static const bool vnni = [] {
+    __builtin_cpu_init();
+    return DetectedIsa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512vnni");
+  }();
+  return vnni;
+#else
+  return false;
+#endif
+}
+
+const char* Int8KernelName() {
+  if (UseAvx512() && HasAvx512Vnni()) return "avx512-vnni";
+  return UseAvx2() ? "avx2" : "portable";
+}
+
 void SetIsaForTesting(CpuIsa cap) { g_test_cap.store(static_cast<int>(cap), std::memory_order_relaxed); }
 
 void SetAvx512ForTesting(bool allow) { SetIsaForTesting(allow ? CpuIsa::kAvx512 : CpuIsa::kAvx2); }

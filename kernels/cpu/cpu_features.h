@@ -22,6 +22,10 @@ const char* IsaName(CpuIsa isa);  // "portable", "avx2", "avx512"
 // True when ActiveIsa() is avx512 / at least avx2.
 bool UseAvx512();
 bool UseAvx2();
+// Whether the CPU has AVX-512 VNNI (the int8 GEMM's fastest kernel; used when UseAvx512()).
+bool HasAvx512Vnni();
+// The int8 GEMM's kernel under the active level: "avx512-vnni", "avx2" or "portable".
+const char* Int8KernelName();
 
 // Tests: caps the level at `cap` (never raises it above the CPU's); kAvx512 restores detection.
 void SetIsaForTesting(CpuIsa cap);

@@ -24,33 +24,50 @@ void GemmNN(int m, int n, int k, float alpha, const float* a, int lda, const flo
 void GemmTN(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
             float beta, float* c, int ldc);
 
+struct PackedInt8;  // gemm_int8.cc
+
 // A weight matrix b: [n, k] (torch Linear layout) packed once, for GemmPacked: panels of 32
 // output columns, each [k, 32] contiguous (the layout the AVX-512 kernel streams, so GEMMs
 // with it never re-pack b as cblas_sgemm does on every call). Immutable and cheap to copy
 // (copies share the data); it does not follow later changes to b.
+// PackInt8 stores b quantized to int8 instead (one scale per output column); GemmPacked with
+// such a matrix quantizes each row of a to int8 (one scale per row) and multiplies in
+// integers (gemm_int8.cc).
 class PackedMatrix {
  public:
   PackedMatrix() = default;
   // Packs b ([n, k], row stride ldb). Empty when this CPU has no packed kernel (neither AVX2+FMA nor AVX-512,
   // see cpu_features.h) or memory is short: callers then use GemmNT on b.
   static PackedMatrix Pack(int n, int k, const float* b, int ldb);
+  // Quantizes and packs b for int8 GEMMs: w[j, k] ~ s[j] * q[j, k], s[j] = max_k |w[j, k]| / 127,
+  // q = round(w / s[j]) in [-127, 127]. Works on every CPU (kernels for AVX-512 VNNI, AVX2 and
+  // portable code); empty only for an empty shape or when memory is short.
+  static PackedMatrix PackInt8(int n, int k, const float* b, int ldb);
 
-  bool empty() const { return data_ == nullptr; }
+  bool empty() const { return data_ == nullptr && int8_ == nullptr; }
+  bool is_int8() const { return int8_ != nullptr; }
   int n() const { return n_; }
   int k() const { return k_; }
   int64_t bytes() const;  // memory held
   const float* data() const { return data_.get(); }
+  const PackedInt8* int8_data() const { return int8_.get(); }
 
  private:
   std::shared_ptr<const float> data_;
+  std::shared_ptr<const PackedInt8> int8_;
   int n_ = 0, k_ = 0;
 };
 
 // c: [m, n] = a: [m, k] · b^T (+ bias[n] when bias is not null) (+ c when accumulate), with
-// b packed by PackedMatrix::Pack (not empty; a's width is b.k()). Splits output-column panels
-// over the compute threads (parallel.h); results do not depend on the split or on m.
+// b packed by PackedMatrix::Pack or PackInt8 (not empty; a's width is b.k()). Splits
+// output-column panels over the compute threads (parallel.h); results do not depend on the
+// split or on m, nor (for either kind of b) on which instruction-set path runs.
 void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const float* bias,
                 bool accumulate, float* c, int ldc);
+// GemmPacked's int8 half (b.is_int8()).
+void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const float* bias,
+                    bool accumulate, float* c, int ldc);
+int64_t PackedInt8Bytes(const PackedInt8& p, int n);
 
 // Whether GemmPacked is the faster choice for m rows times b (else GemmNT on the row-major
 // weights): measured per shape class, see gemm_packed.cc.

@@ -291,6 +291,7 @@ void PackRows(float* dst, const float* a, int lda, int k, const Tiling& tiling, 
 }  // namespace
 
 int64_t PackedMatrix::bytes() const {
+  if (int8_ != nullptr) return PackedInt8Bytes(*int8_, n_);
   return empty() ? 0
                  : static_cast<int64_t>((n_ + kNr - 1) / kNr) * kNr * k_ *
                        static_cast<int64_t>(sizeof(float));
@@ -320,6 +321,10 @@ PackedMatrix PackedMatrix::Pack(int n, int k, const float* b, int ldb) {
 
 void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const float* bias,
                 bool accumulate, float* c, int ldc) {
+  if (b.is_int8()) {
+    GemmPackedInt8(m, a, lda, b, bias, accumulate, c, ldc);
+    return;
+  }
   const int n = b.n(), k = b.k();
   if (m <= 0 || n <= 0) return;
   const int panels = (n + kNr - 1) / kNr;

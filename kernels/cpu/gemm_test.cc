@@ -300,6 +300,155 @@ TEST_F(GemmPackedTest, EmptyShapes) {
   EXPECT_EQ(c, std::vector<float>(64, 1.0f));
 }
 
+// GemmPacked with int8 weights (PackedMatrix::PackInt8). The reference quantizes exactly as
+// documented in gemm.h (per output column for b, per row for a, round to nearest even, clamp
+// to +-127), sums the integer products in 64 bits and applies fma(sum, s_a * s_w, init): every
+// kernel the CPU has (avx512-vnni, avx2, portable) must give that result bit for bit, and it
+// must be close to the float product.
+struct Int8Quantized {
+  std::vector<int32_t> q;
+  std::vector<float> scale;
+};
+
+Int8Quantized QuantizeRowsForTest(const std::vector<float>& x, int rows, int k, int ld) {
+  Int8Quantized out{std::vector<int32_t>(static_cast<size_t>(rows) * k), std::vector<float>(rows)};
+  for (int r = 0; r < rows; ++r) {
+    float amax = 0.0f;
+    for (int p = 0; p < k; ++p) amax = std::max(amax, std::fabs(x[static_cast<size_t>(r) * ld + p]));
+    if (amax == 0.0f) continue;
+    out.scale[r] = amax / 127.0f;
+    const float inv = 127.0f / amax;
+    for (int p = 0; p < k; ++p) {
+      const float v = std::nearbyint(x[static_cast<size_t>(r) * ld + p] * inv);
+      out.q[static_cast<size_t>(r) * k + p] = static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, v)));
+    }
+  }
+  return out;
+}
+
+void CheckPackedInt8(PackedCase s, bool with_bias, bool accumulate, int pad, std::mt19937& rng) {
+  const int lda = s.k + pad, ldc = s.n + pad;
+  std::vector<float> a = Random(static_cast<size_t>(s.m) * lda, rng);
+  std::vector<float> b = Random(static_cast<size_t>(s.n) * (s.k + 1), rng);  // ldb = k + 1
+  if (s.m > 2) std::fill(a.begin() + lda, a.begin() + 2 * lda, 0.0f);          // a zero row
+  if (s.n > 2) std::fill(b.begin() + (s.k + 1), b.begin() + 2 * (s.k + 1), 0.0f);  // a zero column
+  const std::vector<float> bias = Random(s.n, rng);
+  const std::vector<float> c0 = Random(static_cast<size_t>(s.m) * ldc, rng);
+  const PackedMatrix packed = PackedMatrix::PackInt8(s.n, s.k, b.data(), s.k + 1);
+  ASSERT_FALSE(packed.empty());
+  ASSERT_TRUE(packed.is_int8());
+  EXPECT_EQ(packed.n(), s.n);
+  EXPECT_EQ(packed.k(), s.k);
+  EXPECT_GE(packed.bytes(), static_cast<int64_t>(s.n) * s.k);
+  EXPECT_LT(packed.bytes(), static_cast<int64_t>(s.n + 32) * (s.k + 4) + 8 * (s.n + 32));
+  const Int8Quantized qa = QuantizeRowsForTest(a, s.m, s.k, lda);
+  const Int8Quantized qb = QuantizeRowsForTest(b, s.n, s.k, s.k + 1);
+  std::vector<float> want = c0;
+  for (int i = 0; i < s.m; ++i) {
+    for (int j = 0; j < s.n; ++j) {
+      int64_t sum = 0;
+      for (int p = 0; p < s.k; ++p) {
+        sum += static_cast<int64_t>(qa.q[static_cast<size_t>(i) * s.k + p]) * qb.q[static_cast<size_t>(j) * s.k + p];
+      }
+      const size_t idx = static_cast<size_t>(i) * ldc + j;
+      const float init = (accumulate ? c0[idx] : 0.0f) + (with_bias ? bias[j] : 0.0f);
+      want[idx] = std::fma(static_cast<float>(sum), qa.scale[i] * qb.scale[j], init);
+    }
+  }
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+    if (isa > DetectedIsa()) continue;
+    SetIsaForTesting(isa);
+    const std::string kernel = Int8KernelName();
+    std::vector<float> c = c0;
+    GemmPacked(s.m, a.data(), lda, packed, with_bias ? bias.data() : nullptr, accumulate, c.data(), ldc);
+    SetIsaForTesting(CpuIsa::kAvx512);
+    const std::string where = kernel + " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+                              " k=" + std::to_string(s.k) + " bias=" + std::to_string(with_bias) +
+                              " accumulate=" + std::to_string(accumulate);
+    int failures = 0;
+    for (int i = 0; i < s.m && failures < 5; ++i) {
+      for (int j = 0; j < ldc && failures < 5; ++j) {
+        const size_t idx = static_cast<size_t>(i) * ldc + j;
+        if (c[idx] != want[idx]) {
+          ++failures;
+          ADD_FAILURE() << where << ": c[" << i << "," << j << "] = " << c[idx] << ", want exactly " << want[idx];
+        }
+        if (j >= s.n) continue;
+        // Against the float product: each quantized operand is off by at most half a step.
+        double exact = 0.0, bound = 0.0;
+        for (int p = 0; p < s.k; ++p) {
+          const double x = a[static_cast<size_t>(i) * lda + p], y = b[static_cast<size_t>(j) * (s.k + 1) + p];
+          exact += x * y;
+          bound += 0.5 * qa.scale[i] * std::fabs(y) + 0.5 * qb.scale[j] * std::fabs(x) +
+                   0.25 * qa.scale[i] * qb.scale[j];
+        }
+        const double base = (accumulate ? c0[idx] : 0.0) + (with_bias ? bias[j] : 0.0);
+        if (!(std::fabs(c[idx] - base - exact) <= bound + 1e-5 * (1.0 + std::fabs(exact)))) {
+          ++failures;
+          ADD_FAILURE() << where << ": c[" << i << "," << j << "] = " << c[idx] << ", float product "
+                        << base + exact << ", bound " << bound;
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmPackedInt8Test, MatchesReferenceOnEveryKernel) {
+  std::mt19937 rng(4242);
+  const PackedCase cases[] = {{1, 1, 1},    {2, 17, 5},   {13, 31, 16},  {12, 32, 17},
+                              {5, 33, 3},   {27, 64, 64}, {128, 100, 7}, {29, 65, 511},
+                              {3, 40, 513}, {16, 7, 1030}, {130, 96, 258}};
+  for (const PackedCase& s : cases) {
+    for (bool bias : {false, true}) {
+      for (bool accumulate : {false, true}) CheckPackedInt8(s, bias, accumulate, bias ? 3 : 0, rng);
+    }
+  }
+  SetComputeThreads(1);
+}
+
+TEST(GemmPackedInt8Test, RowsDoNotDependOnBatchOrThreads) {
+  std::mt19937 rng(78);
+  const int m = 150, n = 200, k = 300;
+  const std::vector<float> a = Random(static_cast<size_t>(m) * k, rng);
+  const std::vector<float> b = Random(static_cast<size_t>(n) * k, rng);
+  const std::vector<float> bias = Random(n, rng);
+  const PackedMatrix packed = PackedMatrix::PackInt8(n, k, b.data(), k);
+  std::vector<float> first;
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+    if (isa > DetectedIsa()) continue;
+    SetIsaForTesting(isa);
+    std::vector<float> one_thread(static_cast<size_t>(m) * n), two_threads(one_thread.size());
+    SetComputeThreads(1);
+    GemmPacked(m, a.data(), k, packed, bias.data(), false, one_thread.data(), n);
+    SetComputeThreads(2);
+    GemmPacked(m, a.data(), k, packed, bias.data(), false, two_threads.data(), n);
+    EXPECT_EQ(one_thread, two_threads) << Int8KernelName();
+    if (first.empty()) first = one_thread;
+    EXPECT_EQ(one_thread, first) << Int8KernelName() << " differs from the first kernel";
+    for (int i : {0, 3, 4, 11, 12, 100, 149}) {
+      std::vector<float> row(n);
+      GemmPacked(1, a.data() + static_cast<size_t>(i) * k, k, packed, bias.data(), false, row.data(), n);
+      EXPECT_TRUE(std::equal(row.begin(), row.end(), one_thread.begin() + static_cast<size_t>(i) * n))
+          << Int8KernelName() << " row " << i;
+    }
+  }
+  SetIsaForTesting(CpuIsa::kAvx512);
+  SetComputeThreads(1);
+}
+
+TEST(GemmPackedInt8Test, EmptyShapesAndPreferPacked) {
+  std::vector<float> b(64, 0.5f);
+  EXPECT_TRUE(PackedMatrix::PackInt8(0, 8, b.data(), 8).empty());
+  EXPECT_TRUE(PackedMatrix::PackInt8(8, 0, b.data(), 8).empty());
+  // int8 matrices exist and are used on every CPU, the portable level included.
+  SetIsaForTesting(CpuIsa::kPortable);
+  const PackedMatrix packed = PackedMatrix::PackInt8(8, 8, b.data(), 8);
+  EXPECT_FALSE(packed.empty());
+  EXPECT_TRUE(PreferPacked(1, packed));
+  EXPECT_STREQ(Int8KernelName(), "portable");
+  SetIsaForTesting(CpuIsa::kAvx512);
+}
+
 TEST(GemmPackedDispatch, NoPackingWithoutAvx2) {
   // With the vector paths off, nothing is packed: callers fall back to GemmNT.
   std::vector<float> b(64, 1.0f);

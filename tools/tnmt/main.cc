@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
   if (command == "--version" || command == "version") {
     // The CPU kernel path is part of what a user reports (TNMT_CPU_ISA may cap it).
     std::cout << "tnmt " << tnmt::kVersion << " (cpu kernels: "
-              << tnmt::kernels::cpu::IsaName(tnmt::kernels::cpu::ActiveIsa()) << ")\n";
+              << tnmt::kernels::cpu::IsaName(tnmt::kernels::cpu::ActiveIsa())
+              << ", int8: " << tnmt::kernels::cpu::Int8KernelName() << ")\n";
     return 0;
   }
   if (command == "translate") return tnmt::cli::TranslateCommand(argc, argv);

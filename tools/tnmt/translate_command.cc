@@ -106,6 +106,7 @@ int TranslateCommand(int argc, char** argv) {
   args.AddInt("threads", 0, "compute threads", "all cores");
   args.AddString("device", "cpu", "cpu, cuda or cuda:N (CUDA builds)");
   args.AddString("dtype", "", "GPU precision: float16, bfloat16 or float32", "float16 on cuda, float32 on cpu");
+  args.AddString("compute-type", "float32", "CPU: float32, or int8 (linears quantized at load; faster, scores differ slightly)");
   args.AddBool("progress", false, "progress bar on stderr", "on when --input is a file and stderr is a terminal");
   args.AddBool("quiet", false, "no progress bar; failed lines are counted on stderr, not listed");
   args.AddString("server", "", "translate through a running `tnmt serve` at HOST:PORT instead of --model");
@@ -131,7 +132,7 @@ int TranslateCommand(int argc, char** argv) {
   format.scores = args.GetBool("scores");
 
   if (!args.GetString("server").empty()) {
-    for (const char* local : {"model", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device", "dtype"}) {
+    for (const char* local : {"model", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device", "dtype", "compute-type"}) {
       if (args.given(local)) return Fail(absl::StrCat("--", local, " applies to local translation, not with --server"));
     }
     RemoteTranslateOptions ro;
@@ -155,7 +156,8 @@ int TranslateCommand(int argc, char** argv) {
   if (args.GetString("model").empty()) return Fail("--model (or --server) is required");
   if (args.given("model-name")) return Fail("--model-name needs --server");
   if (args.given("timeout-seconds")) return Fail("--timeout-seconds needs --server");
-  absl::StatusOr<Placement> placement = Placement::Parse(args.GetString("device"), args.GetString("dtype"));
+  absl::StatusOr<Placement> placement =
+      Placement::Parse(args.GetString("device"), args.GetString("dtype"), args.GetString("compute-type"));
   if (!placement.ok()) return Fail(std::string(placement.status().message()));
   int threads = args.GetInt("threads");
   if (threads < 0) return Fail("--threads must be >= 0");

@@ -1,0 +1,424 @@
+// int8 GEMM with a prepacked, quantized weight operand; see gemm.h (PackedMatrix::PackInt8,
+// GemmPacked).
+//
+// Quantization (symmetric, no zero points):
+//   weights      per output column j: s_w[j] = max_k |w[j,k]| / 127, q_w = rint(w / s_w) in
+//                [-127, 127], once at pack time;
+//   activations  per row i, on every call: s_a[i] = max_k |a[i,k]| / 127,
+//                q_a = rint(a[i,k] * (127 / max)) in [-127, 127].
+// Then c[i,j] = fma(float(sum_k q_a[i,k] q_w[j,k]), s_a[i] * s_w[j], init) with init =
+// (c or 0) + (bias[j] or 0). The integer sum is exact on every path and the float epilogue is
+// the same few operations, so the three kernels below give bit-identical results, and a row's
+// result depends only on that row (not on the batch or on the thread count).
+//
+// Layout: panels of 32 output columns; in a panel, k runs in groups of 4 (k padded with zero
+// weights to a multiple of 4), each group 32 columns x 4 bytes = 128 bytes, column-major in
+// the group: byte g*128 + 4j + r is w[col j][4g + r]. That is what one VNNI dot-product
+// instruction consumes (16 columns x 4 k per zmm) and what the AVX2 kernel reads 8 columns at
+// a time.
+//
+// Kernels:
+//   avx512 + VNNI  vpdpbusd multiplies unsigned by signed bytes, so activations are stored as
+//                  q_a + 128 (q_a xor 0x80) and 128 * sum_k q_w[j,k] is subtracted at the end
+//                  (stored per column at pack time). Tiles of up to 12 rows x 32 columns.
+//   avx2           vpmaddubsw on |q_a| (unsigned) and q_w with q_a's sign applied (vpsignb):
+//                  each pair of products is at most 2 * 127 * 127 < 2^15, so the saturating
+//                  16-bit sums never saturate; vpmaddwd widens to 32 bits. Tiles of up to 4
+//                  rows x 16 columns. Also the path of AVX-512 CPUs without VNNI.
+//   portable       plain integer loops.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#define TNMT_VNNI_TARGET \
+  __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+#define TNMT_AVX2_TARGET __attribute__((target("avx2,fma")))
+#endif
+
+namespace tnmt::kernels::cpu {
+
+namespace {
+
+constexpr int kNr = 32;         // output columns per panel
+constexpr int kGroupBytes = kNr * 4;
+constexpr int kMaxMrVnni = 12;  // rows per register tile, VNNI kernel
+constexpr int kMaxMrAvx2 = 4;   // rows per register tile, AVX2 kernel (16 columns)
+constexpr int kMaxMrPortable = 8;
+
+enum class Path { kPortable, kAvx2, kVnni };
+
+Path ActivePath() {
+  if (UseAvx512() && HasAvx512Vnni()) return Path::kVnni;
+  if (UseAvx2()) return Path::kAvx2;
+  return Path::kPortable;
+}
+
+int RoundUp4(int k) { return (k + 3) / 4 * 4; }
+
+// Row tiles: `tiles` tiles of base or base + 1 rows (the first `extra`), each <= max_mr.
+struct Tiling {
+  int tiles, base, extra;
+  Tiling(int rows, int max_mr) {
+    tiles = (rows + max_mr - 1) / max_mr;
+    base = rows / tiles;
+    extra = rows % tiles;
+  }
+  int rows(int t) const { return base + (t < extra ? 1 : 0); }
+  int start(int t) const { return t * base + std::min(t, extra); }
+};
+
+// What the epilogue needs besides the integer sums.
+struct Epilogue {
+  const float* row_scale;   // s_a of the tile's first row
+  const float* col_scale;   // s_w of the panel's first column
+  const int32_t* col_comp;  // 128 * sum_k q_w (VNNI only)
+  const float* bias;        // of the panel's first column, or null
+  bool accumulate;
+  float* c;
+  int64_t ldc;
+  int nvalid;  // columns of the panel that exist
+};
+
+// Quantizes one row: q[0, kp) (k..kp zero-padded), returns s_a. `flip` stores q xor 0x80.
+float QuantizeRowPortable(const float* a, int k, int kp, bool flip, int8_t* q) {
+  float amax = 0.0f;
+  for (int p = 0; p < k; ++p) amax = std::max(amax, std::fabs(a[p]));
+  const uint8_t x = flip ? 0x80 : 0;
+  if (!(amax > 0.0f) || !std::isfinite(amax)) {
+    // All zero (or not finite: the float path would give NaN/inf too; zeros here).
+    for (int p = 0; p < kp; ++p) q[p] = static_cast<int8_t>(x);
+    return 0.0f;
+  }
+  const float inv = 127.0f / amax;
+  for (int p = 0; p < k; ++p) {
+    float v = std::nearbyint(a[p] * inv);
+    v = std::min(127.0f, std::max(-127.0f, v));
+    q[p] = static_cast<int8_t>(static_cast<uint8_t>(static_cast<int>(v)) ^ x);
+  }
+  for (int p = k; p < kp; ++p) q[p] = static_cast<int8_t>(x);
+  return amax / 127.0f;
+}
+
+#if defined(__x86_64__)
+
+// QuantizeRowPortable with AVX-512 (same values: max is exact, a * inv is one rounding,
+// cvtps rounds to nearest even like nearbyint in the default rounding mode).
+TNMT_VNNI_TARGET float QuantizeRowAvx512(const float* a, int k, int kp, bool flip, int8_t* q) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  __m512 vmax = _mm512_setzero_ps();
+  int p = 0;
+  for (; p + 16 <= k; p += 16) vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_loadu_ps(a + p)));
+  float amax = _mm512_reduce_max_ps(vmax);
+  for (; p < k; ++p) amax = std::max(amax, std::fabs(a[p]));
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return QuantizeRowPortable(a, k, kp, flip, q);
+  const float inv = 127.0f / amax;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+  const __m128i x = _mm_set1_epi8(flip ? static_cast<char>(0x80) : 0);
+  for (p = 0; p + 16 <= k; p += 16) {
+    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(a + p), vinv));
+    v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + p), _mm_xor_si128(_mm512_cvtepi32_epi8(v), x));
+  }
+  const uint8_t xs = flip ? 0x80 : 0;
+  for (; p < k; ++p) {
+    float v = std::nearbyint(a[p] * inv);
+    v = std::min(127.0f, std::max(-127.0f, v));
+    q[p] = static_cast<int8_t>(static_cast<uint8_t>(static_cast<int>(v)) ^ xs);
+  }
+  for (; p < kp; ++p) q[p] = static_cast<int8_t>(xs);
+  return amax / 127.0f;
+}
+
+TNMT_AVX2_TARGET float QuantizeRowAvx2(const float* a, int k, int kp, int8_t* q) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 vmax = _mm256_setzero_ps();
+  int p = 0;
+  for (; p + 8 <= k; p += 8) vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(a + p)));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float amax = 0.0f;
+  for (float l : lanes) amax = std::max(amax, l);
+  for (; p < k; ++p) amax = std::max(amax, std::fabs(a[p]));
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return QuantizeRowPortable(a, k, kp, false, q);
+  const float inv = 127.0f / amax;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  for (p = 0; p + 8 <= k; p += 8) {
+    __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(a + p), vinv));
+    v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+    // 8 int32 -> 8 int8 (values fit, so the saturating packs are exact).
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + p), _mm_packs_epi16(w, w));
+  }
+  for (; p < k; ++p) {
+    float v = std::nearbyint(a[p] * inv);
+    v = std::min(127.0f, std::max(-127.0f, v));
+    q[p] = static_cast<int8_t>(static_cast<int>(v));
+  }
+  for (; p < kp; ++p) q[p] = 0;
+  return amax / 127.0f;
+}
+
+// VNNI: c[MR, 32 of the panel] from a (MR rows of kp bytes, stride kp, q_a ^ 0x80) and the
+// panel b (groups x 128 bytes).
+template <int MR>
+TNMT_VNNI_TARGET void KernelVnni(int groups, const int8_t* a, int64_t lda, const int8_t* b,
+                                 const Epilogue& e) {
+  __m512i c0[MR], c1[MR];
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_si512();
+  for (int g = 0; g < groups; ++g) {
+    const __m512i b0 = _mm512_load_si512(b);
+    const __m512i b1 = _mm512_load_si512(b + 64);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; ++i) {
+      int32_t word;
+      std::memcpy(&word, a + i * lda + 4 * g, 4);
+      const __m512i ai = _mm512_set1_epi32(word);
+      // Written as asm: GCC 12 copies the accumulator around _mm512_dpbusd_epi32 (and then
+      // spills the tile), which halves the kernel's speed.
+      asm("vpdpbusd %[b], %[a], %[c]" : [c] "+v"(c0[i]) : [a] "v"(ai), [b] "v"(b0));
+      asm("vpdpbusd %[b], %[a], %[c]" : [c] "+v"(c1[i]) : [a] "v"(ai), [b] "v"(b1));
+    }
+    b += kGroupBytes;
+  }
+  const __mmask16 m0 = e.nvalid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << e.nvalid) - 1);
+  const __mmask16 m1 = e.nvalid >= 32   ? 0xFFFF
+                       : e.nvalid <= 16 ? 0
+                                        : static_cast<__mmask16>((1u << (e.nvalid - 16)) - 1);
+  const __m512i comp0 = _mm512_loadu_si512(e.col_comp), comp1 = _mm512_loadu_si512(e.col_comp + 16);
+  const __m512 s0 = _mm512_loadu_ps(e.col_scale), s1 = _mm512_loadu_ps(e.col_scale + 16);
+  const __m512 bias0 = e.bias ? _mm512_maskz_loadu_ps(m0, e.bias) : _mm512_setzero_ps();
+  const __m512 bias1 = e.bias ? _mm512_maskz_loadu_ps(m1, e.bias + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 12
+  for (int i = 0; i < MR; ++i) {
+    float* ci = e.c + i * e.ldc;
+    const __m512 ra = _mm512_set1_ps(e.row_scale[i]);
+    const __m512 init0 = _mm512_add_ps(e.accumulate ? _mm512_maskz_loadu_ps(m0, ci) : _mm512_setzero_ps(), bias0);
+    const __m512 init1 =
+        _mm512_add_ps(e.accumulate ? _mm512_maskz_loadu_ps(m1, ci + 16) : _mm512_setzero_ps(), bias1);
+    const __m512 v0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c0[i], comp0)),
+                                      _mm512_mul_ps(ra, s0), init0);
+    const __m512 v1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c1[i], comp1)),
+                                      _mm512_mul_ps(ra, s1), init1);
+    _mm512_mask_storeu_ps(ci, m0, v0);
+    _mm512_mask_storeu_ps(ci + 16, m1, v1);
+  }
+}
+
+using KernelFn = void (*)(int, const int8_t*, int64_t, const int8_t*, const Epilogue&);
+
+template <int... MR>
+constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeVnni(std::integer_sequence<int, MR...>) {
+  return {nullptr, &KernelVnni<MR + 1>...};
+}
+constexpr auto kVnni = MakeVnni(std::make_integer_sequence<int, kMaxMrVnni>{});
+
+// Lanes [0, valid) of an AVX2 mask (valid clamped to [0, 8]).
+TNMT_AVX2_TARGET inline __m256i LaneMask(int valid) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// AVX2: c[MR, 16 columns of the panel starting at half*16] from a (q_a, signed) and the panel.
+template <int MR>
+TNMT_AVX2_TARGET void KernelAvx2(int groups, const int8_t* a, int64_t lda, const int8_t* b,
+                                 const Epilogue& e) {
+  __m256i c0[MR], c1[MR];
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int g = 0; g < groups; ++g) {
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      int32_t word;
+      std::memcpy(&word, a + i * lda + 4 * g, 4);
+      const __m256i ai = _mm256_set1_epi32(word);
+      const __m256i abs_a = _mm256_abs_epi8(ai);
+      const __m256i p0 = _mm256_maddubs_epi16(abs_a, _mm256_sign_epi8(b0, ai));
+      const __m256i p1 = _mm256_maddubs_epi16(abs_a, _mm256_sign_epi8(b1, ai));
+      c0[i] = _mm256_add_epi32(c0[i], _mm256_madd_epi16(p0, ones));
+      c1[i] = _mm256_add_epi32(c1[i], _mm256_madd_epi16(p1, ones));
+    }
+    b += kGroupBytes;
+  }
+  const int valid0 = std::min(e.nvalid, 8), valid1 = std::max(0, std::min(e.nvalid - 8, 8));
+  const __m256i m0 = LaneMask(valid0), m1 = LaneMask(valid1);
+  const __m256 s0 = _mm256_loadu_ps(e.col_scale), s1 = _mm256_loadu_ps(e.col_scale + 8);
+  const __m256 bias0 = e.bias ? _mm256_maskload_ps(e.bias, m0) : _mm256_setzero_ps();
+  const __m256 bias1 = e.bias ? _mm256_maskload_ps(e.bias + 8, m1) : _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    float* ci = e.c + i * e.ldc;
+    const __m256 ra = _mm256_set1_ps(e.row_scale[i]);
+    const __m256 init0 = _mm256_add_ps(e.accumulate ? _mm256_maskload_ps(ci, m0) : _mm256_setzero_ps(), bias0);
+    const __m256 init1 = _mm256_add_ps(e.accumulate ? _mm256_maskload_ps(ci + 8, m1) : _mm256_setzero_ps(), bias1);
+    _mm256_maskstore_ps(ci, m0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0[i]), _mm256_mul_ps(ra, s0), init0));
+    _mm256_maskstore_ps(ci + 8, m1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1[i]), _mm256_mul_ps(ra, s1), init1));
+  }
+}
+
+template <int... MR>
+constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeAvx2(std::integer_sequence<int, MR...>) {
+  return {nullptr, &KernelAvx2<MR + 1>...};
+}
+constexpr auto kAvx2 = MakeAvx2(std::make_integer_sequence<int, kMaxMrAvx2>{});
+
+#endif  // __x86_64__
+
+// Portable: the same sums and epilogue with scalar code.
+void KernelPortable(int mr, int groups, const int8_t* a, int64_t lda, const int8_t* b,
+                    const Epilogue& e) {
+  int32_t acc[kMaxMrPortable][kNr] = {};
+  for (int g = 0; g < groups; ++g) {
+    const int8_t* bg = b + static_cast<int64_t>(g) * kGroupBytes;
+    for (int i = 0; i < mr; ++i) {
+      const int8_t* ai = a + i * lda + 4 * g;
+      for (int j = 0; j < kNr; ++j) {
+        const int8_t* bj = bg + 4 * j;
+        acc[i][j] += ai[0] * bj[0] + ai[1] * bj[1] + ai[2] * bj[2] + ai[3] * bj[3];
+      }
+    }
+  }
+  for (int i = 0; i < mr; ++i) {
+    float* ci = e.c + i * e.ldc;
+    for (int j = 0; j < e.nvalid; ++j) {
+      const float init = (e.accumulate ? ci[j] : 0.0f) + (e.bias ? e.bias[j] : 0.0f);
+      ci[j] = std::fma(static_cast<float>(acc[i][j]), e.row_scale[i] * e.col_scale[j], init);
+    }
+  }
+}
+
+}  // namespace
+
+// The quantized weights of PackedMatrix::PackInt8.
+struct PackedInt8 {
+  int8_t* panels = nullptr;  // panels x groups x 128 bytes, 64-byte aligned
+  std::vector<float> scale;  // s_w per column, padded to whole panels with 0
+  std::vector<int32_t> comp; // 128 * sum_k q_w per column, padded with 0
+  int kp = 0;                // k rounded up to a multiple of 4
+  ~PackedInt8() { std::free(panels); }
+};
+
+int64_t PackedInt8Bytes(const PackedInt8& p, int n) {
+  const int64_t panels = (n + kNr - 1) / kNr;
+  return panels * kNr * p.kp + static_cast<int64_t>(p.scale.size()) * 4 + static_cast<int64_t>(p.comp.size()) * 4;
+}
+
+PackedMatrix PackedMatrix::PackInt8(int n, int k, const float* b, int ldb) {
+  PackedMatrix out;
+  if (n <= 0 || k <= 0) return out;
+  auto q = std::make_shared<PackedInt8>();
+  const int panels = (n + kNr - 1) / kNr;
+  q->kp = RoundUp4(k);
+  const int groups = q->kp / 4;
+  const size_t bytes = static_cast<size_t>(panels) * kNr * q->kp;
+  q->panels = static_cast<int8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  if (q->panels == nullptr) return out;
+  std::memset(q->panels, 0, bytes);
+  q->scale.assign(static_cast<size_t>(panels) * kNr, 0.0f);
+  q->comp.assign(static_cast<size_t>(panels) * kNr, 0);
+  for (int col = 0; col < n; ++col) {
+    const float* w = b + static_cast<int64_t>(col) * ldb;
+    float amax = 0.0f;
+    for (int p = 0; p < k; ++p) amax = std::max(amax, std::fabs(w[p]));
+    if (!(amax > 0.0f) || !std::isfinite(amax)) continue;  // an all-zero column stays zero
+    const float inv = 127.0f / amax;
+    q->scale[col] = amax / 127.0f;
+    int8_t* panel = q->panels + static_cast<int64_t>(col / kNr) * groups * kGroupBytes;
+    const int j = col % kNr;
+    int32_t sum = 0;
+    for (int p = 0; p < k; ++p) {
+      const int v = static_cast<int>(std::min(127.0f, std::max(-127.0f, std::nearbyint(w[p] * inv))));
+      panel[static_cast<int64_t>(p / 4) * kGroupBytes + 4 * j + p % 4] = static_cast<int8_t>(v);
+      sum += v;
+    }
+    q->comp[col] = 128 * sum;
+  }
+  out.int8_ = std::move(q);
+  out.n_ = n;
+  out.k_ = k;
+  return out;
+}
+
+void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const float* bias,
+                    bool accumulate, float* c, int ldc) {
+  const PackedInt8& w = *b.int8_data();
+  const int n = b.n(), k = b.k(), kp = w.kp, groups = kp / 4;
+  if (m <= 0 || n <= 0) return;
+  const int panels = (n + kNr - 1) / kNr;
+  const Path path = ActivePath();
+  // Activations, quantized per call by the calling thread; read by every compute thread.
+  thread_local std::vector<int8_t> qa;
+  thread_local std::vector<float> sa;
+  qa.resize(static_cast<size_t>(m) * kp);
+  sa.resize(m);
+  for (int i = 0; i < m; ++i) {
+    const float* row = a + static_cast<int64_t>(i) * lda;
+    int8_t* q = qa.data() + static_cast<int64_t>(i) * kp;
+#if defined(__x86_64__)
+    if (path == Path::kVnni) {
+      sa[i] = QuantizeRowAvx512(row, k, kp, /*flip=*/true, q);
+      continue;
+    }
+    if (path == Path::kAvx2) {
+      sa[i] = QuantizeRowAvx2(row, k, kp, q);
+      continue;
+    }
+#endif
+    sa[i] = QuantizeRowPortable(row, k, kp, /*flip=*/false, q);
+  }
+  const int max_mr = path == Path::kVnni ? kMaxMrVnni : path == Path::kAvx2 ? kMaxMrAvx2 : kMaxMrPortable;
+  const Tiling tiling(m, max_mr);
+  const int8_t* pa = qa.data();
+  const float* psa = sa.data();
+  ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int col = static_cast<int>(p) * kNr;
+      const int8_t* pb = w.panels + p * groups * kGroupBytes;
+      for (int t = 0; t < tiling.tiles; ++t) {
+        const int mr = tiling.rows(t), r0 = tiling.start(t);
+        const int8_t* ta = pa + static_cast<int64_t>(r0) * kp;
+        Epilogue e{psa + r0, w.scale.data() + col, w.comp.data() + col,
+                   bias != nullptr ? bias + col : nullptr, accumulate,
+                   c + static_cast<int64_t>(r0) * ldc + col, ldc, std::min(kNr, n - col)};
+#if defined(__x86_64__)
+        if (path == Path::kVnni) {
+          kVnni[mr](groups, ta, kp, pb, e);
+          continue;
+        }
+        if (path == Path::kAvx2) {
+          for (int h = 0; h < 2; ++h) {
+            Epilogue eh = e;
+            eh.nvalid = e.nvalid - 16 * h;
+            if (eh.nvalid <= 0) break;
+            eh.col_scale += 16 * h;
+            if (eh.bias != nullptr) eh.bias += 16 * h;
+            eh.c += 16 * h;
+            // The half's 16 columns are bytes [64h, 64h + 64) of each 128-byte group.
+            kAvx2[mr](groups, ta, kp, pb + 64 * h, eh);
+          }
+          continue;
+        }
+#endif
+        KernelPortable(mr, groups, ta, kp, pb, e);
+      }
+    }
+  });
+}
+
+}  // namespace tnmt::kernels::cpu
