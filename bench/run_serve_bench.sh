@@ -25,8 +25,11 @@
 #   MAX_LENGTH=0      DecodingOptions.max_length (0: the model's default).
 #   DEADLINE_MS=120000  per-request deadline (64 clients on the base model queue for ~15-25 s).
 #   THREADS=0         server compute threads (--threads; 0: all cores).
-#   DATA=/work/shared/data/multi30k   corpus for the base model's SentencePiece model; its
-#                     test_2016_flickr.en.gz is also the default INPUT.
+#   DATA=data/multi30k  corpus for the base model's SentencePiece model (tools/get-multi30k.sh);
+#                     its test_2016_flickr.en.gz is also the default INPUT.
+#   OFFLINE=1         also time `tnmt translate` on INPUT with the same threads and server flags'
+#                     --compute-type, and show each row's sentences/s as a share of it
+#                     (0: skip; needs INPUT).
 #   INPUT=FILE        source sentences, one per line (default: DATA's test set if present, else
 #                     serve_load's ~30 built-in sentences).
 #   SERVE_ARGS=...    extra `tnmt serve` flags (e.g. "--max-batch-rows 128").
@@ -47,7 +50,8 @@ BEAM="${BEAM:-0}"
 MAX_LENGTH="${MAX_LENGTH:-0}"
 DEADLINE_MS="${DEADLINE_MS:-120000}"
 THREADS="${THREADS:-0}"
-DATA="${DATA:-/work/shared/data/multi30k}"
+DATA="${DATA:-data/multi30k}"
+OFFLINE="${OFFLINE:-1}"
 SERVE_ARGS="${SERVE_ARGS:-}"
 LOAD_ARGS="${LOAD_ARGS:-}"
 PYTHON="${PYTHON:-$(command -v python3)}"
@@ -104,7 +108,25 @@ fi
 INPUT_DESC="$INPUT"
 [[ -n "$INPUT_DESC" ]] || INPUT_DESC="the built-in sentences of serve_load"
 
-# 2. One server per mode, every client count against it.
+# 2. Offline reference: the same sentences through `tnmt translate`, same threads and beam.
+offline_sps=0
+if [[ "$OFFLINE" == 1 && -n "$INPUT" ]]; then
+  compute=float32
+  [[ "$SERVE_ARGS" =~ --compute-type[=\ ]([a-z0-9]+) ]] && compute="${BASH_REMATCH[1]}"
+  offline_threads="$THREADS"
+  [[ "$offline_threads" != 0 ]] || offline_threads="$(nproc)"
+  beam_flag=()
+  [[ "$BEAM" == 0 ]] || beam_flag=(--beam-size "$BEAM")
+  start=$(date +%s.%N)
+  "$TNMT" translate --model "$MODEL_DIR" --threads "$offline_threads" --compute-type "$compute" "${beam_flag[@]}" \
+      --input "$INPUT" --output "$WORK/offline.out" --no-progress 2> "$WORK/offline.log"
+  end=$(date +%s.%N)
+  offline_sps=$("$PYTHON" -c "import sys; print(sum(1 for l in open(sys.argv[1]) if l.strip()) / (float(sys.argv[3]) - float(sys.argv[2])))" \
+      "$INPUT" "$start" "$end")
+  echo "== offline: tnmt translate --threads $offline_threads --compute-type $compute: $offline_sps sentences/s"
+fi
+
+# 3. One server per mode, every client count against it.
 server_pid=""
 cleanup() { if [[ -n "$server_pid" ]]; then kill -TERM "$server_pid" 2> /dev/null || true; fi; }
 trap cleanup EXIT
@@ -155,17 +177,21 @@ for mode in $MODES; do
   echo "$rc" > "$WORK/server_exit.$mode"
 done
 
-# 3. One table.
-"$PYTHON" - "$WORK" "$MODES" "$CLIENTS" "$DURATION" "$REV" "$MODEL_DESC" "$INPUT_DESC" "$TEXTS" "$BEAM" "$THREADS" <<'EOF'
+# 4. One table.
+"$PYTHON" - "$WORK" "$MODES" "$CLIENTS" "$DURATION" "$REV" "$MODEL_DESC" "$INPUT_DESC" "$TEXTS" "$BEAM" "$THREADS" "$offline_sps" <<'EOF'
 import json, os, sys
-work, modes, clients, duration, rev, model, inp, texts, beam, threads = sys.argv[1:]
+work, modes, clients, duration, rev, model, inp, texts, beam, threads, offline = sys.argv[1:]
+offline = float(offline)
 print()
 print(f"tnmt serve built from {rev}; model: {model}")
 print(f"Load: serve_load closed loop, {duration} s per row, {texts} text(s) per request, beam "
       f"{beam if beam != '0' else 'model default'}; input: {inp}; server threads: "
       f"{threads if threads != '0' else 'all cores'}; {os.cpu_count()} cores here.")
 print()
-hdr = (f"{'batching':<9} {'clients':>7} {'requests':>8} {'req/s':>8} {'sent/s':>8} {'tok/s':>8} "
+if offline:
+    print(f"Offline `tnmt translate` of the same input, same threads: {offline:.1f} sentences/s.")
+    print()
+hdr = (f"{'batching':<9} {'clients':>7} {'requests':>8} {'req/s':>8} {'sent/s':>8} {'offline':>7} {'tok/s':>8} "
        f"{'p50 ms':>8} {'p99 ms':>8} {'failures':<24} {'server exit':>11}")
 print(hdr)
 print("-" * len(hdr))
@@ -181,11 +207,12 @@ for mode in modes.split():
             continue
         fails = ", ".join(f"{k} {v}" for k, v in r["failures"].items()) or "0"
         lat = r["latency_ms"]
+        share = f"{100 * r['sentences_per_s'] / offline:.0f}%" if offline else "-"
         print(f"{mode:<9} {c:>7} {r['requests']:>8} {r['requests_per_s']:>8.2f} "
-              f"{r['sentences_per_s']:>8.2f} {r['tokens_per_s']:>8.1f} {lat['p50']:>8.1f} "
+              f"{r['sentences_per_s']:>8.2f} {share:>7} {r['tokens_per_s']:>8.1f} {lat['p50']:>8.1f} "
               f"{lat['p99']:>8.1f} {fails:<24} {server_exit:>11}")
 print("req/s, sent/s (sentences), tok/s (generated target tokens, </s> excluded): OK requests "
-      "/ wall time of the row.\np50/p99: client-side latency of OK requests. 'server exit': the "
+      "/ wall time of the row; offline: sent/s as a share of offline translation.\np50/p99: client-side latency of OK requests. 'server exit': the "
       "server's exit status after SIGTERM (0 expected).")
 EOF
 echo "(logs, metrics and per-row JSON: $WORK)"
