@@ -9,6 +9,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/layers/encoder.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
 namespace tnmt {
@@ -75,13 +76,16 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
   TNMT_RETURN_IF_ERROR(s->Reset(rows, k, V));
   logits_.resize(static_cast<size_t>(rows) * V);
   TNMT_RETURN_IF_ERROR(DecoderForward(c_, w_, &state_, ids, 1, logits_.data(), ws_));
-  kernels::cpu::LogSumExp(s->lse.data(), logits_.data(), rows, V);
-  for (int r = 0; r < rows; ++r) {
-    const float* row = logits_.data() + static_cast<int64_t>(r) * V;
-    s->eos_logit[r] = row[c_.eos_id];
-    RowTopK(row, V, k, c_.pad_id, s->top_logit.data() + static_cast<int64_t>(r) * k,
-            s->top_id.data() + static_cast<int64_t>(r) * k);
-  }
+  // Per row, on the compute threads: the log-softmax normalizer and the k best tokens (the row
+  // is still in cache for the second pass).
+  kernels::cpu::ParallelFor(rows, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = logits_.data() + r * V;
+      kernels::cpu::LogSumExp(s->lse.data() + r, row, 1, V);
+      s->eos_logit[r] = row[c_.eos_id];
+      RowTopK(row, V, k, c_.pad_id, s->top_logit.data() + r * k, s->top_id.data() + r * k);
+    }
+  });
   return absl::OkStatus();
 }
 

@@ -56,6 +56,10 @@ constexpr int kGroupBytes = kNr * 4;
 constexpr int kMaxMrVnni = 12;  // rows per register tile, VNNI kernel
 constexpr int kMaxMrAvx2 = 4;   // rows per register tile, AVX2 kernel (16 columns)
 constexpr int kMaxMrPortable = 8;
+// Rows per thread from which the rows, not the panels, are split over the threads (blocks
+// of kRowBlock rows); as gemm_packed.cc.
+constexpr int kRowSplitMinRows = 96;
+constexpr int kRowBlock = 24;
 
 enum class Path { kPortable, kAvx2, kVnni };
 
@@ -362,31 +366,29 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
   if (m <= 0 || n <= 0) return;
   const int panels = (n + kNr - 1) / kNr;
   const Path path = ActivePath();
-  // Activations, quantized per call by the calling thread; read by every compute thread.
-  thread_local std::vector<int8_t> qa;
-  thread_local std::vector<float> sa;
-  qa.resize(static_cast<size_t>(m) * kp);
-  sa.resize(m);
-  for (int i = 0; i < m; ++i) {
-    const float* row = a + static_cast<int64_t>(i) * lda;
-    int8_t* q = qa.data() + static_cast<int64_t>(i) * kp;
-#if defined(__x86_64__)
-    if (path == Path::kVnni) {
-      sa[i] = QuantizeRowAvx512(row, k, kp, /*flip=*/true, q);
-      continue;
-    }
-    if (path == Path::kAvx2) {
-      sa[i] = QuantizeRowAvx2(row, k, kp, q);
-      continue;
-    }
-#endif
-    sa[i] = QuantizeRowPortable(row, k, kp, /*flip=*/false, q);
-  }
   const int max_mr = path == Path::kVnni ? kMaxMrVnni : path == Path::kAvx2 ? kMaxMrAvx2 : kMaxMrPortable;
-  const Tiling tiling(m, max_mr);
-  const int8_t* pa = qa.data();
-  const float* psa = sa.data();
-  ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) {
+  // Quantizes rows [r_begin, r_end) of a into qa/sa (indexed from r_begin).
+  auto quantize = [&](int r_begin, int r_end, int8_t* qa, float* sa) {
+    for (int i = r_begin; i < r_end; ++i) {
+      const float* row = a + static_cast<int64_t>(i) * lda;
+      int8_t* q = qa + static_cast<int64_t>(i - r_begin) * kp;
+      float* s = sa + (i - r_begin);
+#if defined(__x86_64__)
+      if (path == Path::kVnni) {
+        *s = QuantizeRowAvx512(row, k, kp, /*flip=*/true, q);
+        continue;
+      }
+      if (path == Path::kAvx2) {
+        *s = QuantizeRowAvx2(row, k, kp, q);
+        continue;
+      }
+#endif
+      *s = QuantizeRowPortable(row, k, kp, /*flip=*/false, q);
+    }
+  };
+  // Rows [r_begin, r_end) (quantized at pa/psa) times panels [p_begin, p_end).
+  auto compute = [&](int r_begin, int r_end, int64_t p_begin, int64_t p_end, const int8_t* pa, const float* psa) {
+    const Tiling tiling(r_end - r_begin, max_mr);
     for (int64_t p = p_begin; p < p_end; ++p) {
       const int col = static_cast<int>(p) * kNr;
       const int8_t* pb = w.panels + p * groups * kGroupBytes;
@@ -395,7 +397,7 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
         const int8_t* ta = pa + static_cast<int64_t>(r0) * kp;
         Epilogue e{psa + r0, w.scale.data() + col, w.comp.data() + col,
                    bias != nullptr ? bias + col : nullptr, accumulate,
-                   c + static_cast<int64_t>(r0) * ldc + col, ldc, std::min(kNr, n - col)};
+                   c + static_cast<int64_t>(r_begin + r0) * ldc + col, ldc, std::min(kNr, n - col)};
 #if defined(__x86_64__)
         if (path == Path::kVnni) {
           kVnni[mr](groups, ta, kp, pb, e);
@@ -418,7 +420,33 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
         KernelPortable(mr, groups, ta, kp, pb, e);
       }
     }
-  });
+  };
+  const int threads = ComputeThreads();
+  if (threads > 1 && m >= kRowSplitMinRows * threads) {
+    // Many rows: each thread quantizes and computes its own rows against every panel (the
+    // same integers and epilogue per element as below).
+    const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
+    ParallelFor(blocks, [&](int64_t b_begin, int64_t b_end) {
+      thread_local std::vector<int8_t> qa;
+      thread_local std::vector<float> sa;
+      const int r_begin = static_cast<int>(b_begin * kRowBlock);
+      const int r_end = static_cast<int>(std::min<int64_t>(m, b_end * kRowBlock));
+      qa.resize(static_cast<size_t>(r_end - r_begin) * kp);
+      sa.resize(r_end - r_begin);
+      quantize(r_begin, r_end, qa.data(), sa.data());
+      compute(r_begin, r_end, 0, panels, qa.data(), sa.data());
+    });
+    return;
+  }
+  // Activations, quantized per call by the calling thread; read by every compute thread.
+  thread_local std::vector<int8_t> qa;
+  thread_local std::vector<float> sa;
+  qa.resize(static_cast<size_t>(m) * kp);
+  sa.resize(m);
+  quantize(0, m, qa.data(), sa.data());
+  const int8_t* pa = qa.data();  // (thread_locals: the workers must not name them)
+  const float* psa = sa.data();
+  ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) { compute(0, m, p_begin, p_end, pa, psa); });
 }
 
 }  // namespace tnmt::kernels::cpu

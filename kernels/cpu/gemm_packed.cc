@@ -49,6 +49,10 @@ constexpr int kMaxMr = 14;  // rows per register tile (AVX-512; the most of any 
 constexpr int kMaxMrAvx2 = 6;  // rows per register tile of the AVX2 kernel
 constexpr int kKc = 512;    // k per block (256 and 1024: 2-4% slower at decode shapes)
 constexpr int kMc = 448;    // rows packed per pass (bounds the activation buffer to kMc * k)
+// GemmPacked splits rows over the threads (instead of panels) from kRowSplitMinRows rows per
+// thread, in blocks of kRowBlock rows.
+constexpr int kRowSplitMinRows = 96;
+constexpr int kRowBlock = 28;
 
 // How a tile's accumulators start: 0, the bias, c, or c + bias.
 enum class Init { kZero, kBias, kLoad, kLoadBias };
@@ -331,61 +335,88 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
   const CpuIsa isa = ActiveIsa();
   const bool avx512 = isa == CpuIsa::kAvx512, avx2 = isa == CpuIsa::kAvx2;
   const int max_mr = avx2 ? kMaxMrAvx2 : kMaxMr;
-  // Activations, packed per call by the calling thread; read by every compute thread.
-  thread_local std::vector<float> packed_a;
-  packed_a.resize(static_cast<size_t>(std::min(m, kMc)) * k);
-  for (int m0 = 0; m0 < m; m0 += kMc) {
-    const int mc = std::min(kMc, m - m0);
+  // Rows [r_begin, r_end) times panels [p_begin, p_end), the rows packed into `packed` first.
+  auto compute = [&](int r_begin, int r_end, int64_t p_begin, int64_t p_end, const float* pa, bool pack,
+                     std::vector<float>* packed) {
+    const int mc = r_end - r_begin;
     const Tiling tiling(mc, max_mr);
-    PackRows(packed_a.data(), a + static_cast<int64_t>(m0) * lda, lda, k, tiling, avx512);
-    const float* pa = packed_a.data();
-    float* cm = c + static_cast<int64_t>(m0) * ldc;
-    ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) {
-      for (int k0 = 0; k0 < k; k0 += kKc) {
-        const int kc = std::min(kKc, k - k0);
-        const Init init = k0 > 0      ? Init::kLoad
-                          : accumulate  ? (bias != nullptr ? Init::kLoadBias : Init::kLoad)
-                          : bias != nullptr ? Init::kBias
-                                            : Init::kZero;
-        for (int64_t p = p_begin; p < p_end; ++p) {
-          const int col = static_cast<int>(p) * kNr;
-          const int nvalid = std::min(kNr, n - col);
-          const float* pb = b.data() + (p * k + k0) * kNr;
-          const float* pbias = bias != nullptr ? bias + col : nullptr;
-          // The block this thread computes next (the next panel's, or the first panel's in the
-          // next k block): kc' x 32 floats, 2 lines per k step, prefetched in slices.
-          const char* next = nullptr;
-          int next_lines = 0;
-          if (p + 1 < p_end) {
-            next = reinterpret_cast<const char*>(pb + static_cast<int64_t>(k) * kNr);
-            next_lines = 2 * kc;
-          } else if (k0 + kKc < k) {
-            next = reinterpret_cast<const char*>(b.data() + (p_begin * k + k0 + kKc) * kNr);
-            next_lines = 2 * std::min(kKc, k - k0 - kKc);
-          }
-          const int slice = (next_lines + tiling.tiles - 1) / tiling.tiles;
-          for (int t = 0; t < tiling.tiles; ++t) {
-            const int mr = tiling.rows(t), r0 = tiling.start(t);
-            const float* ta = pa + static_cast<int64_t>(r0) * k + static_cast<int64_t>(k0) * mr;
-            float* tc = cm + static_cast<int64_t>(r0) * ldc + col;
+    if (pack) {
+      packed->resize(static_cast<size_t>(mc) * k);
+      PackRows(packed->data(), a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, avx512);
+      pa = packed->data();
+    }
+    float* cm = c + static_cast<int64_t>(r_begin) * ldc;
+    for (int k0 = 0; k0 < k; k0 += kKc) {
+      const int kc = std::min(kKc, k - k0);
+      const Init init = k0 > 0      ? Init::kLoad
+                        : accumulate  ? (bias != nullptr ? Init::kLoadBias : Init::kLoad)
+                        : bias != nullptr ? Init::kBias
+                                          : Init::kZero;
+      for (int64_t p = p_begin; p < p_end; ++p) {
+        const int col = static_cast<int>(p) * kNr;
+        const int nvalid = std::min(kNr, n - col);
+        const float* pb = b.data() + (p * k + k0) * kNr;
+        const float* pbias = bias != nullptr ? bias + col : nullptr;
+        // The block this thread computes next (the next panel's, or the first panel's in the
+        // next k block): kc' x 32 floats, 2 lines per k step, prefetched in slices.
+        const char* next = nullptr;
+        int next_lines = 0;
+        if (p + 1 < p_end) {
+          next = reinterpret_cast<const char*>(pb + static_cast<int64_t>(k) * kNr);
+          next_lines = 2 * kc;
+        } else if (k0 + kKc < k) {
+          next = reinterpret_cast<const char*>(b.data() + (p_begin * k + k0 + kKc) * kNr);
+          next_lines = 2 * std::min(kKc, k - k0 - kKc);
+        }
+        const int slice = (next_lines + tiling.tiles - 1) / tiling.tiles;
+        for (int t = 0; t < tiling.tiles; ++t) {
+          const int mr = tiling.rows(t), r0 = tiling.start(t);
+          const float* ta = pa + static_cast<int64_t>(r0) * k + static_cast<int64_t>(k0) * mr;
+          float* tc = cm + static_cast<int64_t>(r0) * ldc + col;
 #if defined(__x86_64__)
-            if (avx512) {
-              const __mmask16 lo = nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1;
-              const __mmask16 hi = nvalid >= 32 ? 0xFFFF : nvalid <= 16 ? 0 : (1u << (nvalid - 16)) - 1;
-              const int first = t * slice, lines = std::max(0, std::min(slice, next_lines - first));
-              kKernels[mr](kc, ta, pb, tc, ldc, lo, hi, init, pbias,
-                           next != nullptr ? next + 64 * first : nullptr, next != nullptr ? lines : 0);
-              continue;
-            }
-            if (avx2) {
-              TileAvx2(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias);
-              continue;
-            }
-#endif
-            KernelPortable(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias);
+          if (avx512) {
+            const __mmask16 lo = nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1;
+            const __mmask16 hi = nvalid >= 32 ? 0xFFFF : nvalid <= 16 ? 0 : (1u << (nvalid - 16)) - 1;
+            const int first = t * slice, lines = std::max(0, std::min(slice, next_lines - first));
+            kKernels[mr](kc, ta, pb, tc, ldc, lo, hi, init, pbias,
+                         next != nullptr ? next + 64 * first : nullptr, next != nullptr ? lines : 0);
+            continue;
           }
+          if (avx2) {
+            TileAvx2(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias);
+            continue;
+          }
+#endif
+          KernelPortable(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias);
         }
       }
+    }
+  };
+  const int threads = ComputeThreads();
+  if (threads > 1 && m >= kRowSplitMinRows * threads) {
+    // Many rows (decoder steps over large batches): each thread packs and computes its own
+    // rows against every panel, so packing runs in parallel too. Per element the arithmetic is
+    // the same as below (the same FMA chain), so results do not change.
+    const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
+    ParallelFor(blocks, [&](int64_t b_begin, int64_t b_end) {
+      thread_local std::vector<float> packed;
+      const int r_begin = static_cast<int>(b_begin * kRowBlock);
+      const int r_end = static_cast<int>(std::min<int64_t>(m, b_end * kRowBlock));
+      for (int r0 = r_begin; r0 < r_end; r0 += kMc) {
+        compute(r0, std::min(r_end, r0 + kMc), 0, panels, nullptr, true, &packed);
+      }
+    });
+    return;
+  }
+  // Activations, packed per call by the calling thread; read by every compute thread.
+  thread_local std::vector<float> packed_a;
+  for (int m0 = 0; m0 < m; m0 += kMc) {
+    const int mc = std::min(kMc, m - m0);
+    packed_a.resize(static_cast<size_t>(mc) * k);
+    PackRows(packed_a.data(), a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), avx512);
+    const float* pa = packed_a.data();  // (a thread_local: the workers must not name it)
+    ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) {
+      compute(m0, m0 + mc, p_begin, p_end, pa, false, nullptr);
     });
   }
 }

@@ -408,7 +408,8 @@ TEST(GemmPackedInt8Test, MatchesReferenceOnEveryKernel) {
 
 TEST(GemmPackedInt8Test, RowsDoNotDependOnBatchOrThreads) {
   std::mt19937 rng(78);
-  const int m = 150, n = 200, k = 300;
+  // m >= 96 rows per thread: 2 threads split the rows, 1 thread the panels.
+  const int m = 250, n = 200, k = 300;
   const std::vector<float> a = Random(static_cast<size_t>(m) * k, rng);
   const std::vector<float> b = Random(static_cast<size_t>(n) * k, rng);
   const std::vector<float> bias = Random(n, rng);
@@ -425,7 +426,7 @@ TEST(GemmPackedInt8Test, RowsDoNotDependOnBatchOrThreads) {
     EXPECT_EQ(one_thread, two_threads) << Int8KernelName();
     if (first.empty()) first = one_thread;
     EXPECT_EQ(one_thread, first) << Int8KernelName() << " differs from the first kernel";
-    for (int i : {0, 3, 4, 11, 12, 100, 149}) {
+    for (int i : {0, 3, 4, 11, 12, 100, 149, 249}) {
       std::vector<float> row(n);
       GemmPacked(1, a.data() + static_cast<size_t>(i) * k, k, packed, bias.data(), false, row.data(), n);
       EXPECT_TRUE(std::equal(row.begin(), row.end(), one_thread.begin() + static_cast<size_t>(i) * n))
