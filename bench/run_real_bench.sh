@@ -14,6 +14,9 @@
 # Environment:
 #   MODEL=models/demo   THREADS="1 2"   DECODING="beam4 greedy"   REPEAT=3
 #   TNMT_TYPES="float32 int8"   CT2_TYPES="float32 int8"  (empty: no CTranslate2 rows)
+#   ISA=avx2            caps both engines at AVX2 on an AVX-512 machine (TNMT_CPU_ISA for tnmt;
+#                       CT2_FORCE_CPU_ISA and MKL_ENABLE_INSTRUCTIONS for CTranslate2), to
+#                       measure what CPUs without AVX-512 get
 #   PYTHON=build/py-tools/bin/python3 (deploy/install-py-tools.sh: ctranslate2, sentencepiece);
 #   BLEU needs sacrebleu importable by $PYTHON (pip install sacrebleu), else it shows "-".
 #   WORK=DIR (default: a new temp dir)
@@ -28,6 +31,12 @@ CT2_TYPES="${CT2_TYPES-float32 int8}"
 TNMT_TYPES="${TNMT_TYPES:-float32 int8}"
 PYTHON="${PYTHON:-build/py-tools/bin/python3}"
 WORK="${WORK:-$(mktemp -d /tmp/tnmt_real_bench.XXXXXX)}"
+ISA="${ISA:-}"
+if [[ "$ISA" == avx2 ]]; then
+  export TNMT_CPU_ISA=avx2 CT2_FORCE_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+elif [[ -n "$ISA" ]]; then
+  echo "run_real_bench: ISA is avx2 or empty, not $ISA" >&2; exit 2
+fi
 mkdir -p "$WORK"
 for f in test_2016_flickr.en.gz test_2016_flickr.de.gz; do
   [[ -f "$DATA/$f" ]] || { echo "run_real_bench: $DATA/$f not found" >&2; exit 2; }
@@ -66,7 +75,7 @@ for r in $(seq "$REPEAT"); do
   done
 done
 
-echo "== $(lscpu | sed -n 's/^Model name: *//p'); AVX-512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); VNNI: $(grep -q avx512_vnni /proc/cpuinfo && echo yes || echo no); tnmt: $("$TNMT" --version)"
+echo "== $(lscpu | sed -n 's/^Model name: *//p'); AVX-512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); VNNI: $(grep -q avx512_vnni /proc/cpuinfo && echo yes || echo no)${ISA:+; capped at $ISA}; tnmt: $("$TNMT" --version)"
 echo "== model $MODEL, $(grep -c . "$WORK/src.en") sentences, best of $REPEAT runs; work dir $WORK"
 "$PYTHON" - "$WORK" "$MODEL/spm.model" << 'PY'
 import collections, os, sys
