@@ -1,6 +1,8 @@
 // Scheduler; see scheduler.h.
 #include "server/scheduler.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -13,6 +15,10 @@
 #include "engine/layers/workspace.h"
 
 namespace tnmt::server {
+
+namespace {
+constexpr absl::Duration kReleaseInterval = absl::Seconds(2);
+}  // namespace
 
 namespace {
 
@@ -68,10 +74,12 @@ absl::Status Scheduler::Enqueue(std::vector<SentenceTask> tasks) {
             name_, wait_s, absl::ToDoubleSeconds(deadline - now)));
       }
     }
+    const uint64_t request = ++requests_;
     for (SentenceTask& t : tasks) {
       auto q = std::make_unique<Queued>();
       q->task = std::move(t);
       q->enqueued = now;
+      q->request = request;
       queue_.push_back(std::move(q));
     }
     if (metrics_ != nullptr) metrics_->SetQueueLength(name_, queue_.size());
@@ -96,23 +104,48 @@ int Scheduler::queue_length() const {
 
 std::vector<std::unique_ptr<Scheduler::Queued>> Scheduler::AdmitLocked(int live_rows,
                                                                        bool decoder_idle) {
-  std::vector<std::unique_ptr<Queued>> out;
+  // The queue as runs of one request each (Enqueue appends a request's tasks together).
+  struct Run {
+    size_t start, count;
+  };
+  std::vector<Run> runs;
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    if (runs.empty() || queue_[i]->request != queue_[runs.back().start]->request) {
+      runs.push_back({i, 0});
+    }
+    ++runs.back().count;
+  }
+  // Round r takes the r-th sentence of every request that has one, in arrival order; the first
+  // sentence that does not fit the budgets ends the admission.
+  std::vector<size_t> chosen;
   int rows = live_rows;
   size_t longest = 0;
-  while (!queue_.empty()) {
-    const Queued& q = *queue_.front();
-    const int beam = q.task.options.beam_size;
-    const size_t len = std::max(longest, q.task.ids.size());
-    const bool first = out.empty() && decoder_idle;  // a lone oversized sentence still runs
-    if (!first && (rows + beam > options_.max_batch_rows ||
-                   static_cast<int64_t>(len) * (out.size() + 1) > options_.max_batch_tokens)) {
-      break;
+  bool full = false;
+  for (size_t round = 0; !full && chosen.size() < queue_.size(); ++round) {
+    for (const Run& run : runs) {
+      if (round >= run.count) continue;
+      const Queued& q = *queue_[run.start + round];
+      const int beam = q.task.options.beam_size;
+      const size_t len = std::max(longest, q.task.ids.size());
+      const bool first = chosen.empty() && decoder_idle;  // a lone oversized sentence still runs
+      if (!first && (rows + beam > options_.max_batch_rows ||
+                     static_cast<int64_t>(len) * (chosen.size() + 1) > options_.max_batch_tokens)) {
+        full = true;
+        break;
+      }
+      rows += beam;
+      longest = len;
+      chosen.push_back(run.start + round);
     }
-    rows += beam;
-    longest = len;
-    out.push_back(std::move(queue_.front()));
-    queue_.pop_front();
   }
+  std::vector<std::unique_ptr<Queued>> out;
+  if (chosen.empty()) return out;
+  for (size_t i : chosen) out.push_back(std::move(queue_[i]));
+  std::deque<std::unique_ptr<Queued>> rest;
+  for (auto& q : queue_) {
+    if (q != nullptr) rest.push_back(std::move(q));
+  }
+  queue_.swap(rest);
   return out;
 }
 
@@ -140,6 +173,10 @@ void Scheduler::Run() {
     if (now > q.task.deadline) return absl::DeadlineExceededError("deadline passed before the translation finished");
     return absl::OkStatus();
   };
+  // When the decoder's memory was last given back (at most once per kReleaseInterval), and
+  // whether it has decoded since.
+  absl::Time released = absl::Now();
+  bool grown = false;
   // Throughput window: sentences finished and decoding time since the last estimate.
   int window_sentences = 0;
   double window_seconds = 0;
@@ -148,6 +185,27 @@ void Scheduler::Run() {
     const bool idle = !created.ok() || created->empty();
     {
       std::unique_lock<std::mutex> lock(mu_);
+      if (idle && grown && created.ok()) {
+        // Idle after decoding: give back what the busy period grew (K/V caches and scratch
+        // sized for its largest batch and longest outputs) instead of keeping it until the
+        // next one; at most once per kReleaseInterval, so light traffic does not pay for it
+        // on every request.
+        const auto work_or_drain = [&] { return draining_ || !queue_.empty(); };
+        if (cv_.wait_for(lock, absl::ToChronoNanoseconds(released + kReleaseInterval - absl::Now()),
+                         work_or_drain) == false) {
+          lock.unlock();
+          {
+            std::lock_guard<std::mutex> compute(*compute_lock_);
+            created = absl::InternalError("released");  // the decoder goes before its workspace
+            ws = Workspace();
+            created = NewBeamDecoder(*model_, &ws);
+            ::malloc_trim(0);
+          }
+          released = absl::Now();
+          grown = false;
+          lock.lock();
+        }
+      }
       if (idle) {
         cv_.wait(lock, [&] { return draining_ || !queue_.empty(); });
         if (queue_.empty()) break;  // draining and nothing left anywhere
@@ -213,6 +271,7 @@ void Scheduler::Run() {
     done.clear();
     const absl::Time step_start = absl::Now();
     absl::Status step = decoder.Step(&done);
+    grown = true;
     const double step_seconds = Seconds(step_start, absl::Now());
     window_seconds += step_seconds;
     window_sentences += static_cast<int>(done.size());

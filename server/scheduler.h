@@ -92,9 +92,12 @@ class Scheduler {
     absl::Time enqueued;
     absl::Time admitted;
     int64_t handle = -1;
+    uint64_t request = 0;  // which Enqueue call (the queue holds each call's tasks contiguously)
   };
   void Run();
-  // Admits queued sentences within the budgets; called with mu_ held.
+  // Admits queued sentences within the budgets, taking the waiting requests' sentences in turn
+  // (the first of each request in arrival order, then the second of each, ...) so that a large
+  // request cannot hold every free row while others wait; called with mu_ held.
   std::vector<std::unique_ptr<Queued>> AdmitLocked(int live_rows, bool decoder_idle);
   void Finish(Queued& q, SentenceResult r);
 
@@ -111,6 +114,7 @@ class Scheduler {
   // Throughput, measured by the worker over windows of decoding time (guarded by mu_).
   double rate_ = 0;        // sentences per second; 0: not measured yet
   int live_sentences_ = 0;  // in the decoder
+  uint64_t requests_ = 0;   // Enqueue calls so far
   std::thread worker_;
 };
 
