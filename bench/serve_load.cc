@@ -20,6 +20,13 @@
 // (e.g. UNAVAILABLE for requests refused once a server began shutting down); 1 otherwise,
 // and 1 if the target could not be reached; 2 for bad flags.
 //
+// --bad-fraction F: that share of each client's requests (spread evenly) is replaced by a bad
+// one, taking turns among: a text that is not UTF-8, a text of 20,000 words, an unknown model,
+// beam_size 1000, and 16 texts with beam 64 and max_length 4000 (more than any server cost limit
+// allows). Bad requests are tallied apart, by kind and status code ("bad" in the JSON): they
+// do not count as OK requests or failures, and one answered OK is a BAD_RESPONSE failure (the
+// server accepted what it must refuse).
+//
 // --health: no load; one grpc.health.v1.Health/Check for --health-service (default "", the
 // whole server); prints the serving status (SERVING, NOT_SERVING, ...) and exits 0 only if it is
 // SERVING, 1 otherwise (an RPC error prints "ERROR <CODE>: message").
@@ -129,7 +136,40 @@ struct Flags {
   std::string stop_file;
   bool stop_on_unavailable = false;
   std::set<std::string> allowed_codes;
+  double bad_fraction = 0;
 };
+
+// The kinds of bad request --bad-fraction sends, in turn.
+const char* const kBadKinds[] = {"invalid_utf8", "text_too_long", "unknown_model", "beam_too_large",
+                                 "cost_too_high"};
+constexpr int kNumBadKinds = sizeof(kBadKinds) / sizeof(kBadKinds[0]);
+
+void MakeBad(int kind, const std::string& good_text, tnmt::v1::TranslateRequest* r) {
+  r->clear_texts();
+  r->add_texts(good_text);
+  switch (kind) {
+    case 0:
+      r->set_texts(0, std::string("bad \xff\xfe bytes ") + good_text);
+      break;
+    case 1: {
+      std::string huge;
+      for (int i = 0; i < 20000; ++i) huge += "word ";
+      r->set_texts(0, huge);
+      break;
+    }
+    case 2:
+      r->set_model("no-such-model");
+      break;
+    case 3:
+      r->mutable_options()->set_beam_size(1000);
+      break;
+    default:
+      for (int i = 1; i < 16; ++i) r->add_texts(good_text);
+      r->mutable_options()->set_beam_size(64);
+      r->mutable_options()->set_max_length(4000);
+      break;
+  }
+}
 
 [[noreturn]] void Usage(const std::string& error) {
   std::fprintf(stderr, "serve_load: %s\n", error.c_str());
@@ -159,6 +199,7 @@ Flags ParseFlags(int argc, char** argv) {
   args.AddString("stop-file", "", "stop sending new requests once this file exists");
   args.AddBool("stop-on-unavailable", false, "a client stops after its first UNAVAILABLE (as one that fails over to another replica)");
   args.AddString("allow-codes", "", "comma-separated status codes that do not fail the run (e.g. UNAVAILABLE)");
+  args.AddFloat("bad-fraction", 0, "share of requests replaced by bad ones (see bench/serve_load.cc), 0 to 1");
   const absl::Status parsed = args.Parse(argc, argv, 1);
   if (!parsed.ok()) Usage(std::string(parsed.message()));
   if (args.help_requested()) {
@@ -182,12 +223,14 @@ Flags ParseFlags(int argc, char** argv) {
   f.health_service = args.GetString("health-service");
   f.stop_file = args.GetString("stop-file");
   f.stop_on_unavailable = args.GetBool("stop-on-unavailable");
+  f.bad_fraction = args.GetFloat("bad-fraction");
   if (f.target.empty()) Usage("--target must be host:port");
   if (f.clients < 1) Usage("--clients must be >= 1");
   if (f.channels < 1) Usage("--channels must be >= 1");
   if (f.requests < 0) Usage("--requests must be >= 0");
   if (f.requests == 0 && !(f.seconds > 0)) Usage("--seconds must be > 0 (or give --requests)");
   if (f.texts_per_request < 1) Usage("--texts-per-request must be >= 1");
+  if (!(f.bad_fraction >= 0 && f.bad_fraction <= 1)) Usage("--bad-fraction must be in [0, 1]");
   if (f.beam_size < 0) Usage("--beam-size must be >= 0");
   if (f.max_length < 0) Usage("--max-length must be >= 0");
   if (f.deadline_ms < 0) Usage("--deadline-ms must be >= 0");
@@ -278,6 +321,7 @@ struct Tally {
   std::map<std::string, std::vector<std::string>> messages;  // up to kMessages distinct per code
   std::map<std::string, double> failure_max_ms;  // slowest failure per code
   std::vector<double> latency_ms;  // OK requests
+  std::map<std::string, std::map<std::string, int64_t>> bad;  // kind -> code -> count
 };
 
 void Client(const Flags& f, int id, tnmt::v1::TranslationService::Stub* stub,
@@ -294,6 +338,10 @@ void Client(const Flags& f, int id, tnmt::v1::TranslationService::Stub* stub,
     }
     if (f.beam_size > 0) request.mutable_options()->set_beam_size(f.beam_size);
     if (f.max_length > 0) request.mutable_options()->set_max_length(f.max_length);
+    // Request i is bad when the running count of bad ones (i * fraction) steps up.
+    const bool bad = f.bad_fraction > 0 && std::floor((i + 1) * f.bad_fraction) > std::floor(i * f.bad_fraction);
+    const int bad_kind = bad ? static_cast<int>(std::floor(i * f.bad_fraction) + id) % kNumBadKinds : -1;
+    if (bad) MakeBad(bad_kind, request.texts(0), &request);
     tnmt::v1::TranslateResponse response;
     grpc::ClientContext ctx;
     if (f.deadline_ms > 0) {
@@ -305,7 +353,13 @@ void Client(const Flags& f, int id, tnmt::v1::TranslationService::Stub* stub,
     ++t->sent;
     std::string code = CodeName(s.error_code());
     std::string message = s.error_message();
-    if (s.ok()) {
+    if (bad) {
+      ++t->bad[kBadKinds[bad_kind]][code];
+      if (!s.ok()) continue;
+      code = kBadResponse;
+      message = std::string("a bad request (") + kBadKinds[bad_kind] + ") was answered OK";
+    }
+    if (s.ok() && !bad) {
       if (response.translations_size() != request.texts_size()) {
         code = kBadResponse;
         message = std::to_string(response.translations_size()) + " translations for " +
@@ -391,6 +445,9 @@ int Run(const Flags& f) {
       all.failure_max_ms[code] = std::max(all.failure_max_ms[code], ms);
     }
     all.latency_ms.insert(all.latency_ms.end(), t.latency_ms.begin(), t.latency_ms.end());
+    for (const auto& [kind, codes] : t.bad) {
+      for (const auto& [code, n] : codes) all.bad[kind][code] += n;
+    }
   }
   std::sort(all.latency_ms.begin(), all.latency_ms.end());
   int64_t failed = 0, failed_not_allowed = 0;
@@ -430,6 +487,10 @@ int Run(const Flags& f) {
     j["sentences_per_s"] = sps;
     j["tokens_per_s"] = tps;
     j["latency_ms"] = {{"mean", mean}, {"p50", p50}, {"p90", p90}, {"p99", p99}, {"max", pmax}};
+    j["bad"] = nlohmann::json::object();
+    for (const auto& [kind, codes] : all.bad) {
+      for (const auto& [code, n] : codes) j["bad"][kind][code] = n;
+    }
     j["exit"] = exit_code;
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -444,6 +505,11 @@ int Run(const Flags& f) {
       for (size_t i = 1; i < all.messages[code].size(); ++i) {
         std::printf("  %-20s also: %s\n", "", all.messages[code][i].c_str());
       }
+    }
+    for (const auto& [kind, codes] : all.bad) {
+      std::printf("  bad %-16s", kind.c_str());
+      for (const auto& [code, n] : codes) std::printf(" %s %lld", code.c_str(), static_cast<long long>(n));
+      std::printf("\n");
     }
     std::printf("throughput: %.2f requests/s, %.2f sentences/s, %.1f tokens/s (OK requests)\n", rps, sps, tps);
     std::printf("latency ms (OK requests): p50 %.1f  p90 %.1f  p99 %.1f  max %.1f  mean %.1f\n", p50, p90, p99,
