@@ -2,7 +2,6 @@
 #include "server/server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -49,12 +48,15 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
                                                          s->request_log_.get());
   if (!o.jobs.state_dir.empty()) TNMT_RETURN_IF_ERROR(s->StartJobs());
 
-  grpc::EnableDefaultHealthCheckService(true);
+  // Health: the whole server ("") and the translation service; the training service is not a
+  // separate health entry (it is up whenever the server is).
+  s->health_ = std::make_unique<HealthService>(std::vector<std::string>{kServiceName});
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host, ":", o.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
   builder.RegisterService(s->service_.get());
+  builder.RegisterService(s->health_.get());
   if (s->training_ != nullptr) builder.RegisterService(s->training_.get());
   // gRPC sets SO_REUSEPORT by default, which lets a second server bind a port that is already
   // served and then split the clients between the two; a busy port must be an error instead.
@@ -208,10 +210,7 @@ bool TranslationServer::ready() const {
 }
 
 void TranslationServer::SetServing(bool serving) {
-  grpc::HealthCheckServiceInterface* health = grpc_->GetHealthCheckService();
-  if (health == nullptr) return;
-  health->SetServingStatus(serving);
-  health->SetServingStatus(kServiceName, serving);
+  if (health_ != nullptr) health_->SetServing(serving);
 }
 
 absl::Status TranslationServer::Reload(const std::string& name) {
@@ -241,6 +240,7 @@ void TranslationServer::Shutdown() {
   // Running training jobs checkpoint and go back to the queue; the next start resumes them.
   if (job_runner_ != nullptr) job_runner_->Stop();
   service_->WaitIdle(deadline);
+  health_->Shutdown();  // Watch streams: NOT_SERVING was sent above; now they end
   // Calls still running now outlived the grace period; calls the transport had not yet handed
   // to us get a moment to be refused.
   grpc_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Milliseconds(500))));

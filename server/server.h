@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/runtime/placement.h"
+#include "server/health_service.h"
 #include "server/http_server.h"
 #include "server/jobs/job_runner.h"
 #include "server/jobs/job_store.h"
@@ -92,6 +93,7 @@ class TranslationServer {
   std::unique_ptr<RequestLog> request_log_;
   std::unique_ptr<ModelRegistry> registry_;
   std::unique_ptr<TranslationServiceImpl> service_;
+  std::unique_ptr<HealthService> health_;  // grpc.health.v1.Health (outlives grpc_)
   std::unique_ptr<jobs::JobStore> job_store_;
   std::unique_ptr<jobs::JobRunner> job_runner_;
   std::unique_ptr<jobs::TrainingServiceImpl> training_;

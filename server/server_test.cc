@@ -232,6 +232,76 @@ TEST_F(ServerTest, ListModelsHealthAndReflection) {
   EXPECT_TRUE(saw_not_serving);
 }
 
+// grpc.health.v1.Health is the server's own: garbage is INVALID_ARGUMENT on Check and on Watch
+// (gRPC's default service answered Watch with INTERNAL), an unknown service NOT_FOUND on Check
+// and SERVICE_UNKNOWN on Watch, and shutdown ends Watch streams (NOT_SERVING, then UNAVAILABLE).
+grpc::Status RawHealthCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                           const std::string& bytes) {
+  grpc::GenericStub generic(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::CompletionQueue cq;
+  auto call = generic.PrepareCall(&ctx, "/grpc.health.v1.Health/" + method, &cq);
+  void* tag;
+  bool ok;
+  call->StartCall(reinterpret_cast<void*>(1));
+  cq.Next(&tag, &ok);
+  grpc::Slice slice(bytes);
+  call->WriteLast(grpc::ByteBuffer(&slice, 1), grpc::WriteOptions(), reinterpret_cast<void*>(2));
+  cq.Next(&tag, &ok);
+  grpc::ByteBuffer reply;
+  call->Read(&reply, reinterpret_cast<void*>(3));
+  cq.Next(&tag, &ok);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(4)) {
+  }
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
+}
+
+TEST_F(ServerTest, HealthRefusesGarbageAndEndsWatchesOnShutdown) {
+  auto server = StartServer();
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto channel = Channel(*server);
+  for (const char* method : {"Check", "Watch"}) {
+    const grpc::Status s = RawHealthCall(channel, method, std::string("\xff\xff\xff\xff\x0f garbage", 14));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find("do not parse as grpc.health.v1.HealthCheckRequest"), std::string::npos)
+        << s.error_message();
+  }
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckRequest unknown;
+  unknown.set_service("no.such.Service");
+  grpc::health::v1::HealthCheckResponse r;
+  {
+    grpc::ClientContext c;
+    EXPECT_EQ(health->Check(&c, unknown, &r).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    grpc::ClientContext c;
+    auto w = health->Watch(&c, unknown);
+    ASSERT_TRUE(w->Read(&r));
+    EXPECT_EQ(r.status(), grpc::health::v1::HealthCheckResponse::SERVICE_UNKNOWN);
+    c.TryCancel();
+    w->Finish();
+  }
+  grpc::ClientContext wc;
+  wc.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto watch = health->Watch(&wc, {});
+  ASSERT_TRUE(watch->Read(&r));
+  EXPECT_EQ(r.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+  std::thread stopper([&] { server->Shutdown(); });
+  std::vector<int> seen;
+  while (watch->Read(&r)) seen.push_back(r.status());
+  const grpc::Status end = watch->Finish();
+  stopper.join();
+  EXPECT_EQ(seen, std::vector<int>{grpc::health::v1::HealthCheckResponse::NOT_SERVING});
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::UNAVAILABLE) << end.error_message();
+}
+
 TEST_F(ServerTest, NotReadyUntilLoadedAndUnavailableWhenTheModelFails) {
   ServerOptions o;
   o.models = {{"broken", "/nonexistent/model/dir"}};

@@ -6,11 +6,10 @@
 #include <memory>
 #include <mutex>
 
-#include <google/protobuf/stubs/logging.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/raw_message.h"
 
 namespace tnmt::server {
 
@@ -48,30 +47,6 @@ absl::Status AsObserved(const absl::Status& s, absl::Time deadline) {
   return s;
 }
 
-// A message from its wire bytes (read in place through gRPC's reader); `what` names it in the
-// error.
-absl::Status ParseMessage(const grpc::ByteBuffer& bytes, google::protobuf::Message* m, absl::string_view what) {
-  grpc::ByteBuffer shared(bytes);  // shares the slices; the reader needs a mutable buffer
-  bool parsed = false;
-  {
-    grpc::ProtoBufferReader reader(&shared);
-    google::protobuf::LogSilencer quiet;  // the error below says it; no libprotobuf ERROR line per bad call
-    parsed = reader.status().ok() && m->ParseFromZeroCopyStream(&reader);
-  }
-  if (!parsed) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", bytes.Length(), " bytes that do not parse as ",
-                                                   m->GetTypeName(), " (string fields such as model must be UTF-8)"));
-  }
-  return absl::OkStatus();
-}
-
-// A message's wire bytes, written by gRPC's own serializer.
-grpc::ByteBuffer Serialize(const google::protobuf::Message& m) {
-  grpc::ByteBuffer out;
-  bool own = false;
-  grpc::SerializationTraits<google::protobuf::Message>::Serialize(m, &out, &own);
-  return out;
-}
 
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
