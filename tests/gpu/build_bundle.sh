@@ -4,8 +4,8 @@
 # as a carried path): every CUDA test binary (the cc_tests marked CUDA_ONLY), the kernel
 # benchmark, translate_bench and the tnmt CLI built with --config=cuda, the shared libraries
 # they need that a GPU machine without Bazel/gRPC lacks (OpenBLAS, which the CPU references
-# dlopen, and the SentencePiece library included), and the Multi30k text from ../shared when
-# it is there (the end-to-end translation and training checks). The CUDA libraries themselves
+# dlopen, and the SentencePiece library included), and the Multi30k text of data/multi30k
+# (tools/get-multi30k.sh; the end-to-end translation and training checks) when it is there. The CUDA libraries themselves
 # (cudart, cuBLASLt, NCCL) are not bundled: hundreds of MB, and the GPU machine has them.
 # Then, on the GPU machine, from the repository root:
 #   tests/gpu/check.sh build/gpu-bundle
@@ -35,9 +35,10 @@ cp -L /usr/lib/x86_64-linux-gnu/libopenblas.so.0 "$stage/lib/"
 copy_libs /usr/lib/x86_64-linux-gnu/libopenblas.so.0
 chmod -R u+w "$stage"
 strip --strip-debug "$stage"/bin/* "$stage"/lib/* 2>/dev/null || true
-shared=../shared/data/multi30k
-if [[ -d "$shared" ]]; then
-  for f in "$shared"/*.gz; do gunzip -c "$f" > "$stage/data/$(basename "${f%.gz}")"; done
+corpus=data/multi30k
+[[ -d "$corpus" ]] || tools/get-multi30k.sh > /dev/null 2>&1 || true
+if [[ -d "$corpus" ]]; then
+  for f in "$corpus"/*.gz; do gunzip -c "$f" > "$stage/data/$(basename "${f%.gz}")"; done
 fi
 # Every library a binary needs must now come from the bundle, glibc/libstdc++ or CUDA.
 LD_LIBRARY_PATH="$stage/lib" bash -c 'for b in "$0"/bin/* "$0"/lib/*; do ldd "$b"; done' "$stage" |

@@ -168,7 +168,7 @@ if [[ -f "$src" && -x "$TNMT" ]]; then
   [[ $v == OK ]] || status=1
   row "serve demo cuda float16" "$v" "$note"
 else
-  say "== translate: skipped (no test_2016_flickr.en in the bundle: build it where ../shared exists)"
+  say "== translate: skipped (no test_2016_flickr.en in the bundle: run tools/get-multi30k.sh before build_bundle.sh)"
   status=1
 fi
 
