@@ -1,4 +1,4 @@
-// HttpServer: the translation server's plain-HTTP side (cpp-httplib), for monitoring and
+// HttpServer: the translation server's plain-HTTP side (HTTP/1.1), for monitoring and
 // orchestration next to the gRPC port, and for the web page and its JSON API.
 //
 // Routes (HEAD is answered like GET without a body):
@@ -29,8 +29,12 @@
 // the destructor). Start, Stop and Add*Handler are for one controlling thread; callbacks
 // and handlers run on the server's worker threads, concurrently, and must be thread-safe.
 //
-// Unlike httplib's default, the listening socket does not set SO_REUSEPORT, so a second
-// server on a port already in use fails to start instead of silently sharing the port.
+// Connections: keep-alive (idle ones closed after 2 s) and pipelined requests; a request head
+// must arrive within 10 s of its first byte and a body at most 10 s between parts (else 408);
+// heads over 64 KiB get 431, targets over 8 KiB 414, a malformed request 400, all closing the
+// connection. A client that half-closes after its request still gets the reply. The listening
+// socket does not set SO_REUSEPORT, so a second server on a port already in use fails to start
+// instead of silently sharing the port.
 #pragma once
 
 #include <atomic>
@@ -45,11 +49,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
-namespace httplib {
-class Server;
-}  // namespace httplib
-
 namespace tnmt {
+
+class HttpConnections;  // http_server.cc
 
 struct HttpRequest {
   std::string path;
@@ -160,10 +162,14 @@ class HttpServer {
   const ReadinessCallback readiness_;
   std::map<std::string, Routes> exact_;     // fixed once started
   std::map<std::string, Routes> prefixes_;  // fixed once started
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  // Reads, answers and closes one accepted connection (keep-alive: several requests).
+  void Serve(int fd);
+
+  int listen_fd_ = -1;
+  std::unique_ptr<HttpConnections> connections_;
+  std::thread thread_;  // the listener
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> listener_exited_{false};
+  std::atomic<bool> stop_{false};
   int port_ = 0;
   bool started_ = false;
 };

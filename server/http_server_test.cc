@@ -316,6 +316,85 @@ TEST(HttpServer, BodiesOverTheCapAre413) {
   EXPECT_EQ(Send(port, "POST", "/in", "ok").body, "2") << "the server keeps serving";
 }
 
+// The connection layer: a client that half-closes after its request still gets the reply;
+// pipelined requests are all answered, in order; an oversized Content-Length is refused at once
+// (before any body is sent) with one Connection header; chunked bodies and 100-continue work;
+// garbage gets 400 and the connection closes.
+// Writes `request` (then half-closes when `half_close`) and reads until the server closes.
+std::string RawExchangeHalfClosed(int port, const std::string& request) {
+  int sock = socket(AF_INET, SOCK_STREAM, 0);
+  timeval timeout{5, 0};
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "connect failed";
+  send(sock, request.data(), request.size(), MSG_NOSIGNAL);
+  shutdown(sock, SHUT_WR);
+  std::string answer;
+  char buffer[4096];
+  for (ssize_t n; (n = read(sock, buffer, sizeof(buffer))) > 0;) answer.append(buffer, n);
+  close(sock);
+  return answer;
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(HttpServer, ConnectionsHalfClosePipeliningAndLimits) {
+  HttpServerOptions options = Loopback();
+  options.max_body_bytes = 1000;
+  HttpServer server(options, nullptr, nullptr);
+  ASSERT_TRUE(server.AddGetHandler("/a", Echo).ok());
+  ASSERT_TRUE(server.AddPostHandler("/a", Echo).ok());
+  ASSERT_TRUE(server.Start().ok());
+  const int port = server.port();
+
+  std::string answer = RawExchangeHalfClosed(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << "half-closed: " << answer;
+  EXPECT_NE(answer.find("\r\n\r\nok"), std::string::npos) << answer;
+
+  answer = RawExchange(port,
+                       "GET /a?x=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                       "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+                       "GET /a%20b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(Count(answer, "HTTP/1.1 "), 3) << answer;
+  const size_t first = answer.find("GET /a []"), second = answer.find("POST /a [] hello"),
+               third = answer.find("HTTP/1.1 404");
+  EXPECT_TRUE(first != std::string::npos && second != std::string::npos && third != std::string::npos &&
+              first < second && second < third)
+      << "pipelined replies in order: " << answer;
+
+  answer = RawExchangeHalfClosed(port, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 413 Payload Too Large\r\n", 0), 0u) << answer;
+  EXPECT_EQ(Count(answer, "Connection:"), 1) << answer;
+
+  answer = RawExchange(port,
+                       "POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                       "3\r\nabc\r\n4;ext=1\r\ndefg\r\n0\r\nX-Trailer: 1\r\n\r\n");
+  EXPECT_NE(answer.find("POST /a [] abcdefg"), std::string::npos) << answer;
+
+  answer = RawExchange(port,
+                       "POST /a HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n"
+                       "Connection: close\r\n\r\nhi");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK", 0), 0u) << answer;
+
+  answer = RawExchange(port, "BLAH\r\n\r\nGET /a HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 400", 0), 0u) << answer;
+  EXPECT_EQ(Count(answer, "HTTP/1.1 "), 1) << "a malformed request ends the connection: " << answer;
+
+  answer = RawExchange(port, "GET /a HTTP/1.1\r\nX: " + std::string(70 << 10, 'y') + "\r\n\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 431", 0), 0u) << answer.substr(0, 200);
+
+  answer = RawExchange(port, "HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_NE(answer.find("Content-Length: 2\r\n"), std::string::npos) << answer;
+  EXPECT_EQ(answer.find("\r\n\r\nok"), std::string::npos) << "HEAD has no body: " << answer;
+}
+
 TEST(HttpServer, PrefixRoutes) {
   HttpServer server(Loopback(), nullptr, nullptr);
   ASSERT_TRUE(server.AddGetPrefixHandler("/api/jobs/", Echo).ok());

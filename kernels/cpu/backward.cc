@@ -199,14 +199,6 @@ double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t 
   return loss;
 }
 
-float CounterUniform(uint64_t seed, uint64_t stream, uint64_t index) {
-  uint64_t z = seed * 0x9e3779b97f4a7c15ull ^ (stream + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
-  z += index * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
-}
 
 namespace {
 

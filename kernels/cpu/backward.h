@@ -6,6 +6,8 @@
 // unless the name says Accumulate.
 #pragma once
 
+#include "kernels/cpu/counter_uniform.h"
+
 #include <cstdint>
 
 #include "kernels/cpu/elementwise.h"
@@ -50,8 +52,8 @@ void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_
 double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
                                  float eps, int32_t pad, double* nll_sum, int64_t* count);
 
-// Uniform in [0, 1) from (seed, stream, index): a SplitMix64-style hash, no state.
-float CounterUniform(uint64_t seed, uint64_t stream, uint64_t index);
+// Uniform in [0, 1) from (seed, stream, index) (counter_uniform.h, shared with CUDA).
+using ::tnmt::kernels::CounterUniform;
 
 // In place: x[i] = keep ? x[i] / (1 - p) : 0, keep iff CounterUniform(seed, stream, i) >= p.
 // Used identically for the forward and (on the gradient) the backward. p == 0: no-op.

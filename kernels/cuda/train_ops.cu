@@ -1,6 +1,8 @@
 // Training kernels; see train_ops.h.
 #include "kernels/cuda/train_ops.h"
 
+#include "kernels/cpu/counter_uniform.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -137,14 +139,6 @@ __global__ void __launch_bounds__(1024)
 // ---------------------------------------------------------------------------------------------
 // Dropout and Adam
 
-__device__ __forceinline__ float CounterUniform(uint64_t seed, uint64_t stream, uint64_t index) {
-  uint64_t z = seed * 0x9e3779b97f4a7c15ull ^ (stream + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
-  z += index * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
-}
 
 __global__ void DropoutKernel(float* x, int64_t count, float p, float keep_scale, uint64_t seed,
                               uint64_t stream) {

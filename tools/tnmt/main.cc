@@ -14,7 +14,7 @@
 #include "tools/tnmt/serve_command.h"
 #include "tools/tnmt/train_command.h"
 #include "tools/tnmt/translate_command.h"
-#include "kernels/cpu/cpu_features.h"
+#include "engine/runtime/compute.h"
 #include "tools/tnmt/version.h"
 
 namespace {
@@ -58,9 +58,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   if (command == "--version" || command == "version") {
     // The CPU kernel path is part of what a user reports (TNMT_CPU_ISA may cap it).
-    std::cout << "tnmt " << tnmt::kVersion << " (cpu kernels: "
-              << tnmt::kernels::cpu::IsaName(tnmt::kernels::cpu::ActiveIsa())
-              << ", int8: " << tnmt::kernels::cpu::Int8KernelName() << ")\n";
+    std::cout << "tnmt " << tnmt::kVersion << " (cpu kernels: " << tnmt::CpuKernels() << ")\n";
     return 0;
   }
   if (command == "translate") return tnmt::cli::TranslateCommand(argc, argv);

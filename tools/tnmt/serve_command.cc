@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/runtime/placement.h"
-#include "kernels/cpu/gemm.h"
+#include "engine/runtime/compute.h"
 #include "server/server.h"
 #include "tools/tnmt/args.h"
 #include "tools/tnmt/config_file.h"
@@ -312,7 +312,7 @@ int ServeCommand(int argc, char** argv) {
   int threads = args.GetInt("threads");
   if (threads < 0) return Fail("--threads must be >= 0");
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  kernels::cpu::SetBlasThreads(threads);
+  SetCpuThreads(threads);
 
   absl::StatusOr<std::unique_ptr<server::TranslationServer>> server = server::TranslationServer::Start(o);
   if (!server.ok()) return Fail(std::string(server.status().message()));

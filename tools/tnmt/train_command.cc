@@ -24,7 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "kernels/cpu/gemm.h"
+#include "engine/runtime/compute.h"
 #include "tools/tnmt/args.h"
 #include "tools/tnmt/config_file.h"
 #include "trainer/checkpoint/average.h"
@@ -119,7 +119,7 @@ int Fail(const char* cmd, const std::string& message) {
 // Without --threads, the cores are shared by the `local_processes` workers of this node.
 int Train(const train::TrainConfig& cfg, std::unique_ptr<train::Collective> collective, int local_processes) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  kernels::cpu::SetBlasThreads(cfg.threads > 0 ? cfg.threads : std::max(1, cores / std::max(1, local_processes)));
+  SetCpuThreads(cfg.threads > 0 ? cfg.threads : std::max(1, cores / std::max(1, local_processes)));
   train::KeepFreedMemory();
   train::TrainHooks hooks;
   hooks.stop = &g_stop;

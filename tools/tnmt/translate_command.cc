@@ -19,7 +19,7 @@
 #include "absl/strings/strip.h"
 #include "engine/runtime/translator.h"
 #include "engine/runtime/placement.h"
-#include "kernels/cpu/gemm.h"
+#include "engine/runtime/compute.h"
 #include "tools/tnmt/args.h"
 #include "tools/tnmt/decoding_flags.h"
 #include "tools/tnmt/remote_translate.h"
@@ -164,7 +164,7 @@ int TranslateCommand(int argc, char** argv) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   if (args.GetInt("max-batch-tokens") < 1) return Fail("--max-batch-tokens must be positive");
   if (args.GetInt("max-input-length") < 1) return Fail("--max-input-length must be positive");
-  kernels::cpu::SetBlasThreads(threads);
+  SetCpuThreads(threads);
 
   auto model = LoadModelDirectory(args.GetString("model"), *placement);
   if (!model.ok()) return Fail(std::string(model.status().message()));
