@@ -1,5 +1,6 @@
 // grpc.health.v1.Health; see health_service.h.
 #include "server/health_service.h"
+#include "server/status_mapping.h"
 
 #include <utility>
 
@@ -13,9 +14,6 @@ namespace {
 using grpc::health::v1::HealthCheckRequest;
 using grpc::health::v1::HealthCheckResponse;
 
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 grpc::ByteBuffer Response(HealthCheckResponse::ServingStatus status) {
   HealthCheckResponse r;
@@ -138,7 +136,7 @@ grpc::ServerUnaryReactor* HealthService::Check(grpc::CallbackServerContext* cont
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   HealthCheckRequest r;
   if (absl::Status parsed = ParseMessage(*request, &r, "request"); !parsed.ok()) {
-    reactor->Finish(ToGrpc(parsed));
+    reactor->Finish(ToGrpcStatus(parsed));
     return reactor;
   }
   Status status;
@@ -162,7 +160,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* HealthService::Watch(grpc::CallbackS
   absl::Status parsed = ParseMessage(*request, &r, "request");
   auto* w = new Watcher(this, parsed.ok() ? r.service() : "");
   if (!parsed.ok()) {
-    w->End(ToGrpc(parsed));
+    w->End(ToGrpcStatus(parsed));
     return w;
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -1,5 +1,6 @@
 // Request preparation; see request.h.
 #include "server/request.h"
+#include "server/status_mapping.h"
 
 #include <algorithm>
 #include <cmath>
@@ -67,27 +68,33 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
   p.texts = texts.size();
   if (texts.empty()) return absl::InvalidArgumentError("texts: empty batch (send at least one text)");
   if (texts.size() > limits.max_sentences_per_request) {
-    return absl::ResourceExhaustedError(absl::StrCat("texts: ", texts.size(),
-                                                     " texts exceed the limit of ",
-                                                     limits.max_sentences_per_request, " per request"));
+    return WithReason(absl::ResourceExhaustedError(absl::StrCat("texts: ", texts.size(),
+                                                                " texts exceed the limit of ",
+                                                                limits.max_sentences_per_request, " per request")),
+                      "TOO_MANY_TEXTS");
   }
   p.source_tokens.assign(texts.size(), 0);
   const int token_limit = std::min(limits.max_tokens_per_sentence, MaxPositions(m.config));
   for (int i = 0; i < texts.size(); ++i) {
     const std::string& t = texts[i];
     if (static_cast<int64_t>(t.size()) > limits.max_text_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("texts[", i, "]: ", t.size(),
-                                                       " bytes exceed the limit of ",
-                                                       limits.max_text_bytes));
+      return WithReason(absl::ResourceExhaustedError(absl::StrCat("texts[", i, "]: ", t.size(),
+                                                                  " bytes exceed the limit of ",
+                                                                  limits.max_text_bytes)),
+                        "TEXT_TOO_LONG");
     }
     absl::StatusOr<std::vector<int32_t>> ids = m.tokenizer->Encode(t);
-    if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", ids.status().message()));
+    if (!ids.ok()) {
+      return WithReason(absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", ids.status().message())),
+                        "INVALID_TEXT");
+    }
     ids->push_back(m.config.eos_id);
     p.source_tokens[i] = static_cast<int>(ids->size());
     if (static_cast<int>(ids->size()) > token_limit) {
-      return absl::ResourceExhaustedError(absl::StrCat("texts[", i, "]: ", ids->size(),
-                                                       " tokens exceed the limit of ", token_limit,
-                                                       " per text"));
+      return WithReason(absl::ResourceExhaustedError(absl::StrCat("texts[", i, "]: ", ids->size(),
+                                                                  " tokens exceed the limit of ", token_limit,
+                                                                  " per text")),
+                        "TEXT_TOO_LONG");
     }
     if (absl::StripAsciiWhitespace(t).empty()) {
       p.blank.push_back(i);
@@ -106,10 +113,11 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
     cost += static_cast<int64_t>(d.beam_size) * max_out;
   }
   if (cost > limits.max_request_cost) {
-    return absl::ResourceExhaustedError(absl::StrCat(
+    return WithReason(absl::ResourceExhaustedError(absl::StrCat(
         "request cost ", cost, " hypothesis-steps (beam_size ", d.beam_size, " x ", p.ids.size(),
         " texts x up to ", longest, " output tokens) exceeds the limit of ", limits.max_request_cost,
-        " per request: send fewer texts, a smaller beam_size or a smaller max_length"));
+        " per request: send fewer texts, a smaller beam_size or a smaller max_length")),
+                      "REQUEST_TOO_COSTLY");
   }
   return p;
 }

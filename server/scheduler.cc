@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/decode/beam_search.h"
 #include "engine/layers/workspace.h"
+#include "server/status_mapping.h"
 
 namespace tnmt::server {
 
@@ -50,9 +51,13 @@ absl::Status Scheduler::Enqueue(std::vector<SentenceTask> tasks) {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_) return absl::UnavailableError(absl::StrCat("model ", name_, " is shutting down"));
     if (queue_.size() + tasks.size() > static_cast<size_t>(options_.max_queue)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "queue of model ", name_, " is full (", queue_.size(), " sentences waiting, limit ",
-          options_.max_queue, "); retry later"));
+      // Retry once the excess would have been decoded at the measured rate (1 s before one).
+      const double excess = static_cast<double>(queue_.size() + tasks.size() - options_.max_queue);
+      return WithRetryDelay(WithReason(absl::ResourceExhaustedError(absl::StrCat(
+                                           "queue of model ", name_, " is full (", queue_.size(),
+                                           " sentences waiting, limit ", options_.max_queue, "); retry later")),
+                                       "QUEUE_FULL"),
+                            absl::Seconds(rate_ > 0 ? std::max(0.1, excess / rate_) : 1.0));
     }
     if (rate_ > 0 && !tasks.empty()) {
       // Sentences ahead of these: the queue, and the decoder's beyond what fits beside them.
@@ -61,17 +66,23 @@ absl::Status Scheduler::Enqueue(std::vector<SentenceTask> tasks) {
       const double ahead = static_cast<double>(queue_.size()) + std::max(0, live_sentences_ - room);
       const double wait_s = ahead / rate_;
       if (options_.max_queue_seconds > 0 && wait_s > options_.max_queue_seconds) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "model %s has about %.1f s of work queued (%d sentences at %.1f/s; limit %.0f s); retry later",
-            name_, wait_s, static_cast<int>(queue_.size()), rate_, options_.max_queue_seconds));
+        return WithRetryDelay(
+            WithReason(absl::ResourceExhaustedError(absl::StrFormat(
+                           "model %s has about %.1f s of work queued (%d sentences at %.1f/s; limit %.0f s); retry later",
+                           name_, wait_s, static_cast<int>(queue_.size()), rate_, options_.max_queue_seconds)),
+                       "QUEUE_FULL"),
+            absl::Seconds(std::max(0.1, wait_s - options_.max_queue_seconds)));
       }
       absl::Time deadline = absl::InfiniteFuture();
       for (const SentenceTask& t : tasks) deadline = std::min(deadline, t.deadline);
       if (now + absl::Seconds(wait_s) > deadline) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "model %s would start this request after about %.2f s of queued work, past its deadline "
-            "(%.2f s away); retry later or with a longer deadline",
-            name_, wait_s, absl::ToDoubleSeconds(deadline - now)));
+        return WithRetryDelay(
+            WithReason(absl::ResourceExhaustedError(absl::StrFormat(
+                           "model %s would start this request after about %.2f s of queued work, past its "
+                           "deadline (%.2f s away); retry later or with a longer deadline",
+                           name_, wait_s, absl::ToDoubleSeconds(deadline - now))),
+                       "DEADLINE_UNREACHABLE"),
+            absl::Seconds(std::max(0.1, wait_s - absl::ToDoubleSeconds(deadline - now))));
       }
     }
     const uint64_t request = ++requests_;

@@ -3,6 +3,8 @@
 // watch, reflection, readiness gating, the error matrix with status codes, a fuzz loop, queue
 // overload, hot reload under load, and shutdown under load losing no accepted request.
 #include "server/server.h"
+#include "proto/google/rpc/error_details.pb.h"
+#include "proto/google/rpc/status.pb.h"
 
 #include <atomic>
 #include <fstream>
@@ -448,6 +450,25 @@ TEST_F(ServerTest, ErrorMatrix) {
     grpc::Status st = Call(*stub, req, &resp);
     EXPECT_EQ(st.error_code(), c.code) << c.what << ": " << st.error_message();
     EXPECT_NE(st.error_message().find(c.mentions), std::string::npos) << c.what << ": " << st.error_message();
+    // Refusals of the request itself say why (google.rpc.ErrorInfo) and carry no RetryInfo:
+    // sending the same request again cannot succeed.
+    static const std::map<std::string, std::string> kReasons = {
+        {"invalid UTF-8", "INVALID_TEXT"},
+        {"beam 64 x 4 texts x 150 tokens", "REQUEST_TOO_COSTLY"},
+        {"too many texts", "TOO_MANY_TEXTS"},
+        {"too many tokens", "TEXT_TOO_LONG"},
+        {"text too many bytes", "TEXT_TOO_LONG"}};
+    auto want = kReasons.find(c.what);
+    if (want == kReasons.end()) continue;
+    google::rpc::Status details;
+    ASSERT_TRUE(details.ParseFromString(st.error_details())) << c.what;
+    std::string reason;
+    for (const google::protobuf::Any& any : details.details()) {
+      google::rpc::ErrorInfo info;
+      if (any.UnpackTo(&info)) reason = info.reason();
+      EXPECT_FALSE(any.Is<google::rpc::RetryInfo>()) << c.what << ": not retryable";
+    }
+    EXPECT_EQ(reason, want->second) << c.what;
   }
   // A deadline that passes before the work is done: DEADLINE_EXCEEDED, and the server serves on.
   TranslateRequest slow;
@@ -534,6 +555,7 @@ struct Load {
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::map<grpc::StatusCode, int> codes;
+  std::vector<std::string> exhausted_details;  // grpc-status-details-bin of each RESOURCE_EXHAUSTED
   std::vector<std::thread> threads;
   void Start(const TranslationServer& s, int clients, int beam = 2) {
     for (int c = 0; c < clients; ++c) {
@@ -551,6 +573,7 @@ struct Load {
           grpc::Status st = stub->Translate(&ctx, req, &resp);
           std::lock_guard<std::mutex> l(mu);
           ++codes[st.error_code()];
+          if (st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) exhausted_details.push_back(st.error_details());
           if (st.error_code() == grpc::StatusCode::UNAVAILABLE) return;  // server gone
         }
       });
@@ -559,6 +582,29 @@ struct Load {
   void Join() {
     stop = true;
     for (auto& t : threads) t.join();
+  }
+  // Every RESOURCE_EXHAUSTED carried a google.rpc.Status with ErrorInfo{reason "QUEUE_FULL",
+  // domain "tnmt.dev"} and a RetryInfo whose delay is positive and at most a minute.
+  void ExpectRetryableQueueFull() {
+    ASSERT_FALSE(exhausted_details.empty());
+    for (const std::string& bytes : exhausted_details) {
+      google::rpc::Status details;
+      ASSERT_TRUE(details.ParseFromString(bytes)) << "no google.rpc.Status in the trailer";
+      EXPECT_EQ(details.code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+      bool reason = false, retry = false;
+      for (const google::protobuf::Any& any : details.details()) {
+        google::rpc::ErrorInfo info;
+        google::rpc::RetryInfo delay;
+        if (any.UnpackTo(&info)) {
+          reason = info.reason() == "QUEUE_FULL" && info.domain() == "tnmt.dev";
+        } else if (any.UnpackTo(&delay)) {
+          const double s = delay.retry_delay().seconds() + delay.retry_delay().nanos() * 1e-9;
+          retry = s > 0 && s <= 60;
+        }
+      }
+      EXPECT_TRUE(reason) << details.DebugString();
+      EXPECT_TRUE(retry) << details.DebugString();
+    }
   }
   // True when every call got OK or RESOURCE_EXHAUSTED (no timeouts, no other errors).
   bool OnlyOkOrResourceExhausted() {
@@ -590,6 +636,7 @@ TEST_F(ServerTest, QueueMeasuredInSecondsShedsAtOnce) {
   EXPECT_GT(load.codes[grpc::StatusCode::OK], 0);
   EXPECT_GT(load.codes[grpc::StatusCode::RESOURCE_EXHAUSTED], 0);
   EXPECT_TRUE(load.OnlyOkOrResourceExhausted());
+  load.ExpectRetryableQueueFull();
   TranslateRequest req;
   req.add_texts("after the load");
   TranslateResponse resp;
@@ -619,6 +666,7 @@ TEST_F(ServerTest, OverloadIsResourceExhaustedNotTimeouts) {
   EXPECT_GT(load.codes[grpc::StatusCode::OK], 0);
   EXPECT_GT(load.codes[grpc::StatusCode::RESOURCE_EXHAUSTED], 0);
   EXPECT_TRUE(load.OnlyOkOrResourceExhausted());
+  load.ExpectRetryableQueueFull();
 }
 
 TEST_F(ServerTest, HotReloadUnderLoadFailsNothing) {

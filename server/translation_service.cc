@@ -1,5 +1,6 @@
 // TranslationService; see translation_service.h.
 #include "server/translation_service.h"
+#include "server/status_mapping.h"
 
 #include <atomic>
 #include <deque>
@@ -48,9 +49,6 @@ absl::Status AsObserved(const absl::Status& s, absl::Time deadline) {
 }
 
 
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 absl::Time Deadline(const grpc::CallbackServerContext* ctx) {
   const auto d = ctx->deadline();
@@ -168,7 +166,7 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
       const absl::Status observed = AsObserved(s, deadline);
       if (metrics != nullptr) metrics->RequestDone(model, "Translate", static_cast<int>(observed.code()), total);
       LogCall(log, "Translate", model, peer, texts, observed, start);
-      reactor->Finish(ToGrpc(s));
+      reactor->Finish(ToGrpcStatus(s));
     }
   };
   TranslationServiceImpl* const service_;
@@ -344,7 +342,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
                              absl::ToDoubleSeconds(absl::Now() - start));
       }
       LogCall(log, "TranslateStream", model, peer, texts, observed, start);
-      reactor->Finish(ToGrpc(s));
+      reactor->Finish(ToGrpcStatus(s));
     }
   };
 

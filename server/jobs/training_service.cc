@@ -1,5 +1,6 @@
 // TrainingService; see training_service.h.
 #include "server/jobs/training_service.h"
+#include "server/status_mapping.h"
 
 #include <deque>
 
@@ -15,9 +16,6 @@ namespace {
 using tnmt::v1::Job;
 using tnmt::v1::JobUpdate;
 
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 tnmt::v1::JobState ToProtoState(JobState s) {
   switch (s) {
@@ -65,7 +63,7 @@ bool SameSecret(absl::string_view a, absl::string_view b) {
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl::Status& s) {
   auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpc(s));
+  reactor->Finish(ToGrpcStatus(s));
   return reactor;
 }
 
@@ -181,7 +179,7 @@ class TrainingServiceImpl::WatchCall final : public grpc::ServerWriteReactor<Job
   void FinishLocked(const absl::Status& s) {
     if (finished_) return;
     finished_ = true;
-    Finish(ToGrpc(s));
+    Finish(ToGrpcStatus(s));
   }
 
   TrainingServiceImpl* const service_;

@@ -1,0 +1,64 @@
+// Error mapping; see status_mapping.h.
+#include "server/status_mapping.h"
+
+#include <optional>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
+#include "proto/google/rpc/error_details.pb.h"
+#include "proto/google/rpc/status.pb.h"
+
+namespace tnmt::server {
+
+namespace {
+
+constexpr char kTypePrefix[] = "type.googleapis.com/";
+
+std::string TypeUrl(const google::protobuf::Message& m) { return kTypePrefix + m.GetTypeName(); }
+
+absl::Status Attach(absl::Status s, const google::protobuf::Message& detail) {
+  if (s.ok()) return s;
+  s.SetPayload(TypeUrl(detail), absl::Cord(detail.SerializeAsString()));
+  return s;
+}
+
+}  // namespace
+
+absl::Status WithReason(absl::Status s, const std::string& reason) {
+  google::rpc::ErrorInfo info;
+  info.set_reason(reason);
+  info.set_domain(kErrorDomain);
+  return Attach(std::move(s), info);
+}
+
+absl::Status WithRetryDelay(absl::Status s, absl::Duration delay) {
+  google::rpc::RetryInfo retry;
+  const int64_t ms = absl::ToInt64Milliseconds(absl::Ceil(delay, absl::Milliseconds(1)));
+  retry.mutable_retry_delay()->set_seconds(ms / 1000);
+  retry.mutable_retry_delay()->set_nanos(static_cast<int32_t>(ms % 1000) * 1000000);
+  return Attach(std::move(s), retry);
+}
+
+std::string ReasonOf(const absl::Status& s) {
+  const auto payload = s.GetPayload(TypeUrl(google::rpc::ErrorInfo()));
+  google::rpc::ErrorInfo info;
+  if (!payload.has_value() || !info.ParseFromString(std::string(*payload))) return "";
+  return info.reason();
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& s) {
+  const auto code = static_cast<grpc::StatusCode>(s.code());
+  google::rpc::Status details;
+  s.ForEachPayload([&](absl::string_view type_url, const absl::Cord& value) {
+    if (!absl::StartsWith(type_url, kTypePrefix)) return;
+    google::protobuf::Any* any = details.add_details();
+    any->set_type_url(std::string(type_url));
+    any->set_value(std::string(value));
+  });
+  if (details.details_size() == 0) return grpc::Status(code, std::string(s.message()));
+  details.set_code(static_cast<int32_t>(s.code()));
+  details.set_message(std::string(s.message()));
+  return grpc::Status(code, std::string(s.message()), details.SerializeAsString());
+}
+
+}  // namespace tnmt::server

@@ -1,0 +1,33 @@
+// Errors from the server's code (absl::Status) to the wire: the one place that maps them.
+// gRPC: the code and message, plus a google.rpc.Status in the grpc-status-details-bin trailer
+// carrying the machine-readable details attached to the absl::Status with the functions below
+// (ErrorInfo's reason, RetryInfo's delay), so that clients can tell "queue full, retry in 2 s"
+// from "text too long, do not retry" without parsing messages.
+#pragma once
+
+#include <string>
+
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace tnmt::server {
+
+// The domain of tnmt's ErrorInfo reasons.
+inline constexpr char kErrorDomain[] = "tnmt.dev";
+
+// `s` with a google.rpc.ErrorInfo{reason, domain "tnmt.dev"} attached (reason: a stable
+// UPPER_SNAKE_CASE word such as "QUEUE_FULL"). OK statuses are returned unchanged.
+absl::Status WithReason(absl::Status s, const std::string& reason);
+// `s` with a google.rpc.RetryInfo{retry_delay} attached (rounded up to whole milliseconds).
+absl::Status WithRetryDelay(absl::Status s, absl::Duration delay);
+
+// The reason attached by WithReason, or "" if none.
+std::string ReasonOf(const absl::Status& s);
+
+// absl::Status -> grpc::Status: the same code and message; the attached details, if any, as a
+// serialized google.rpc.Status in the status' error details (sent as grpc-status-details-bin).
+grpc::Status ToGrpcStatus(const absl::Status& s);
+
+}  // namespace tnmt::server
