@@ -9,7 +9,13 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -153,6 +159,59 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
       .Register(r)
       .Add({})
       .Set(std::chrono::duration<double>(now).count());
+  cpu_seconds_ = &prometheus::BuildCounter()
+                      .Name("process_cpu_seconds_total")
+                      .Help("User and system CPU time spent by the process, in seconds.")
+                      .Register(r)
+                      .Add({});
+  resident_bytes_ = &prometheus::BuildGauge()
+                         .Name("process_resident_memory_bytes")
+                         .Help("Resident memory size of the process, in bytes.")
+                         .Register(r)
+                         .Add({});
+  open_fds_ = &prometheus::BuildGauge()
+                   .Name("process_open_fds")
+                   .Help("Open file descriptors of the process.")
+                   .Register(r)
+                   .Add({});
+}
+
+void ServerMetrics::UpdateProcessMetrics() const {
+  // /proc/self/stat: utime and stime (clock ticks) are fields 14 and 15, counted from the
+  // first one; the command name (field 2) may contain spaces, so count after its ')'.
+  std::ifstream stat("/proc/self/stat");
+  std::string line;
+  std::getline(stat, line);
+  double cpu = -1;
+  const size_t paren = line.rfind(')');
+  if (paren != std::string::npos) {
+    std::istringstream fields(line.substr(paren + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && (fields >> field); ++i) {
+      if (i == 14) utime = std::strtod(field.c_str(), nullptr);
+      if (i == 15) stime = std::strtod(field.c_str(), nullptr);
+    }
+    cpu = (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }
+  {
+    absl::MutexLock lock(&process_mu_);
+    if (cpu > cpu_seconds_counted_) {
+      cpu_seconds_->Increment(cpu - cpu_seconds_counted_);
+      cpu_seconds_counted_ = cpu;
+    }
+  }
+  std::ifstream statm("/proc/self/statm");
+  long pages_total = 0, pages_resident = 0;
+  if (statm >> pages_total >> pages_resident) {
+    resident_bytes_->Set(static_cast<double>(pages_resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)));
+  }
+  int fds = 0;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    while (const dirent* e = ::readdir(dir)) fds += e->d_name[0] != '.';
+    ::closedir(dir);
+    open_fds_->Set(fds - 1);  // not counting the descriptor reading the directory
+  }
 }
 
 ServerMetrics::~ServerMetrics() = default;
@@ -289,6 +348,7 @@ void ServerMetrics::SetTrainingJobs(std::string_view state, int64_t jobs) {
 }
 
 std::string ServerMetrics::Serialize() const {
+  UpdateProcessMetrics();
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 

@@ -125,6 +125,13 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>* load_failures_;
   prometheus::Family<prometheus::Gauge>* training_jobs_;
   prometheus::Gauge* inflight_;
+  // process_*: refreshed from /proc on every Serialize.
+  void UpdateProcessMetrics() const;
+  prometheus::Counter* cpu_seconds_;
+  prometheus::Gauge* resident_bytes_;
+  prometheus::Gauge* open_fds_;
+  mutable absl::Mutex process_mu_;
+  mutable double cpu_seconds_counted_ ABSL_GUARDED_BY(process_mu_) = 0;
 
   absl::Mutex mu_;
   // Keyed by model label; at most max_models entries.

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <map>
+#include <vector>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -204,6 +206,9 @@ TEST(ServerMetrics, EveryFamilyHasHelpAndType) {
       {"tnmt_model_load_failures_total", "counter"},
       {"tnmt_build_info", "gauge"},
       {"process_start_time_seconds", "gauge"},
+      {"process_cpu_seconds_total", "counter"},
+      {"process_resident_memory_bytes", "gauge"},
+      {"process_open_fds", "gauge"},
   };
   for (const auto& [name, type] : families) {
     EXPECT_NE(text.find("\n# TYPE " + name + " " + type + "\n"), std::string::npos) << name;
@@ -224,6 +229,22 @@ TEST(ServerMetrics, BuildInfoAndStartTime) {
   const double start = Value(Parse(text), "process_start_time_seconds");
   EXPECT_GE(start, before - 1);
   EXPECT_LE(start, before + 60);
+}
+
+TEST(ServerMetrics, ProcessCpuMemoryAndFiles) {
+  ServerMetrics metrics;
+  const double cpu0 = Value(Parse(metrics.Serialize()), "process_cpu_seconds_total");
+  volatile double sink = 0;  // ~0.2 s of CPU
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  while (std::chrono::steady_clock::now() < until) sink = sink + 1;
+  std::vector<std::ifstream> files;
+  for (int i = 0; i < 5; ++i) files.emplace_back("/proc/self/status");
+  std::vector<char> memory(64 << 20, 1);  // 64 MiB, touched
+  const auto s = Parse(metrics.Serialize());
+  EXPECT_GE(Value(s, "process_cpu_seconds_total"), cpu0 + 0.1);
+  EXPECT_GE(Value(s, "process_resident_memory_bytes"), 64.0 * (1 << 20));
+  EXPECT_GE(Value(s, "process_open_fds"), 5 + 3);  // the files above and stdin/out/err
+  EXPECT_EQ(memory[12345], 1);
 }
 
 TEST(ServerMetrics, ModelLabelsPastTheCapBecomeOther) {
