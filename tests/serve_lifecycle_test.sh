@@ -94,8 +94,11 @@ check "health Check says SERVING" grep -qx SERVING "$TMP/health.txt"
 check "6 requests, all OK (serve_load exit 0)" test $? -eq 0
 check "serve_load counted 6 OK" test "$(json_get "$TMP/a.json" 'r["ok"]')" = 6
 check "generated tokens counted" test "$(json_get "$TMP/a.json" 'r["tokens"] > 0')" = True
-"$TNMT" health --address "$TARGET" > /dev/null
+"$TNMT" health --server "$TARGET" > /dev/null
 check "tnmt health exits 0 when serving" test $? -eq 0
+"$TNMT" health --address "$TARGET" --timeout-ms 3000 > /dev/null 2> "$TMP/health-old.err"
+check "tnmt health --address/--timeout-ms (deprecated names) still work" test $? -eq 0
+check "  with a warning naming the new flag" grep -q -- '--address is deprecated: use --server' "$TMP/health-old.err"
 printf 'the man runs\n\nA dog sits in the red house.\n' > "$TMP/in.txt"
 "$TNMT" translate --model "$MODEL" --scores --threads 1 < "$TMP/in.txt" > "$TMP/local.out" 2> /dev/null
 "$TNMT" translate --server "$TARGET" --scores < "$TMP/in.txt" > "$TMP/remote.out"

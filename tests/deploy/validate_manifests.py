@@ -53,8 +53,8 @@ DEFAULT_GRACE_SECONDS = 30
 DEMO_MODEL_DIR = "/usr/local/share/tnmt/models/demo"
 SPM_SHIM = "/usr/local/lib/tnmt/libtnmt_spm.so"
 # `tnmt health` is the Docker HEALTHCHECK's client; its interface is agreed but its source may
-# land after these files: tnmt health --address HOST:PORT [--service NAME] [--timeout-ms N].
-HEALTH_FLAGS = {"address", "service", "timeout-ms"}
+# land after these files: tnmt health --server HOST:PORT [--service NAME] [--timeout-seconds N].
+HEALTH_FLAGS = {"server", "service", "timeout-seconds"}
 # Flags the deploy files use ahead of the C++ change that adds them: a warning, not an error,
 # while the source lacks them (the warning disappears once it has them).
 PENDING_FLAGS = {
@@ -789,10 +789,10 @@ def check_dockerfiles(report, root, sources):
         for name, _ in hflags:
             if name not in HEALTH_FLAGS:
                 report.error(path, f"HEALTHCHECK: `tnmt health` has no flag --{name} "
-                                   f"(interface: --address HOST:PORT [--service NAME] [--timeout-ms N])")
-        address = flag_value(hflags, "address") or ""
+                                   f"(interface: --server HOST:PORT [--service NAME] [--timeout-seconds N])")
+        address = flag_value(hflags, "server") or ""
         if not re.fullmatch(r"[^:\s]+:\d+", address) or int(address.rsplit(":", 1)[1]) != port:
-            report.error(path, f"HEALTHCHECK --address {address!r} is not HOST:{port}, the served "
+            report.error(path, f"HEALTHCHECK --server {address!r} is not HOST:{port}, the served "
                                "gRPC port")
         if positional:
             report.error(path, f"HEALTHCHECK: unexpected arguments {positional}")

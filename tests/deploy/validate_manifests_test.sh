@@ -85,7 +85,7 @@ broken "unknown serve flag" "has no flag --grace-period" \
   deploy/k8s/serve-cpu.yaml "--grace-seconds=30" "--grace-period=30"
 broken "Service to a missing port" "port http targets 'metrics'" \
   deploy/k8s/service.yaml $'      port: 8080\n      targetPort: http' $'      port: 8080\n      targetPort: metrics'
-broken "HEALTHCHECK on another port" "HEALTHCHECK --address '127.0.0.1:50052' is not HOST:50051" \
+broken "HEALTHCHECK on another port" "HEALTHCHECK --server '127.0.0.1:50052' is not HOST:50051" \
   deploy/Dockerfile '"127.0.0.1:50051"' '"127.0.0.1:50052"'
 broken "compose bind mount missing" "bind mount source ./prometheus.yaml does not exist" \
   deploy/compose/docker-compose.yml "./prometheus.yml:" "./prometheus.yaml:"

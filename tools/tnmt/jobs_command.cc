@@ -307,9 +307,11 @@ int JobsCommand(int argc, char** argv) {
 
 int HealthCommand(int argc, char** argv) {
   Args args("tnmt health", "Asks a server's grpc.health.v1.Health/Check; exit 0 if SERVING, 1 otherwise.");
-  args.AddString("address", "localhost:50051", "server address, host:port");
+  args.AddString("server", "localhost:50051", "server address, host:port");
   args.AddString("service", "", "service name to check", "the whole server");
-  args.AddInt("timeout-ms", 2000, "deadline of the check, in milliseconds");
+  args.AddFloat("timeout-seconds", 2, "deadline of the check, in seconds");
+  args.AddString("address", "", "deprecated name of --server", "as --server");
+  args.AddInt("timeout-ms", 0, "deprecated: --timeout-seconds in milliseconds", "as --timeout-seconds");
   if (absl::Status s = args.Parse(argc, argv, 2); !s.ok()) {
     std::cerr << "tnmt health: " << s.message() << "\n";
     return 2;
@@ -318,10 +320,27 @@ int HealthCommand(int argc, char** argv) {
     std::cout << args.Help();
     return 0;
   }
-  auto stub = grpc::health::v1::Health::NewStub(
-      grpc::CreateChannel(args.GetString("address"), grpc::InsecureChannelCredentials()));
+  // The names every other command uses (--server, --timeout-seconds); the old ones still work.
+  std::string server = args.GetString("server");
+  double timeout_s = args.GetFloat("timeout-seconds");
+  for (const auto& [old_name, new_name] : {std::pair<const char*, const char*>{"address", "server"}, {"timeout-ms", "timeout-seconds"}}) {
+    if (!args.given(old_name)) continue;
+    if (args.given(new_name)) {
+      std::cerr << "tnmt health: give --" << new_name << " only (--" << old_name << " is its deprecated name)\n";
+      return 2;
+    }
+    std::cerr << "tnmt health: --" << old_name << " is deprecated: use --" << new_name << "\n";
+  }
+  if (args.given("address")) server = args.GetString("address");
+  if (args.given("timeout-ms")) timeout_s = args.GetInt("timeout-ms") / 1000.0;
+  if (!(timeout_s > 0)) {
+    std::cerr << "tnmt health: --timeout-seconds must be positive\n";
+    return 2;
+  }
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(std::max(1, args.GetInt("timeout-ms"))));
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(timeout_s * 1000))));
   grpc::health::v1::HealthCheckRequest req;
   req.set_service(args.GetString("service"));
   grpc::health::v1::HealthCheckResponse resp;
