@@ -45,6 +45,16 @@ check "n-best writes 3 lines per input, one for a blank line" test "$(wc -l < "$
 check "n-best numbers lines from 1" test "$(cut -d' ' -f1 "$TMP/nbest.txt" | tr '\n' ' ')" = "1 1 1 2 3 3 3 "
 check "n-best format" grep -qE '^3 \|\|\| .+ \|\|\| -?[0-9]+\.[0-9]+$' "$TMP/nbest.txt"
 check "  the blank line: empty text" grep -qxF '2 |||  ||| 0.000000' "$TMP/nbest.txt"
+# Moses n-best: IDs from 0, one feature, the same hypotheses and scores as the tnmt format.
+"$TNMT" translate --model "$MODEL" --n-best 3 --beam-size 4 --n-best-format moses < "$TMP/good.txt" > "$TMP/moses.txt"
+check "moses n-best: IDs from 0" test "$(cut -d' ' -f1 "$TMP/moses.txt" | tr '\n' ' ')" = "0 0 0 1 2 2 2 "
+check "moses n-best: 'ID ||| TEXT ||| F0= S ||| S'" \
+  bash -c "awk -F ' \\|\\|\\| ' 'NF != 4 || \$3 != \"F0= \" \$4 { bad = 1 } END { exit bad }' '$TMP/moses.txt'"
+check "moses n-best: same texts and scores as the tnmt format" \
+  test "$(awk -F ' \\|\\|\\| ' '{ print $2 "|" $4 }' "$TMP/moses.txt")" = "$(awk -F ' \\|\\|\\| ' '{ print $2 "|" $3 }' "$TMP/nbest.txt")"
+"$TNMT" translate --model "$MODEL" --n-best-format nbest < "$TMP/good.txt" > /dev/null 2> "$TMP/fmt.err"
+check "--n-best-format nbest: exit 2 naming the values" \
+  bash -c "[[ \$(wc -l < '$TMP/fmt.err') -eq 1 ]] && grep -qF -- '--n-best-format must be tnmt or moses' '$TMP/fmt.err'"
 "$TNMT" translate --model "$MODEL" --scores --beam-size 1 < "$TMP/good.txt" > "$TMP/scores.txt"
 check "scores format" grep -qE '^-[0-9]+\.[0-9]+ \|\|\| ' "$TMP/scores.txt"
 

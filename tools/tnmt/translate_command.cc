@@ -101,6 +101,7 @@ int TranslateCommand(int argc, char** argv) {
   args.AddString("output", "", "output file (never the input file)", "stdout");
   AddDecodingFlags(&args);
   args.AddBool("scores", false, "with --n-best 1: write 'SCORE ||| TEXT'");
+  args.AddString("n-best-format", "tnmt", "tnmt ('LINE ||| TEXT ||| SCORE' for --n-best > 1) or moses ('ID ||| TEXT ||| F0= SCORE ||| SCORE', IDs from 0, every --n-best)");
   args.AddInt("max-batch-tokens", 4096, "source tokens per batch, padding included");
   args.AddInt("max-input-length", 1024, "longer lines (in pieces) are an error for that line");
   args.AddInt("threads", 0, "compute threads", "all cores");
@@ -130,6 +131,12 @@ int TranslateCommand(int argc, char** argv) {
   OutputFormat format;
   format.n_best = args.GetInt("n-best");
   format.scores = args.GetBool("scores");
+  const std::string n_best_format = args.GetString("n-best-format");
+  if (n_best_format != "tnmt" && n_best_format != "moses") {
+    return Fail(absl::StrCat("--n-best-format must be tnmt or moses, got \"", n_best_format, "\""));
+  }
+  format.moses = n_best_format == "moses";
+  if (format.moses && format.scores) return Fail("--scores does not apply to --n-best-format moses (it has the scores)");
 
   if (!args.GetString("server").empty()) {
     for (const char* local : {"model", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device", "dtype", "compute-type"}) {

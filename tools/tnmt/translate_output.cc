@@ -11,6 +11,15 @@ namespace tnmt::cli {
 
 void WriteTranslation(const OutputFormat& format, int64_t line_no, bool blank,
                       const std::vector<OutputHypothesis>& hypotheses, std::ostream& out) {
+  if (format.moses) {
+    for (const OutputHypothesis& h : hypotheses) {
+      out << line_no - 1 << " ||| " << h.text << " ||| F0= " << absl::StrFormat("%.6f", h.score) << " ||| "
+          << absl::StrFormat("%.6f", h.score) << "\n";
+      if (blank) break;
+    }
+    if (hypotheses.empty()) out << line_no - 1 << " |||  ||| F0= 0.000000 ||| 0.000000\n";
+    return;
+  }
   if (format.n_best > 1) {
     for (const OutputHypothesis& h : hypotheses) {
       out << line_no << " ||| " << h.text << " ||| " << absl::StrFormat("%.6f", h.score) << "\n";
@@ -26,6 +35,7 @@ void WriteTranslation(const OutputFormat& format, int64_t line_no, bool blank,
 }
 
 void WriteFailedLine(const OutputFormat& format, int64_t line_no, std::ostream& out) {
+  if (format.moses) return;
   if (format.n_best > 1) out << line_no << " |||  ||| error";
   out << "\n";
 }

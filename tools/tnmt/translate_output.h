@@ -6,6 +6,10 @@
 // lines from 1 as error messages do. A blank input line and a failed line keep their place:
 // an empty line, or with --n-best exactly one line ('LINE |||  ||| 0.000000' for a blank line,
 // 'LINE |||  ||| error' for a failed one), so no two identical empty hypotheses are written.
+// --n-best-format moses: the Moses n-best layout instead, for every N (1 included):
+// 'ID ||| TEXT ||| F0= SCORE ||| SCORE', ID counting input lines from 0 as Moses does, one
+// feature (F0, the model's score); a blank line gives one empty hypothesis scored 0, a failed
+// line no line at all (the IDs keep the other lines' places).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,7 @@ namespace tnmt::cli {
 struct OutputFormat {
   int n_best = 1;
   bool scores = false;  // with n_best == 1: 'SCORE ||| TEXT'
+  bool moses = false;   // Moses n-best lines (see above)
 };
 
 struct OutputHypothesis {
