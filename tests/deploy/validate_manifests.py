@@ -653,13 +653,19 @@ def check_serving_pod(report, path, what, template, pod, c, flags):
     for p in (port, http):
         if p is not None and p not in port_numbers:
             report.error(path, f"{what}: serves on port {p}, which is not a containerPort")
-    for probe in ("livenessProbe", "readinessProbe"):
-        g = (c.get(probe) or {}).get("grpc")
-        if g is None:
-            report.error(path, f"{what}: {probe} must be a gRPC health probe (grpc:)")
-        elif g["port"] != port:
-            report.error(path, f"{what}: {probe} probes gRPC port {g['port']}, the server "
-                               f"listens on {port}")
+    g = (c.get("readinessProbe") or {}).get("grpc")
+    if g is None:
+        report.error(path, f"{what}: readinessProbe must be a gRPC health probe (grpc:)")
+    elif g["port"] != port:
+        report.error(path, f"{what}: readinessProbe probes gRPC port {g['port']}, the server "
+                           f"listens on {port}")
+    live = (c.get("livenessProbe") or {}).get("httpGet")
+    named = {p.get("name"): p["containerPort"] for p in c.get("ports", []) if p.get("name")}
+    if live is None or live.get("path") != "/healthz":
+        report.error(path, f"{what}: livenessProbe must be an HTTP GET of /healthz (httpGet:), which "
+                           "answers while the process runs, models loaded or not")
+    elif named.get(live.get("port"), live.get("port")) != http:
+        report.error(path, f"{what}: livenessProbe probes port {live.get('port')}, the HTTP port is {http}")
     if grace is not None:
         pre_stop = 0
         command = ((((c.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {})

@@ -58,9 +58,12 @@ PY
 echo "== broken copies (each must fail)"
 broken "unknown field (strict schema)" "spec: Additional properties are not allowed \('replica' was unexpected\)" \
   deploy/k8s/serve-cpu.yaml $'  replicas: 2\n' $'  replica: 2\n'
-broken "gRPC probe on a named port" "livenessProbe.grpc.port: 'grpc' is not of type 'integer'" \
-  deploy/k8s/serve-cpu.yaml $'          livenessProbe:\n            grpc:\n              port: 50051' \
-  $'          livenessProbe:\n            grpc:\n              port: grpc'
+broken "gRPC probe on a named port" "readinessProbe.grpc.port: 'grpc' is not of type 'integer'" \
+  deploy/k8s/serve-cpu.yaml $'          readinessProbe:\n            grpc:\n              port: 50051' \
+  $'          readinessProbe:\n            grpc:\n              port: grpc'
+broken "liveness on gRPC health (NOT_SERVING while loading)" "livenessProbe must be an HTTP GET of /healthz" \
+  deploy/k8s/serve-cpu.yaml $'          livenessProbe:\n            httpGet:\n              path: /healthz\n              port: http' \
+  $'          livenessProbe:\n            grpc:\n              port: 50051'
 broken "removed API version" "PodDisruptionBudget/tnmt-serve: Couldn't find schema" \
   deploy/k8s/pdb.yaml "apiVersion: policy/v1" "apiVersion: policy/v1beta1"
 broken "YAML syntax" "hpa.yaml: not valid YAML" \
