@@ -59,7 +59,7 @@ constexpr int kMaxMrPortable = 8;
 // Rows per thread from which the rows, not the panels, are split over the threads (blocks
 // of kRowBlock rows); as gemm_packed.cc.
 constexpr int kRowSplitMinRows = 96;
-constexpr int kRowBlock = 24;
+constexpr int kRowBlock = 1;
 
 enum class Path { kPortable, kAvx2, kVnni };
 

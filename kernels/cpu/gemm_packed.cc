@@ -50,9 +50,10 @@ constexpr int kMaxMrAvx2 = 6;  // rows per register tile of the AVX2 kernel
 constexpr int kKc = 512;    // k per block (256 and 1024: 2-4% slower at decode shapes)
 constexpr int kMc = 448;    // rows packed per pass (bounds the activation buffer to kMc * k)
 // GemmPacked splits rows over the threads (instead of panels) from kRowSplitMinRows rows per
-// thread, in blocks of kRowBlock rows.
+// thread, each thread taking an equal share of the rows (kRowBlock = 1: any split gives the
+// same results, so the shares need not follow the tiles).
 constexpr int kRowSplitMinRows = 96;
-constexpr int kRowBlock = 28;
+constexpr int kRowBlock = 1;
 
 // How a tile's accumulators start: 0, the bias, c, or c + bias.
 enum class Init { kZero, kBias, kLoad, kLoadBias };
