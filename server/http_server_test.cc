@@ -178,8 +178,9 @@ PostReply Send(int port, const std::string& method, const std::string& path,
   return reply;
 }
 
-// Writes `request` on a fresh connection and reads until the server closes it (or 5 s).
-std::string RawExchange(int port, const std::string& request) {
+// Writes `request` on a fresh connection (then half-closes it when `half_close`) and reads until
+// the server closes it (or 5 s).
+std::string RawExchange(int port, const std::string& request, bool half_close = false) {
   int sock = socket(AF_INET, SOCK_STREAM, 0);
   if (sock < 0) return "socket failed";
   timeval timeout{5, 0};
@@ -198,6 +199,7 @@ std::string RawExchange(int port, const std::string& request) {
     if (n <= 0) break;  // the server may close early
     sent += n;
   }
+  if (half_close) shutdown(sock, SHUT_WR);
   std::string answer;
   char buffer[4096];
   for (ssize_t n; (n = read(sock, buffer, sizeof(buffer))) > 0;) answer.append(buffer, n);
@@ -320,25 +322,6 @@ TEST(HttpServer, BodiesOverTheCapAre413) {
 // pipelined requests are all answered, in order; an oversized Content-Length is refused at once
 // (before any body is sent) with one Connection header; chunked bodies and 100-continue work;
 // garbage gets 400 and the connection closes.
-// Writes `request` (then half-closes when `half_close`) and reads until the server closes.
-std::string RawExchangeHalfClosed(int port, const std::string& request) {
-  int sock = socket(AF_INET, SOCK_STREAM, 0);
-  timeval timeout{5, 0};
-  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "connect failed";
-  send(sock, request.data(), request.size(), MSG_NOSIGNAL);
-  shutdown(sock, SHUT_WR);
-  std::string answer;
-  char buffer[4096];
-  for (ssize_t n; (n = read(sock, buffer, sizeof(buffer))) > 0;) answer.append(buffer, n);
-  close(sock);
-  return answer;
-}
-
 int Count(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -354,7 +337,7 @@ TEST(HttpServer, ConnectionsHalfClosePipeliningAndLimits) {
   ASSERT_TRUE(server.Start().ok());
   const int port = server.port();
 
-  std::string answer = RawExchangeHalfClosed(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::string answer = RawExchange(port, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", /*half_close=*/true);
   EXPECT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << "half-closed: " << answer;
   EXPECT_NE(answer.find("\r\n\r\nok"), std::string::npos) << answer;
 
@@ -369,7 +352,7 @@ TEST(HttpServer, ConnectionsHalfClosePipeliningAndLimits) {
               first < second && second < third)
       << "pipelined replies in order: " << answer;
 
-  answer = RawExchangeHalfClosed(port, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n");
+  answer = RawExchange(port, "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", /*half_close=*/true);
   EXPECT_EQ(answer.rfind("HTTP/1.1 413 Payload Too Large\r\n", 0), 0u) << answer;
   EXPECT_EQ(Count(answer, "Connection:"), 1) << answer;
 

@@ -37,6 +37,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/simd.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -95,6 +96,11 @@ struct Epilogue {
   int nvalid;  // columns of the panel that exist
 };
 
+// round(x * inv) clamped to [-127, 127] (round half to even, the default rounding mode).
+inline int QuantizeOne(float x, float inv) {
+  return static_cast<int>(std::min(127.0f, std::max(-127.0f, std::nearbyint(x * inv))));
+}
+
 // Quantizes one row: q[0, kp) (k..kp zero-padded), returns s_a. `flip` stores q xor 0x80.
 float QuantizeRowPortable(const float* a, int k, int kp, bool flip, int8_t* q) {
   float amax = 0.0f;
@@ -106,11 +112,7 @@ float QuantizeRowPortable(const float* a, int k, int kp, bool flip, int8_t* q) {
     return 0.0f;
   }
   const float inv = 127.0f / amax;
-  for (int p = 0; p < k; ++p) {
-    float v = std::nearbyint(a[p] * inv);
-    v = std::min(127.0f, std::max(-127.0f, v));
-    q[p] = static_cast<int8_t>(static_cast<uint8_t>(static_cast<int>(v)) ^ x);
-  }
+  for (int p = 0; p < k; ++p) q[p] = static_cast<int8_t>(static_cast<uint8_t>(QuantizeOne(a[p], inv)) ^ x);
   for (int p = k; p < kp; ++p) q[p] = static_cast<int8_t>(x);
   return amax / 127.0f;
 }
@@ -137,11 +139,7 @@ TNMT_VNNI_TARGET float QuantizeRowAvx512(const float* a, int k, int kp, bool fli
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + p), _mm_xor_si128(_mm512_cvtepi32_epi8(v), x));
   }
   const uint8_t xs = flip ? 0x80 : 0;
-  for (; p < k; ++p) {
-    float v = std::nearbyint(a[p] * inv);
-    v = std::min(127.0f, std::max(-127.0f, v));
-    q[p] = static_cast<int8_t>(static_cast<uint8_t>(static_cast<int>(v)) ^ xs);
-  }
+  for (; p < k; ++p) q[p] = static_cast<int8_t>(static_cast<uint8_t>(QuantizeOne(a[p], inv)) ^ xs);
   for (; p < kp; ++p) q[p] = static_cast<int8_t>(xs);
   return amax / 127.0f;
 }
@@ -167,11 +165,7 @@ TNMT_AVX2_TARGET float QuantizeRowAvx2(const float* a, int k, int kp, int8_t* q)
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(q + p), _mm_packs_epi16(w, w));
   }
-  for (; p < k; ++p) {
-    float v = std::nearbyint(a[p] * inv);
-    v = std::min(127.0f, std::max(-127.0f, v));
-    q[p] = static_cast<int8_t>(static_cast<int>(v));
-  }
+  for (; p < k; ++p) q[p] = static_cast<int8_t>(QuantizeOne(a[p], inv));
   for (; p < kp; ++p) q[p] = 0;
   return amax / 127.0f;
 }
@@ -231,10 +225,6 @@ constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeVnni(std::integer_sequence
 }
 constexpr auto kVnni = MakeVnni(std::make_integer_sequence<int, kMaxMrVnni>{});
 
-// Lanes [0, valid) of an AVX2 mask (valid clamped to [0, 8]).
-TNMT_AVX2_TARGET inline __m256i LaneMask(int valid) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 // AVX2: c[MR, 16 columns of the panel starting at half*16] from a (q_a, signed) and the panel.
 template <int MR>
@@ -261,7 +251,7 @@ TNMT_AVX2_TARGET void KernelAvx2(int groups, const int8_t* a, int64_t lda, const
     b += kGroupBytes;
   }
   const int valid0 = std::min(e.nvalid, 8), valid1 = std::max(0, std::min(e.nvalid - 8, 8));
-  const __m256i m0 = LaneMask(valid0), m1 = LaneMask(valid1);
+  const __m256i m0 = Avx2LaneMask(valid0), m1 = Avx2LaneMask(valid1);
   const __m256 s0 = _mm256_loadu_ps(e.col_scale), s1 = _mm256_loadu_ps(e.col_scale + 8);
   const __m256 bias0 = e.bias ? _mm256_maskload_ps(e.bias, m0) : _mm256_setzero_ps();
   const __m256 bias1 = e.bias ? _mm256_maskload_ps(e.bias + 8, m1) : _mm256_setzero_ps();
@@ -347,7 +337,7 @@ PackedMatrix PackedMatrix::PackInt8(int n, int k, const float* b, int ldb) {
     const int j = col % kNr;
     int32_t sum = 0;
     for (int p = 0; p < k; ++p) {
-      const int v = static_cast<int>(std::min(127.0f, std::max(-127.0f, std::nearbyint(w[p] * inv))));
+      const int v = QuantizeOne(w[p], inv);
       panel[static_cast<int64_t>(p / 4) * kGroupBytes + 4 * j + p % 4] = static_cast<int8_t>(v);
       sum += v;
     }

@@ -158,10 +158,6 @@ constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeKernels(std::integer_seque
 // kKernels[mr]: the kernel for tiles of mr rows (1..kMaxMr).
 constexpr auto kKernels = MakeKernels(std::make_integer_sequence<int, kMaxMr>{});
 
-// Lanes [0, valid) of an AVX2 mask (valid clamped to [0, 8]).
-TNMT_AVX2_TARGET inline __m256i LaneMask(int valid) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 
 // AVX2: c[MR, 16] (the 16 columns of one panel half, the first valid0 + valid1 of them
 // written) = init + a[kc, MR] . b[kc, 16 of 32]. b points at the half's first column of the
@@ -169,7 +165,7 @@ TNMT_AVX2_TARGET inline __m256i LaneMask(int valid) {
 template <int MR>
 TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* c, int64_t ldc,
                                  int valid0, int valid1, Init init, const float* bias) {
-  const __m256i m0 = LaneMask(valid0), m1 = LaneMask(valid1);
+  const __m256i m0 = Avx2LaneMask(valid0), m1 = Avx2LaneMask(valid1);
   __m256 c0[MR], c1[MR];
   const bool with_bias = init == Init::kBias || init == Init::kLoadBias;
   const __m256 b0 = with_bias ? _mm256_maskload_ps(bias, m0) : _mm256_setzero_ps();

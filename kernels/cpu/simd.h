@@ -10,7 +10,18 @@
 // "arch=skylake-avx512" by CPU model and does not recognise newer Xeons, e.g. model 207.)
 #define TNMT_VECTORIZE __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace tnmt::kernels::cpu {
+
+#if defined(__x86_64__)
+// Lanes [0, valid) of an AVX2 mask for maskload/maskstore (valid clamped to [0, 8]).
+__attribute__((target("avx2"))) inline __m256i Avx2LaneMask(int valid) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+#endif
 
 // exp(x) in float to ~2 ulp (Cody-Waite reduction and a degree-6 polynomial, as Cephes'
 // expf). Returns exactly 0 for x below -87.3 (including -inf) and saturates above 88.7.
