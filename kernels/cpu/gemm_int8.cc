@@ -36,6 +36,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_tiling.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
@@ -71,18 +72,6 @@ Path ActivePath() {
 }
 
 int RoundUp4(int k) { return (k + 3) / 4 * 4; }
-
-// Row tiles: `tiles` tiles of base or base + 1 rows (the first `extra`), each <= max_mr.
-struct Tiling {
-  int tiles, base, extra;
-  Tiling(int rows, int max_mr) {
-    tiles = (rows + max_mr - 1) / max_mr;
-    base = rows / tiles;
-    extra = rows % tiles;
-  }
-  int rows(int t) const { return base + (t < extra ? 1 : 0); }
-  int start(int t) const { return t * base + std::min(t, extra); }
-};
 
 // What the epilogue needs besides the integer sums.
 struct Epilogue {

@@ -27,6 +27,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_tiling.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 
@@ -57,19 +58,6 @@ constexpr int kRowBlock = 1;
 
 // How a tile's accumulators start: 0, the bias, c, or c + bias.
 enum class Init { kZero, kBias, kLoad, kLoadBias };
-
-// Row tiles of a block of rows: `tiles` tiles of base or base + 1 rows (the first `extra`),
-// each at most max_mr rows.
-struct Tiling {
-  int tiles, base, extra;
-  Tiling(int rows, int max_mr) {
-    tiles = (rows + max_mr - 1) / max_mr;
-    base = rows / tiles;
-    extra = rows % tiles;
-  }
-  int rows(int t) const { return base + (t < extra ? 1 : 0); }
-  int start(int t) const { return t * base + std::min(t, extra); }
-};
 
 // Portable kernel on the packed layout (CPUs without AVX2 never pack; this runs only when tests
 // or TNMT_CPU_ISA=portable turn the vector paths off after packing).

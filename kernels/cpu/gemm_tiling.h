@@ -1,0 +1,22 @@
+// Row tiling shared by the packed GEMM kernels (gemm_packed.cc, gemm_int8.cc).
+#pragma once
+
+#include <algorithm>
+
+namespace tnmt::kernels::cpu {
+
+// Row tiles of a block of rows: `tiles` tiles of base or base + 1 rows (the first `extra`),
+// each at most max_mr rows, so that m = 128 runs as 13/12-row tiles rather than 9 x 14 and a
+// 2-row remainder.
+struct Tiling {
+  int tiles, base, extra;
+  Tiling(int rows, int max_mr) {
+    tiles = (rows + max_mr - 1) / max_mr;
+    base = rows / tiles;
+    extra = rows % tiles;
+  }
+  int rows(int t) const { return base + (t < extra ? 1 : 0); }
+  int start(int t) const { return t * base + std::min(t, extra); }
+};
+
+}  // namespace tnmt::kernels::cpu
