@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -430,6 +432,10 @@ class HttpConnections {
 void HttpServer::Serve(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // A client that stops reading cannot hold the thread in send(): it returns after this long
+  // without progress (then WriteAll gives up after one more wait).
+  timeval send_timeout{static_cast<time_t>(kWriteTimeoutMs / 1000), 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
   Reader reader(fd, &stop_);
   bool refused = false;  // the connection ends on an error reply (see the lingering close below)
   for (int served = 0; served < kMaxRequestsPerConnection; ++served) {
@@ -636,7 +642,12 @@ absl::Status HttpServer::Start() {
       const int n = ::poll(&p, 1, 100);
       if (n <= 0) continue;
       const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (client < 0) continue;
+      if (client < 0) {
+        // Out of descriptors (EMFILE) or a connection reset before it was taken: the listening
+        // socket stays readable, so pause instead of spinning.
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
       connections_->Add([this, client] { Serve(client); });
     }
   });
