@@ -50,6 +50,13 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
     }
     d.length_penalty = o.length_penalty();
   }
+  if (!o.length_penalty_style().empty()) {
+    absl::StatusOr<LengthPenaltyStyle> style = ParseLengthPenaltyStyle(o.length_penalty_style());
+    if (!style.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("options.length_penalty_style: ", style.status().message()));
+    }
+    d.length_penalty_style = *style;
+  }
   if (o.max_length() < 0 || o.max_length() >= MaxPositions(m.config)) {
     return absl::InvalidArgumentError(absl::StrCat("options.max_length: ", o.max_length(),
                                                    " is outside [0, ", MaxPositions(m.config) - 1, "]"));

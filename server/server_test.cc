@@ -429,6 +429,7 @@ TEST_F(ServerTest, ErrorMatrix) {
       {"negative n_best", [](TranslateRequest* r) { r->mutable_options()->set_n_best(-1); }, grpc::INVALID_ARGUMENT, "options.n_best"},
       {"NaN length penalty", [](TranslateRequest* r) { r->mutable_options()->set_length_penalty(NAN); }, grpc::INVALID_ARGUMENT, "options.length_penalty"},
       {"negative max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(-5); }, grpc::INVALID_ARGUMENT, "options.max_length"},
+      {"unknown length penalty style", [](TranslateRequest* r) { r->mutable_options()->set_length_penalty_style("wu"); }, grpc::INVALID_ARGUMENT, "options.length_penalty_style: expected \"gnmt\""},
       {"huge max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(1 << 30); }, grpc::INVALID_ARGUMENT, "options.max_length"},
       {"max_length beyond the server's limit", [](TranslateRequest* r) { r->mutable_options()->set_max_length(201); }, grpc::INVALID_ARGUMENT, "limit of 200"},
       {"beam 64 x 4 texts x 150 tokens", [](TranslateRequest* r) {

@@ -45,6 +45,13 @@ check "n-best writes 3 lines per input, one for a blank line" test "$(wc -l < "$
 check "n-best numbers lines from 1" test "$(cut -d' ' -f1 "$TMP/nbest.txt" | tr '\n' ' ')" = "1 1 1 2 3 3 3 "
 check "n-best format" grep -qE '^3 \|\|\| .+ \|\|\| -?[0-9]+\.[0-9]+$' "$TMP/nbest.txt"
 check "  the blank line: empty text" grep -qxF '2 |||  ||| 0.000000' "$TMP/nbest.txt"
+# --length-penalty-style length: the Hugging Face / fairseq / CTranslate2 normalisation, the
+# same locally and through a server (checked below); a bad style is one usage error.
+"$TNMT" translate --model "$MODEL" --length-penalty-style length --scores < "$TMP/good.txt" > "$TMP/lp-length.txt"
+check "--length-penalty-style length translates" test "$(wc -l < "$TMP/lp-length.txt")" -eq 3
+"$TNMT" translate --model "$MODEL" --length-penalty-style wu < "$TMP/good.txt" > /dev/null 2> "$TMP/lp.err"
+check "--length-penalty-style wu: exit 2" test $? -eq 2
+check "  naming the flag and the values" grep -qF -- '--length-penalty-style: expected "gnmt"' "$TMP/lp.err"
 # Moses n-best: IDs from 0, one feature, the same hypotheses and scores as the tnmt format.
 "$TNMT" translate --model "$MODEL" --n-best 3 --beam-size 4 --n-best-format moses < "$TMP/good.txt" > "$TMP/moses.txt"
 check "moses n-best: IDs from 0" test "$(cut -d' ' -f1 "$TMP/moses.txt" | tr '\n' ' ')" = "0 0 0 1 2 2 2 "
@@ -128,6 +135,8 @@ check "remote: --n-best beyond the served beam is one usage error (exit 2)" test
 check "  naming --n-best" bash -c "[[ \$(wc -l < '$TMP/r-e2') -eq 1 ]] && grep -q -- '--n-best' '$TMP/r-e2'"
 "$TNMT" translate --server "$SERVER" --progress --input "$TMP/good.txt" > /dev/null 2> "$TMP/r-p1"
 check "remote: --progress draws the bar" grep -q '3/3' "$TMP/r-p1"
+"$TNMT" translate --server "$SERVER" --length-penalty-style length --scores < "$TMP/good.txt" > "$TMP/r-lp-length.txt"
+check "remote: --length-penalty-style length equals local" cmp -s "$TMP/r-lp-length.txt" "$TMP/lp-length.txt"
 "$TNMT" models --server "$SERVER" > "$TMP/models.txt"
 check "tnmt models lists the served model by its directory's name" grep -qE '^tiny +ready ' "$TMP/models.txt"
 "$TNMT" models --server "$SERVER" --json > "$TMP/models.json"

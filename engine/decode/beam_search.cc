@@ -72,7 +72,10 @@ void TopK(const StepScores& s, int row, int k, const TokenRules& rules, int hyp,
 
 }  // namespace
 
-double LengthPenalty(int length, double alpha) { return std::pow((5.0 + length) / 6.0, alpha); }
+double LengthPenalty(int length, double alpha, LengthPenaltyStyle style) {
+  return style == LengthPenaltyStyle::kLength ? std::pow(static_cast<double>(length), alpha)
+                                              : std::pow((5.0 + length) / 6.0, alpha);
+}
 
 struct BeamDecoder::Sentence {
   int64_t handle = 0;
@@ -235,7 +238,7 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
     for (const Candidate& cd : cands) {
       const Live& parent = s.live[cd.hyp];
       if (cd.token == c.eos_id) {
-        const double norm = greedy ? cd.score : cd.score / LengthPenalty(t, s.opt.length_penalty);
+        const double norm = greedy ? cd.score : cd.score / LengthPenalty(t, s.opt.length_penalty, s.opt.length_penalty_style);
         s.finished.push_back({norm, cd.score, parent.ids});
       } else {
         Live l{parent.row, cd.score, parent.ids};
@@ -254,7 +257,7 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
       const double kth = norms[K - 1];
       const double best_live = next.front().score;
       const int bound_len = s.opt.length_penalty >= 0 ? s.max_len : t;
-      stop = kth >= best_live / LengthPenalty(bound_len, s.opt.length_penalty);
+      stop = kth >= best_live / LengthPenalty(bound_len, s.opt.length_penalty, s.opt.length_penalty_style);
     }
     if (stop) {
       s.live.clear();

@@ -81,7 +81,8 @@ absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder,
                                                  const std::vector<std::vector<int32_t>>& sources,
                                                  const DecodeOptions& options);
 
-// Length penalty lp(n) = ((5 + n) / 6)^alpha.
-double LengthPenalty(int length, double alpha);
+// Length penalty lp(n) = ((5 + n) / 6)^alpha (kGnmt) or n^alpha (kLength); both grow with n
+// for alpha >= 0, which the stopping rule relies on.
+double LengthPenalty(int length, double alpha, LengthPenaltyStyle style = LengthPenaltyStyle::kGnmt);
 
 }  // namespace tnmt

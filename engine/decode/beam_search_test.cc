@@ -165,6 +165,35 @@ TEST_P(DecodeTest, FixedOutputLength) {
   for (const DecodeResult& d : *r) EXPECT_EQ(d.hypotheses[0].ids.size(), 8u);
 }
 
+// Length penalty styles: with every output forced to one length n (min = max length), both
+// styles keep the same hypotheses in the same order, and their scores differ exactly by the
+// ratio of the penalties: raw log-probability = score * ((5 + n) / 6)^a = score' * n^a.
+TEST_P(DecodeTest, LengthPenaltyStyles) {
+  EXPECT_DOUBLE_EQ(LengthPenalty(9, 0.6, LengthPenaltyStyle::kGnmt), std::pow(14.0 / 6.0, 0.6));
+  EXPECT_DOUBLE_EQ(LengthPenalty(9, 0.6, LengthPenaltyStyle::kLength), std::pow(9.0, 0.6));
+  EXPECT_DOUBLE_EQ(LengthPenalty(7, 0.0, LengthPenaltyStyle::kLength), 1.0);
+  DecodeOptions gnmt;
+  gnmt.beam_size = 4;
+  gnmt.n_best = 4;
+  gnmt.min_length = 9;
+  gnmt.max_length = 9;
+  DecodeOptions length = gnmt;
+  length.length_penalty_style = LengthPenaltyStyle::kLength;
+  auto a = Run(sources_, gnmt);
+  auto b = Run(sources_, length);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    ASSERT_EQ((*a)[i].hypotheses.size(), (*b)[i].hypotheses.size());
+    for (size_t h = 0; h < (*a)[i].hypotheses.size(); ++h) {
+      const Hypothesis& x = (*a)[i].hypotheses[h];
+      const Hypothesis& y = (*b)[i].hypotheses[h];
+      EXPECT_EQ(x.ids, y.ids) << "sentence " << i << " hyp " << h;
+      const double raw_x = x.score * std::pow(14.0 / 6.0, 0.6), raw_y = y.score * std::pow(9.0, 0.6);
+      EXPECT_NEAR(raw_x, raw_y, 1e-5 * (1.0 + std::fabs(raw_x))) << "sentence " << i << " hyp " << h;
+    }
+  }
+}
+
 TEST_P(DecodeTest, BadOptionsAndSourcesAreErrors) {
   DecodeOptions o;
   o.beam_size = 0;

@@ -11,6 +11,7 @@ DecodeOptions DecodeOptions::FromConfig(const ModelConfig& c) {
   DecodeOptions o;
   o.beam_size = c.decoding.beam_size;
   o.length_penalty = c.decoding.length_penalty;
+  o.length_penalty_style = c.decoding.length_penalty_style;
   o.max_length_offset = c.decoding.max_length_offset;
   return o;
 }

@@ -11,7 +11,8 @@ namespace tnmt {
 
 struct DecodeOptions {
   int beam_size = 4;            // 1 = greedy decoding
-  float length_penalty = 0.6f;  // α in lp(n) = ((5 + n) / 6)^α; beam search only
+  float length_penalty = 0.6f;  // α in lp(n) = ((5 + n) / 6)^α (or n^α); beam search only
+  LengthPenaltyStyle length_penalty_style = LengthPenaltyStyle::kGnmt;  // which lp(n)
   int max_length_offset = 50;   // max output length = input length + offset
   int max_length = 0;           // if > 0: max output length, replacing the offset rule
   int min_length = 0;           // </s> may not be chosen before output position min_length

@@ -44,6 +44,18 @@ absl::Status Read(const json& j, const char* key, const std::string& source, T* 
 
 }  // namespace
 
+const char* LengthPenaltyStyleName(LengthPenaltyStyle s) {
+  return s == LengthPenaltyStyle::kLength ? "length" : "gnmt";
+}
+
+absl::StatusOr<LengthPenaltyStyle> ParseLengthPenaltyStyle(const std::string& name) {
+  if (name == "gnmt") return LengthPenaltyStyle::kGnmt;
+  if (name == "length") return LengthPenaltyStyle::kLength;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "expected \"gnmt\" (divide by ((5 + n) / 6)^alpha) or \"length\" (divide by n^alpha), got \"",
+      name.substr(0, 64), "\""));
+}
+
 absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const std::string& source) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad(source, "not valid JSON");
@@ -105,6 +117,11 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
     TNMT_READ(*it, "beam_size", c.decoding.beam_size);
     TNMT_READ(*it, "length_penalty", c.decoding.length_penalty);
     TNMT_READ(*it, "max_length_offset", c.decoding.max_length_offset);
+    std::string style = "gnmt";
+    TNMT_READ(*it, "length_penalty_style", style);
+    absl::StatusOr<LengthPenaltyStyle> parsed = ParseLengthPenaltyStyle(style);
+    if (!parsed.ok()) return Bad(source, absl::StrCat("\"decoding.length_penalty_style\": ", parsed.status().message()));
+    c.decoding.length_penalty_style = *parsed;
   }
 
   auto positive = [&](const char* key, int v) -> absl::Status {
@@ -173,6 +190,9 @@ std::string ModelConfig::ToJson() const {
   j["decoding"] = {{"beam_size", decoding.beam_size},
                    {"length_penalty", decoding.length_penalty},
                    {"max_length_offset", decoding.max_length_offset}};
+  if (decoding.length_penalty_style != LengthPenaltyStyle::kGnmt) {  // the default stays implicit
+    j["decoding"]["length_penalty_style"] = LengthPenaltyStyleName(decoding.length_penalty_style);
+  }
   return j.dump(2) + "\n";
 }
 

@@ -11,9 +11,18 @@ namespace tnmt {
 
 enum class PositionEncoding { kSinusoidal, kLearned };
 
+// How beam search normalizes a finished hypothesis' log-probability by its length n (</s>
+// included): kGnmt divides by ((5 + n) / 6)^alpha (the paper's and tensor2tensor's), kLength
+// by n^alpha (Hugging Face, fairseq and CTranslate2's).
+enum class LengthPenaltyStyle { kGnmt, kLength };
+// "gnmt" / "length", and back (InvalidArgument naming the accepted values).
+const char* LengthPenaltyStyleName(LengthPenaltyStyle s);
+absl::StatusOr<LengthPenaltyStyle> ParseLengthPenaltyStyle(const std::string& name);
+
 struct DecodingDefaults {
   int beam_size = 4;
   float length_penalty = 0.6f;
+  LengthPenaltyStyle length_penalty_style = LengthPenaltyStyle::kGnmt;
   int max_length_offset = 50;
 };
 

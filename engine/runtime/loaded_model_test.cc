@@ -91,6 +91,15 @@ TEST_F(BrokenModelTest, WrongFormatVersionAndValues) {
   ExpectError({"config.json", "activation"});
   Write("config.json", std::string(cfg).replace(cfg.find("\"d_ff\": 64"), 10, "\"d_ff\": \"64\""));
   ExpectError({"config.json", "\"d_ff\" must be an integer"});
+  const size_t lp = cfg.find("\"length_penalty\"");
+  ASSERT_NE(lp, std::string::npos);
+  Write("config.json", std::string(cfg).insert(lp, "\"length_penalty_style\": \"wu\", "));
+  ExpectError({"config.json", "\"decoding.length_penalty_style\": expected \"gnmt\""});
+  Write("config.json", std::string(cfg).insert(lp, "\"length_penalty_style\": \"length\", "));
+  auto m = LoadModelDirectory(dir_.string());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->config.decoding.length_penalty_style, LengthPenaltyStyle::kLength);
+  EXPECT_NE((*m)->config.ToJson().find("\"length_penalty_style\": \"length\""), std::string::npos);
 }
 
 TEST_F(BrokenModelTest, VocabSizeMismatchWithSentencePiece) {

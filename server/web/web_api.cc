@@ -281,6 +281,12 @@ absl::StatusOr<ParsedTranslate> ParseTranslateRequest(absl::string_view body,
       const double v = value.get<double>();
       options.set_length_penalty(std::fabs(v) > FLT_MAX ? std::copysign(INFINITY, v)
                                                         : static_cast<float>(v));
+    } else if (key == "length_penalty_style") {
+      if (!value.is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("length_penalty_style must be a string, got ", TypeName(value)));
+      }
+      options.set_length_penalty_style(value.get<std::string>());  // the service checks the value
     } else if (key == "return_scores") {
       if (!value.is_boolean()) {
         return absl::InvalidArgumentError(
@@ -294,7 +300,7 @@ absl::StatusOr<ParsedTranslate> ParseTranslateRequest(absl::string_view body,
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown field \"", key.substr(0, 64),
-          "\" (expected model, texts, beam_size, n_best, length_penalty, max_length, "
+          "\" (expected model, texts, beam_size, n_best, length_penalty, length_penalty_style, max_length, "
           "return_scores, timeout_ms)"));
     }
   }

@@ -82,6 +82,10 @@ TEST(ParseTranslateRequest, RefusesGarbage) {
   ExpectInvalid(R"({"texts": ["a"], "max_length": -1e300})", "max_length: ");
   ExpectInvalid(R"({"texts": ["a"], "n_best": 18446744073709551615})", "out of range");
   ExpectInvalid(R"({"texts": ["a"], "length_penalty": "high"})", "length_penalty must be a number");
+  ExpectInvalid(R"({"texts": ["a"], "length_penalty_style": 1})", "length_penalty_style must be a string");
+  absl::StatusOr<ParsedTranslate> styled = Parse(R"({"texts": ["a"], "length_penalty_style": "length"})");
+  ASSERT_TRUE(styled.ok()) << styled.status();
+  EXPECT_EQ(styled->request.options().length_penalty_style(), "length");
   ExpectInvalid(R"({"texts": ["a"], "return_scores": 1})", "return_scores must be true or false");
   ExpectInvalid(R"({"texts": ["a"], "timeout_ms": 0})", "timeout_ms: 0 is out of range");
   ExpectInvalid(R"({"texts": ["a"], "timeout_ms": 600001})", "timeout_ms: 600001 is out of range");

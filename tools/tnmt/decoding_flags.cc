@@ -14,6 +14,8 @@ void AddDecodingFlags(Args* args) {
                "the model's config, usually 4");
   args->AddFloat("length-penalty", 0.0f, "length penalty alpha, -10 to 10 (0: none)",
                  "the model's config, usually 0.6");
+  args->AddString("length-penalty-style", "", "gnmt: divide by ((5 + length) / 6)^alpha (the paper's); length: by length^alpha (Hugging Face, fairseq, CTranslate2)",
+                  "the model's config, usually gnmt");
   args->AddInt("max-length-offset", 0, "max output length = input length + this",
                "the model's config, usually 50");
   args->AddInt("n-best", 1, "hypotheses written per input line, at most the beam size");
@@ -31,6 +33,10 @@ absl::Status CheckDecodingFlags(const Args& args) {
     if (!std::isfinite(lp) || std::fabs(lp) > 10.0f) {
       return absl::InvalidArgumentError(absl::StrCat("--length-penalty must be a number in [-10, 10], got ", lp));
     }
+  }
+  if (args.given("length-penalty-style")) {
+    absl::StatusOr<LengthPenaltyStyle> style = ParseLengthPenaltyStyle(args.GetString("length-penalty-style"));
+    if (!style.ok()) return absl::InvalidArgumentError(absl::StrCat("--length-penalty-style: ", style.status().message()));
   }
   if (args.given("max-length-offset")) {
     const int offset = args.GetInt("max-length-offset");
@@ -56,6 +62,7 @@ absl::Status CheckNBestWithinBeam(const Args& args, int beam_size) {
 
 std::string InFlagTerms(absl::string_view message) {
   return absl::StrReplaceAll(message, {{"options.", ""},
+                                       {"length_penalty_style", "--length-penalty-style"},
                                        {"beam_size", "--beam-size"},
                                        {"length_penalty", "--length-penalty"},
                                        {"max_length_offset", "--max-length-offset"},

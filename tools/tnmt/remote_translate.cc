@@ -57,6 +57,7 @@ class Remote {
     auto* opt = req.mutable_options();
     if (o_.beam_size) opt->set_beam_size(*o_.beam_size);
     if (o_.length_penalty) opt->set_length_penalty(*o_.length_penalty);
+    if (!o_.length_penalty_style.empty()) opt->set_length_penalty_style(o_.length_penalty_style);
     opt->set_n_best(o_.format.n_best);
     opt->set_return_scores(true);
     grpc::ClientContext ctx;

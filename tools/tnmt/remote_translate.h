@@ -20,6 +20,7 @@ struct RemoteTranslateOptions {
   std::string model;            // "" = the server's default model
   std::optional<int> beam_size;
   std::optional<float> length_penalty;
+  std::string length_penalty_style;  // empty: the server's model default
   OutputFormat format;
   bool progress = false;        // the progress bar on stderr
   bool quiet = false;           // failed lines counted, not listed

@@ -147,6 +147,7 @@ int TranslateCommand(int argc, char** argv) {
     ro.model = args.GetString("model-name");
     if (args.given("beam-size")) ro.beam_size = args.GetInt("beam-size");
     if (args.given("length-penalty")) ro.length_penalty = args.GetFloat("length-penalty");
+    ro.length_penalty_style = args.GetString("length-penalty-style");
     ro.format = format;
     ro.timeout_seconds = args.GetInt("timeout-seconds");
     ro.progress = show_progress;
@@ -180,6 +181,9 @@ int TranslateCommand(int argc, char** argv) {
   if (absl::Status s = CheckNBestWithinBeam(args, opt.decode.beam_size); !s.ok()) return Fail(std::string(s.message()));
   if (args.given("beam-size")) opt.decode.beam_size = args.GetInt("beam-size");
   if (args.given("length-penalty")) opt.decode.length_penalty = args.GetFloat("length-penalty");
+  if (args.given("length-penalty-style")) {
+    opt.decode.length_penalty_style = *ParseLengthPenaltyStyle(args.GetString("length-penalty-style"));  // checked above
+  }
   if (args.given("max-length-offset")) opt.decode.max_length_offset = args.GetInt("max-length-offset");
   opt.decode.n_best = args.GetInt("n-best");
   opt.max_batch_tokens = args.GetInt("max-batch-tokens");
