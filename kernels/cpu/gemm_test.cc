@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -259,6 +260,26 @@ TEST_F(GemmPackedTest, MatchesReference) {
   }
 }
 
+// The whole batch on 1 and on 2 threads, and each of `rows` alone, give bit-identical rows
+// under the active ISA level; returns the 1-thread result. `what` names the kernel in failures.
+std::vector<float> ExpectRowsIndependent(int m, int n, int k, const std::vector<float>& a, const PackedMatrix& packed,
+                                         const std::vector<float>& bias, std::initializer_list<int> rows,
+                                         const std::string& what) {
+  std::vector<float> one_thread(static_cast<size_t>(m) * n), two_threads(one_thread.size());
+  SetComputeThreads(1);
+  GemmPacked(m, a.data(), k, packed, bias.data(), false, one_thread.data(), n);
+  SetComputeThreads(2);
+  GemmPacked(m, a.data(), k, packed, bias.data(), false, two_threads.data(), n);
+  EXPECT_EQ(one_thread, two_threads) << what;
+  for (int i : rows) {
+    std::vector<float> row(n);
+    GemmPacked(1, a.data() + static_cast<size_t>(i) * k, k, packed, bias.data(), false, row.data(), n);
+    EXPECT_TRUE(std::equal(row.begin(), row.end(), one_thread.begin() + static_cast<size_t>(i) * n))
+        << what << " row " << i;
+  }
+  return one_thread;
+}
+
 TEST_F(GemmPackedTest, RowsDoNotDependOnBatchOrThreads) {
   // Every element is the same sequence of FMAs whatever the tile height (m), the row pass or
   // the number of threads: a row alone, the whole batch on 1 or 2 threads are bit-identical,
@@ -272,18 +293,7 @@ TEST_F(GemmPackedTest, RowsDoNotDependOnBatchOrThreads) {
   for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
     if (isa > DetectedIsa()) continue;
     SetIsaForTesting(isa);
-    std::vector<float> one_thread(static_cast<size_t>(m) * n), two_threads(one_thread.size());
-    SetComputeThreads(1);
-    GemmPacked(m, a.data(), k, packed, bias.data(), false, one_thread.data(), n);
-    SetComputeThreads(2);
-    GemmPacked(m, a.data(), k, packed, bias.data(), false, two_threads.data(), n);
-    EXPECT_EQ(one_thread, two_threads) << IsaName(isa);
-    for (int i : {0, 5, 6, 13, 14, 200, 459}) {
-      std::vector<float> row(n);
-      GemmPacked(1, a.data() + static_cast<size_t>(i) * k, k, packed, bias.data(), false, row.data(), n);
-      EXPECT_TRUE(std::equal(row.begin(), row.end(), one_thread.begin() + static_cast<size_t>(i) * n))
-          << IsaName(isa) << " row " << i;
-    }
+    ExpectRowsIndependent(m, n, k, a, packed, bias, {0, 5, 6, 13, 14, 200, 459}, IsaName(isa));
   }
   SetIsaForTesting(CpuIsa::kAvx512);
 }
@@ -418,20 +428,10 @@ TEST(GemmPackedInt8Test, RowsDoNotDependOnBatchOrThreads) {
   for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
     if (isa > DetectedIsa()) continue;
     SetIsaForTesting(isa);
-    std::vector<float> one_thread(static_cast<size_t>(m) * n), two_threads(one_thread.size());
-    SetComputeThreads(1);
-    GemmPacked(m, a.data(), k, packed, bias.data(), false, one_thread.data(), n);
-    SetComputeThreads(2);
-    GemmPacked(m, a.data(), k, packed, bias.data(), false, two_threads.data(), n);
-    EXPECT_EQ(one_thread, two_threads) << Int8KernelName();
+    const std::vector<float> one_thread =
+        ExpectRowsIndependent(m, n, k, a, packed, bias, {0, 3, 4, 11, 12, 100, 149, 249}, Int8KernelName());
     if (first.empty()) first = one_thread;
     EXPECT_EQ(one_thread, first) << Int8KernelName() << " differs from the first kernel";
-    for (int i : {0, 3, 4, 11, 12, 100, 149, 249}) {
-      std::vector<float> row(n);
-      GemmPacked(1, a.data() + static_cast<size_t>(i) * k, k, packed, bias.data(), false, row.data(), n);
-      EXPECT_TRUE(std::equal(row.begin(), row.end(), one_thread.begin() + static_cast<size_t>(i) * n))
-          << Int8KernelName() << " row " << i;
-    }
   }
   SetIsaForTesting(CpuIsa::kAvx512);
   SetComputeThreads(1);
