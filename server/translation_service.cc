@@ -431,6 +431,8 @@ grpc::ServerUnaryReactor* TranslationServiceImpl::ListModels(grpc::CallbackServe
       info->set_encoder_layers(c.encoder_layers);
       info->set_decoder_layers(c.decoder_layers);
       info->set_default_beam_size(c.decoding.beam_size);
+      info->set_source_language(c.source_language);
+      info->set_target_language(c.target_language);
     }
   }
   if (metrics_ != nullptr) {

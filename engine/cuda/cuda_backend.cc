@@ -44,6 +44,7 @@ class CudaDecodeBackend : public DecodeBackend {
 absl::StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaBackend(const ModelConfig& c,
                                                                const ModelWeights& w,
                                                                const CudaPlacement& p) {
+  TNMT_RETURN_IF_ERROR(c.CheckCudaSupport());
   kc::DType dtype;
   switch (p.dtype) {
     case DType::kFloat32: dtype = kc::DType::kFloat32; break;

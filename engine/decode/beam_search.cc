@@ -204,7 +204,7 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
     TNMT_RETURN_IF_ERROR(model_->Reorder(keep, sources));
     for (size_t i = 0; i < joining_.size(); ++i) {
       joining_[i]->live[0].row = old_rows + static_cast<int>(i);
-      step_ids_.push_back(c.bos_id);
+      step_ids_.push_back(c.start_id());
       live_.push_back(std::move(joining_[i]));
     }
     joining_.clear();

@@ -284,11 +284,13 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
   for (int r = 0; r < n; ++r) s->row_pos_[r] += t_new;
   if (logits != nullptr) {
     if (k::PreferPacked(static_cast<int>(rows), w.output_projection_packed)) {
-      k::GemmPacked(static_cast<int>(rows), x, d, w.output_projection_packed, nullptr,
+      k::GemmPacked(static_cast<int>(rows), x, d, w.output_projection_packed,
+                    c.final_logits_bias ? w.final_logits_bias.f32() : nullptr,
                     /*accumulate=*/false, logits, c.vocab_size);
     } else {
       k::GemmNT(static_cast<int>(rows), c.vocab_size, d, 1.0f, x, d, w.output_projection.f32(), d,
                 0.0f, logits, c.vocab_size);
+      if (c.final_logits_bias) k::AddBias(logits, w.final_logits_bias.f32(), rows, c.vocab_size);
     }
   }
   return absl::OkStatus();

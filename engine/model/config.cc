@@ -36,6 +36,10 @@ absl::Status Read(const json& j, const char* key, const std::string& source, T* 
   return absl::OkStatus();
 }
 
+bool a_v2(kernels::cpu::Activation a) {
+  return a == kernels::cpu::Activation::kGeluErf || a == kernels::cpu::Activation::kSwish;
+}
+
 #define TNMT_READ(j, key, field)                                  \
   do {                                                            \
     absl::Status s_ = Read(j, key, source, &(field));             \
@@ -69,9 +73,19 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
   }
   if (!j.contains("format_version")) return Bad(source, "missing \"format_version\"");
   TNMT_READ(j, "format_version", version);
-  if (version != kFormatVersion) {
-    return Bad(source, absl::StrCat("unsupported format_version ", version, " (this tnmt reads ",
-                                    kFormatVersion, ")"));
+  if (version < 1 || version > kFormatVersion) {
+    return Bad(source, absl::StrCat("unsupported format_version ", version,
+                                    " (this tnmt reads 1 to ", kFormatVersion, ")"));
+  }
+  // Keys only version 2 defines: a version 1 file that uses one is refused, naming it.
+  if (version == 1) {
+    for (const char* key : {"sinusoid_layout", "max_sinusoid_positions", "decoder_start_id",
+                            "final_logits_bias", "vocabulary", "source_language",
+                            "target_language"}) {
+      if (j.contains(key)) {
+        return Bad(source, absl::StrCat("\"", key, "\" needs \"format_version\": 2"));
+      }
+    }
   }
   ModelConfig c;
   if (!j.contains("vocab_size")) return Bad(source, "missing \"vocab_size\"");
@@ -84,13 +98,19 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
   TNMT_READ(j, "normalize_before", c.normalize_before);
   std::string activation = "relu";
   TNMT_READ(j, "activation", activation);
-  if (activation == "relu") {
-    c.activation = kernels::cpu::Activation::kRelu;
-  } else if (activation == "gelu") {
-    c.activation = kernels::cpu::Activation::kGelu;
-  } else {
-    return Bad(source, absl::StrCat("\"activation\" must be \"relu\" or \"gelu\", got \"",
-                                    activation, "\""));
+  {
+    using kernels::cpu::Activation;
+    bool known = false;
+    for (Activation a : {Activation::kRelu, Activation::kGelu, Activation::kGeluErf, Activation::kSwish}) {
+      if (activation == kernels::cpu::ActivationName(a)) c.activation = a, known = true;
+    }
+    if (!known) {
+      return Bad(source, absl::StrCat("\"activation\" must be \"relu\", \"gelu\" (tanh approximation), "
+                                      "\"gelu_erf\" or \"swish\", got \"", activation.substr(0, 64), "\""));
+    }
+    if (version == 1 && a_v2(c.activation)) {
+      return Bad(source, absl::StrCat("\"activation\": \"", activation, "\" needs \"format_version\": 2"));
+    }
   }
   std::string positions = "sinusoidal";
   TNMT_READ(j, "position_encoding", positions);
@@ -102,7 +122,18 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
     return Bad(source, absl::StrCat("\"position_encoding\" must be \"sinusoidal\" or \"learned\", "
                                     "got \"", positions, "\""));
   }
+  std::string layout = "interleaved";
+  TNMT_READ(j, "sinusoid_layout", layout);
+  if (layout == "interleaved") {
+    c.sinusoid_layout = SinusoidLayout::kInterleaved;
+  } else if (layout == "halves") {
+    c.sinusoid_layout = SinusoidLayout::kHalves;
+  } else {
+    return Bad(source, absl::StrCat("\"sinusoid_layout\" must be \"interleaved\" (the paper) or "
+                                    "\"halves\" (Marian), got \"", layout.substr(0, 64), "\""));
+  }
   TNMT_READ(j, "max_positions", c.max_positions);
+  TNMT_READ(j, "max_sinusoid_positions", c.max_sinusoid_positions);
   TNMT_READ(j, "share_embeddings", c.share_embeddings);
   TNMT_READ(j, "share_decoder_input_output_embed", c.share_decoder_input_output_embed);
   TNMT_READ(j, "scale_embedding", c.scale_embedding);
@@ -111,6 +142,31 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
   TNMT_READ(j, "unk_id", c.unk_id);
   TNMT_READ(j, "bos_id", c.bos_id);
   TNMT_READ(j, "eos_id", c.eos_id);
+  TNMT_READ(j, "decoder_start_id", c.decoder_start_id);
+  TNMT_READ(j, "final_logits_bias", c.final_logits_bias);
+  TNMT_READ(j, "source_language", c.source_language);
+  TNMT_READ(j, "target_language", c.target_language);
+  if (auto it = j.find("vocabulary"); it != j.end()) {
+    if (!it->is_object()) return Bad(source, "\"vocabulary\" must be an object");
+    for (const auto& [key, value] : it->items()) {
+      if (key != "source_spm" && key != "target_spm" && key != "ids") {
+        return Bad(source, absl::StrCat("unknown key \"vocabulary.", key.substr(0, 64),
+                                        "\" (expected source_spm, target_spm, ids)"));
+      }
+    }
+    VocabularyFiles& v = c.vocabulary;
+    TNMT_READ(*it, "source_spm", v.source_spm);
+    TNMT_READ(*it, "target_spm", v.target_spm);
+    TNMT_READ(*it, "ids", v.ids);
+    for (auto [key, name] : {std::pair<const char*, const std::string*>{"source_spm", &v.source_spm},
+                             {"target_spm", &v.target_spm}, {"ids", &v.ids}}) {
+      if (name->empty()) return Bad(source, absl::StrCat("\"vocabulary.", key, "\" is missing or empty"));
+      if (name->find('/') != std::string::npos || *name == "." || *name == "..") {
+        return Bad(source, absl::StrCat("\"vocabulary.", key, "\" must be a file name in the model "
+                                        "directory, got \"", name->substr(0, 64), "\""));
+      }
+    }
+  }
   TNMT_READ(j, "label_smoothing", c.label_smoothing);
   if (auto it = j.find("decoding"); it != j.end()) {
     if (!it->is_object()) return Bad(source, "\"decoding\" must be an object");
@@ -140,8 +196,16 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
     return Bad(source, absl::StrCat("\"d_model\" ", c.d_model, " is not divisible by \"num_heads\" ",
                                     c.num_heads));
   }
+  if (c.decoder_start_id < 0) c.decoder_start_id = c.bos_id;
+  if (c.max_sinusoid_positions < 0) {
+    return Bad(source, "\"max_sinusoid_positions\" must be >= 0 (0: the longest tnmt supports)");
+  }
+  if (c.sinusoid_layout == SinusoidLayout::kHalves && c.d_model % 2 != 0) {
+    return Bad(source, "\"sinusoid_layout\" \"halves\" needs an even \"d_model\"");
+  }
   for (auto [key, v] : {std::pair<const char*, int>{"pad_id", c.pad_id}, {"unk_id", c.unk_id},
-                        {"bos_id", c.bos_id}, {"eos_id", c.eos_id}}) {
+                        {"bos_id", c.bos_id}, {"eos_id", c.eos_id},
+                        {"decoder_start_id", c.decoder_start_id}}) {
     if (v < 0 || v >= c.vocab_size) {
       return Bad(source, absl::StrCat("\"", key, "\" ", v, " is outside the vocabulary [0, ",
                                       c.vocab_size, ")"));
@@ -155,6 +219,26 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
   return c;
 }
 
+bool ModelConfig::NeedsVersion2() const {
+  return a_v2(activation) || sinusoid_layout != SinusoidLayout::kInterleaved ||
+         max_sinusoid_positions > 0 || (decoder_start_id >= 0 && decoder_start_id != bos_id) ||
+         final_logits_bias || vocabulary.separate() || !source_language.empty() ||
+         !target_language.empty();
+}
+
+absl::Status ModelConfig::CheckCudaSupport() const {
+  auto refuse = [](const std::string& what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the CUDA engine does not support ", what, " yet (use --device cpu)"));
+  };
+  if (activation != kernels::cpu::Activation::kRelu && activation != kernels::cpu::Activation::kGelu) {
+    return refuse(absl::StrCat("\"activation\": \"", kernels::cpu::ActivationName(activation), "\""));
+  }
+  if (sinusoid_layout != SinusoidLayout::kInterleaved) return refuse("\"sinusoid_layout\": \"halves\"");
+  if (final_logits_bias) return refuse("\"final_logits_bias\": true");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> ModelConfig::Load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open (missing or unreadable)"));
@@ -166,7 +250,8 @@ absl::StatusOr<ModelConfig> ModelConfig::Load(const std::string& path) {
 std::string ModelConfig::ToJson() const {
   json j;
   j["format"] = kFormat;
-  j["format_version"] = kFormatVersion;
+  const bool v2 = NeedsVersion2();
+  j["format_version"] = v2 ? 2 : 1;
   j["vocab_size"] = vocab_size;
   j["d_model"] = d_model;
   j["num_heads"] = num_heads;
@@ -174,7 +259,7 @@ std::string ModelConfig::ToJson() const {
   j["encoder_layers"] = encoder_layers;
   j["decoder_layers"] = decoder_layers;
   j["normalize_before"] = normalize_before;
-  j["activation"] = activation == kernels::cpu::Activation::kRelu ? "relu" : "gelu";
+  j["activation"] = kernels::cpu::ActivationName(activation);
   j["position_encoding"] =
       position_encoding == PositionEncoding::kSinusoidal ? "sinusoidal" : "learned";
   j["max_positions"] = max_positions;
@@ -186,6 +271,19 @@ std::string ModelConfig::ToJson() const {
   j["unk_id"] = unk_id;
   j["bos_id"] = bos_id;
   j["eos_id"] = eos_id;
+  if (v2) {
+    j["sinusoid_layout"] = sinusoid_layout == SinusoidLayout::kHalves ? "halves" : "interleaved";
+    if (max_sinusoid_positions > 0) j["max_sinusoid_positions"] = max_sinusoid_positions;
+    j["decoder_start_id"] = decoder_start_id;
+    j["final_logits_bias"] = final_logits_bias;
+    if (vocabulary.separate()) {
+      j["vocabulary"] = {{"source_spm", vocabulary.source_spm},
+                         {"target_spm", vocabulary.target_spm},
+                         {"ids", vocabulary.ids}};
+    }
+    if (!source_language.empty()) j["source_language"] = source_language;
+    if (!target_language.empty()) j["target_language"] = target_language;
+  }
   j["label_smoothing"] = label_smoothing;
   j["decoding"] = {{"beam_size", decoding.beam_size},
                    {"length_penalty", decoding.length_penalty},

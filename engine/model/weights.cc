@@ -1,6 +1,7 @@
 // Building ModelWeights from named tensors; see weights.h.
 #include "engine/model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -89,8 +90,10 @@ std::map<std::string, Tensor> Split(const Linear& fused, const std::string& pref
 }  // namespace
 
 int MaxPositions(const ModelConfig& config) {
-  return config.position_encoding == PositionEncoding::kLearned ? config.max_positions
-                                                                : ModelWeights::kSinusoidRows;
+  if (config.position_encoding == PositionEncoding::kLearned) return config.max_positions;
+  return config.max_sinusoid_positions > 0
+             ? std::min(config.max_sinusoid_positions, ModelWeights::kSinusoidRows)
+             : ModelWeights::kSinusoidRows;
 }
 
 absl::StatusOr<ModelWeights> ModelWeights::Build(const ModelConfig& c, TensorMap tensors,
@@ -109,6 +112,9 @@ absl::StatusOr<ModelWeights> ModelWeights::Build(const ModelConfig& c, TensorMap
   } else {
     TNMT_ASSIGN_OR_RETURN(w.output_projection, L.Take("decoder.output_projection.weight", {v, d}));
   }
+  if (c.final_logits_bias) {
+    TNMT_ASSIGN_OR_RETURN(w.final_logits_bias, L.Take("final_logits_bias", {v}));
+  }
   if (c.position_encoding == PositionEncoding::kLearned) {
     TNMT_ASSIGN_OR_RETURN(w.encoder_positions,
                           L.Take("encoder.embed_positions.weight", {c.max_positions, d}));
@@ -116,7 +122,11 @@ absl::StatusOr<ModelWeights> ModelWeights::Build(const ModelConfig& c, TensorMap
                           L.Take("decoder.embed_positions.weight", {c.max_positions, d}));
   } else {
     TNMT_ASSIGN_OR_RETURN(w.encoder_positions, Tensor::Empty({kSinusoidRows, d}));
-    kernels::cpu::SinusoidalPositions(w.encoder_positions.f32(), kSinusoidRows, c.d_model);
+    if (c.sinusoid_layout == SinusoidLayout::kHalves) {
+      kernels::cpu::SinusoidalPositionsHalves(w.encoder_positions.f32(), kSinusoidRows, c.d_model);
+    } else {
+      kernels::cpu::SinusoidalPositions(w.encoder_positions.f32(), kSinusoidRows, c.d_model);
+    }
     w.decoder_positions = w.encoder_positions;
   }
   for (int i = 0; i < c.encoder_layers; ++i) {
@@ -211,6 +221,7 @@ std::map<std::string, Tensor> ModelWeights::ToTensors(const ModelConfig& c) cons
   out["encoder.embed_tokens.weight"] = encoder_embed;
   if (!c.share_embeddings) out["decoder.embed_tokens.weight"] = decoder_embed;
   if (!c.share_decoder_input_output_embed) out["decoder.output_projection.weight"] = output_projection;
+  if (c.final_logits_bias) out["final_logits_bias"] = final_logits_bias;
   if (c.position_encoding == PositionEncoding::kLearned) {
     out["encoder.embed_positions.weight"] = encoder_positions;
     out["decoder.embed_positions.weight"] = decoder_positions;

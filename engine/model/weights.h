@@ -55,6 +55,7 @@ struct ModelWeights {
   Tensor encoder_embed;      // [vocab, d]
   Tensor decoder_embed;      // [vocab, d] (same storage as encoder_embed when shared)
   Tensor output_projection;  // [vocab, d] (same storage as decoder_embed when shared)
+  Tensor final_logits_bias;  // [vocab], added to the logits; empty unless config.final_logits_bias
   Tensor encoder_positions;  // [rows, d]: learned table, or the precomputed sinusoid
   Tensor decoder_positions;  // [rows, d]
   std::vector<EncoderLayerWeights> encoder;

@@ -31,25 +31,37 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std:
   }
   const std::string config_path = dir + "/config.json";
   const std::string weights_path = dir + "/model.safetensors";
-  const std::string spm_path = dir + "/spm.model";
-  for (const std::string& p : {config_path, weights_path, spm_path}) TNMT_RETURN_IF_ERROR(CheckFile(p));
+  for (const std::string& p : {config_path, weights_path}) TNMT_RETURN_IF_ERROR(CheckFile(p));
 
   auto m = std::make_shared<LoadedModel>();
   m->directory = dir;
   TNMT_ASSIGN_OR_RETURN(m->config, ModelConfig::Load(config_path));
-  TNMT_ASSIGN_OR_RETURN(m->tokenizer, Tokenizer::Load(spm_path));
   const ModelConfig& c = m->config;
+  const VocabularyFiles& v = c.vocabulary;
+  // The file the vocabulary checks below name.
+  std::string vocab_path = dir + "/" + (v.separate() ? v.ids : v.joint_spm);
+  if (v.separate()) {
+    const std::string src = dir + "/" + v.source_spm, tgt = dir + "/" + v.target_spm;
+    for (const std::string& p : {src, tgt, vocab_path}) TNMT_RETURN_IF_ERROR(CheckFile(p));
+    TNMT_ASSIGN_OR_RETURN(m->tokenizer, Tokenizer::LoadSeparate(src, tgt, vocab_path));
+  } else {
+    TNMT_RETURN_IF_ERROR(CheckFile(vocab_path));
+    TNMT_ASSIGN_OR_RETURN(m->tokenizer, Tokenizer::Load(vocab_path));
+  }
   if (m->tokenizer->vocab_size() != c.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        spm_path, ": vocabulary has ", m->tokenizer->vocab_size(), " pieces but ", config_path,
+        vocab_path, ": vocabulary has ", m->tokenizer->vocab_size(), " pieces but ", config_path,
         " says vocab_size ", c.vocab_size));
   }
+  // A separate vocabulary is checked on every special id it names; SentencePiece's own
+  // <s> may be absent from a joint one (then -1) when the model starts from another token.
   for (auto [name, spm_id, cfg_id] :
        {std::tuple<const char*, int, int>{"eos_id", m->tokenizer->eos_id(), c.eos_id},
-        {"bos_id", m->tokenizer->bos_id(), c.bos_id},
-        {"unk_id", m->tokenizer->unk_id(), c.unk_id}}) {
+        {"bos_id", v.separate() ? -1 : m->tokenizer->bos_id(), c.bos_id},
+        {"unk_id", m->tokenizer->unk_id(), c.unk_id},
+        {"pad_id", v.separate() ? m->tokenizer->pad_id() : -1, c.pad_id}}) {
     if (spm_id >= 0 && spm_id != cfg_id) {
-      return absl::InvalidArgumentError(absl::StrCat(spm_path, ": ", name, " is ", spm_id, " but ",
+      return absl::InvalidArgumentError(absl::StrCat(vocab_path, ": ", name, " is ", spm_id, " but ",
                                                      config_path, " says ", cfg_id));
     }
   }

@@ -30,7 +30,8 @@ struct LoadedModel {
 // A decoder for `model` on its device; ws: CPU scratch (one per thread, outliving the decoder).
 absl::StatusOr<BeamDecoder> NewBeamDecoder(const LoadedModel& model, Workspace* ws);
 
-// Loads `dir`/config.json, `dir`/model.safetensors and `dir`/spm.model. Every failure names
+// Loads `dir`/config.json, `dir`/model.safetensors and the vocabulary (`dir`/spm.model, or the
+// separate source/target SentencePiece models and id map config.json names). Every failure names
 // the file and the problem (missing file, bad JSON, truncated weights, wrong shape, missing
 // tensor, vocabulary size or special ids disagreeing between config.json and spm.model).
 // With a CUDA placement the weights are also copied to that device.

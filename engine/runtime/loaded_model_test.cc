@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <functional>
 
 #include <gtest/gtest.h>
@@ -81,8 +82,8 @@ TEST_F(BrokenModelTest, BadJson) {
 
 TEST_F(BrokenModelTest, WrongFormatVersionAndValues) {
   std::string cfg = Read("config.json");
-  Write("config.json", std::string(cfg).replace(cfg.find("\"format_version\": 1"), 19, "\"format_version\": 2"));
-  ExpectError({"config.json", "format_version 2"});
+  Write("config.json", std::string(cfg).replace(cfg.find("\"format_version\": 1"), 19, "\"format_version\": 3"));
+  ExpectError({"config.json", "format_version 3"});
   Write("config.json", std::string(cfg).replace(cfg.find("tnmt-transformer"), 16, "marian"));
   ExpectError({"config.json", "\"format\""});
   Write("config.json", std::string(cfg).replace(cfg.find("\"num_heads\": 4"), 14, "\"num_heads\": 5"));
@@ -100,6 +101,122 @@ TEST_F(BrokenModelTest, WrongFormatVersionAndValues) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->config.decoding.length_penalty_style, LengthPenaltyStyle::kLength);
   EXPECT_NE((*m)->config.ToJson().find("\"length_penalty_style\": \"length\""), std::string::npos);
+}
+
+// Version 2 keys: refused in a version 1 file, checked in a version 2 one.
+TEST_F(BrokenModelTest, FormatVersion2Keys) {
+  const std::string cfg = Read("config.json");
+  const size_t at = cfg.find("\"d_model\"");
+  ASSERT_NE(at, std::string::npos);
+  auto with = [&](const std::string& keys, bool v2) {
+    std::string c = std::string(cfg).insert(at, keys + ", ");
+    if (v2) c.replace(c.find("\"format_version\": 1"), 19, "\"format_version\": 2");
+    return c;
+  };
+  Write("config.json", with("\"final_logits_bias\": true", false));
+  ExpectError({"config.json", "\"final_logits_bias\" needs \"format_version\": 2"});
+  Write("config.json", std::string(cfg).replace(cfg.find("\"activation\": \"relu\""), 20, "\"activation\": \"swish\""));
+  ExpectError({"config.json", "\"swish\" needs \"format_version\": 2"});
+  Write("config.json", with("\"sinusoid_layout\": \"sideways\"", true));
+  ExpectError({"config.json", "\"sinusoid_layout\" must be"});
+  Write("config.json", with("\"decoder_start_id\": 9999", true));
+  ExpectError({"config.json", "\"decoder_start_id\" 9999 is outside the vocabulary"});
+  Write("config.json", with("\"vocabulary\": {\"source_spm\": \"../x\", \"target_spm\": \"t\", \"ids\": \"v\"}", true));
+  ExpectError({"config.json", "\"vocabulary.source_spm\" must be a file name"});
+  Write("config.json", with("\"final_logits_bias\": true", true));
+  ExpectError({"model.safetensors", "missing tensor \"final_logits_bias\""});
+
+  // A zero bias, Marian's positions, swish and a start token of its own: loads, and writes
+  // itself back as version 2 with every key.
+  std::string c2 = with("\"final_logits_bias\": true, \"sinusoid_layout\": \"halves\", \"decoder_start_id\": 0, "
+                        "\"source_language\": \"en\", \"target_language\": \"de\", \"max_sinusoid_positions\": 40",
+                        true);
+  c2.replace(c2.find("\"activation\": \"relu\""), 20, "\"activation\": \"swish\"");
+  Write("config.json", c2);
+  EditTensors([](std::map<std::string, Tensor>* t) {
+    (*t)["final_logits_bias"] = *Tensor::Zeros({256});
+  });
+  auto m = LoadModelDirectory(dir_.string());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = (*m)->config;
+  EXPECT_TRUE(c.final_logits_bias);
+  EXPECT_EQ(c.sinusoid_layout, SinusoidLayout::kHalves);
+  EXPECT_EQ(c.activation, kernels::cpu::Activation::kSwish);
+  EXPECT_EQ(c.start_id(), 0);
+  EXPECT_EQ(MaxPositions(c), 40);
+  auto back = ModelConfig::Parse(c.ToJson(), "round trip");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToJson(), c.ToJson());
+  EXPECT_NE(c.ToJson().find("\"format_version\": 2"), std::string::npos);
+  EXPECT_NE(c.ToJson().find("\"target_language\": \"de\""), std::string::npos);
+  // Sines in the first half of the width, cosines in the second (position 1, i = 0).
+  const int d = c.d_model;
+  EXPECT_FLOAT_EQ((*m)->weights.encoder_positions.f32()[d], std::sin(1.0f));
+  EXPECT_FLOAT_EQ((*m)->weights.encoder_positions.f32()[d + d / 2], std::cos(1.0f));
+  // The CUDA engine refuses what it does not run, naming the key.
+  EXPECT_NE(c.CheckCudaSupport().message().find("\"activation\": \"swish\""), std::string::npos);
+}
+
+// Separate vocabularies (OPUS-MT's layout): the same SentencePiece model as source and target
+// and an id map equal to its ids tokenize exactly as the joint model does.
+TEST_F(BrokenModelTest, SeparateVocabularies) {
+  auto joint = Tokenizer::Load(Path("spm.model"));
+  ASSERT_TRUE(joint.ok()) << joint.status();
+  std::string ids = "{";
+  for (int i = 0; i < (*joint)->vocab_size(); ++i) {
+    std::string piece = (*joint)->Piece(i), quoted;
+    for (char ch : piece) {
+      if (ch == '"' || ch == '\\') quoted.push_back('\\');
+      quoted.push_back(ch);
+    }
+    ids += (i ? ", \"" : "\"") + quoted + "\": " + std::to_string(i);
+  }
+  ids += "}";
+  Write("vocab.json", ids);
+  fs::copy_file(Path("spm.model"), Path("source.spm"));
+  fs::copy_file(Path("spm.model"), Path("target.spm"));
+  fs::remove(Path("spm.model"));
+  std::string cfg = Read("config.json");
+  cfg.replace(cfg.find("\"format_version\": 1"), 19, "\"format_version\": 2");
+  cfg.insert(cfg.find("\"d_model\""),
+             "\"vocabulary\": {\"source_spm\": \"source.spm\", \"target_spm\": \"target.spm\", \"ids\": \"vocab.json\"}, ");
+  Write("config.json", cfg);
+  auto m = LoadModelDirectory(dir_.string());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const Tokenizer& t = *(*m)->tokenizer;
+  EXPECT_TRUE(t.separate());
+  for (const char* text : {"a man rides a bike .", "zebras", "", ">>de<< two dogs"}) {
+    auto a = t.Encode(text);
+    ASSERT_TRUE(a.ok()) << a.status();
+    std::string rest = text;
+    std::vector<int32_t> want;
+    if (rest.rfind(">>", 0) == 0) {
+      want.push_back(t.unk_id());  // a language code the vocabulary lacks is <unk>
+      rest = rest.substr(rest.find("<<") + 2);
+    }
+    auto b = (*joint)->Encode(rest);
+    ASSERT_TRUE(b.ok());
+    want.insert(want.end(), b->begin(), b->end());
+    EXPECT_EQ(*a, want) << text;
+    if (rest == text) {
+      auto back = t.Decode(*a);
+      ASSERT_TRUE(back.ok());
+      EXPECT_EQ(*back, *(*joint)->Decode(*b));
+    }
+  }
+  EXPECT_FALSE(t.Encode("\xff").ok());
+
+  // Broken id maps: each error names vocab.json and the problem.
+  Write("vocab.json", "{\"</s>\": 0, \"<unk>\": 0}");
+  ExpectError({"vocab.json", "more than one piece"});
+  Write("vocab.json", "{\"</s>\": 0, \"x\": 1}");
+  ExpectError({"vocab.json", "has no \"<unk>\""});
+  Write("vocab.json", "{\"</s>\": 0, \"<unk>\": 7}");
+  ExpectError({"vocab.json", "outside [0, 2)"});
+  Write("vocab.json", "[]");
+  ExpectError({"vocab.json", "JSON object"});
+  fs::remove(Path("vocab.json"));
+  ExpectError({"vocab.json", "no such file"});
 }
 
 TEST_F(BrokenModelTest, VocabSizeMismatchWithSentencePiece) {

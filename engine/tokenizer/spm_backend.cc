@@ -37,6 +37,22 @@ bool SpmBackend::Decode(const std::vector<int>& ids, std::string* text, std::str
   return impl_->lib->decode(impl_->processor, &ids, text, error);
 }
 
+bool SpmBackend::EncodePieces(const std::string& text, std::vector<std::string>* pieces,
+                              std::string* error) const {
+  if (impl_->processor == nullptr) return *error = "no SentencePiece model loaded", false;
+  return impl_->lib->encode_pieces(impl_->processor, &text, pieces, error);
+}
+
+bool SpmBackend::DecodePieces(const std::vector<std::string>& pieces, std::string* text,
+                              std::string* error) const {
+  if (impl_->processor == nullptr) return *error = "no SentencePiece model loaded", false;
+  return impl_->lib->decode_pieces(impl_->processor, &pieces, text, error);
+}
+
+bool SpmBackend::IdToPiece(int id, std::string* piece, bool* control) const {
+  return impl_->processor != nullptr && impl_->lib->id_to_piece(impl_->processor, id, piece, control);
+}
+
 int SpmBackend::vocab_size() const { return impl_->processor ? impl_->lib->info(impl_->processor, 0) : 0; }
 int SpmBackend::pad_id() const { return impl_->processor ? impl_->lib->info(impl_->processor, 1) : -1; }
 int SpmBackend::unk_id() const { return impl_->processor ? impl_->lib->info(impl_->processor, 2) : -1; }

@@ -17,6 +17,10 @@ class SpmBackend {
   bool Load(const std::string& path, std::string* error);
   bool Encode(const std::string& text, std::vector<int>* ids, std::string* error) const;
   bool Decode(const std::vector<int>& ids, std::string* text, std::string* error) const;
+  bool EncodePieces(const std::string& text, std::vector<std::string>* pieces, std::string* error) const;
+  bool DecodePieces(const std::vector<std::string>& pieces, std::string* text, std::string* error) const;
+  // False if `id` is outside the vocabulary; *control: a control or unknown symbol.
+  bool IdToPiece(int id, std::string* piece, bool* control) const;
   int vocab_size() const;
   int pad_id() const;
   int unk_id() const;

@@ -16,6 +16,12 @@ struct SpmLibrary {
   bool (*encode)(const void* processor, const std::string* text, std::vector<int>* ids, std::string* error);
   bool (*decode)(const void* processor, const std::vector<int>* ids, std::string* text, std::string* error);
   int (*info)(const void* processor, int what);  // 0 vocab, 1 pad, 2 unk, 3 bos, 4 eos
+  bool (*encode_pieces)(const void* processor, const std::string* text, std::vector<std::string>* pieces,
+                        std::string* error);
+  bool (*decode_pieces)(const void* processor, const std::vector<std::string>* pieces, std::string* text,
+                        std::string* error);
+  // The piece of `id` (false if out of range); *control: a control or unknown symbol.
+  bool (*id_to_piece)(const void* processor, int id, std::string* piece, bool* control);
   bool (*train)(const std::map<std::string, std::string>* flags, unsigned seed,
                 bool (*next)(void*, std::string*), bool (*failed)(void*), void* ctx,
                 std::string* model_proto, std::string* error);

@@ -75,6 +75,27 @@ __attribute__((visibility("default"))) bool tnmt_spm_decode(const void* processo
   return Fail(static_cast<const Processor*>(processor)->Decode(*ids, text), error);
 }
 
+__attribute__((visibility("default"))) bool tnmt_spm_encode_pieces(const void* processor, const std::string* text,
+                                                                   std::vector<std::string>* pieces,
+                                                                   std::string* error) {
+  return Fail(static_cast<const Processor*>(processor)->Encode(*text, pieces), error);
+}
+
+__attribute__((visibility("default"))) bool tnmt_spm_decode_pieces(const void* processor,
+                                                                   const std::vector<std::string>* pieces,
+                                                                   std::string* text, std::string* error) {
+  return Fail(static_cast<const Processor*>(processor)->Decode(*pieces, text), error);
+}
+
+__attribute__((visibility("default"))) bool tnmt_spm_id_to_piece(const void* processor, int id,
+                                                                 std::string* piece, bool* control) {
+  const auto* p = static_cast<const Processor*>(processor);
+  if (id < 0 || id >= p->GetPieceSize()) return false;
+  *piece = p->IdToPiece(id);
+  *control = p->IsControl(id) || p->IsUnknown(id);
+  return true;
+}
+
 // what: 0 vocabulary size, 1 pad id, 2 unk id, 3 bos id, 4 eos id.
 __attribute__((visibility("default"))) int tnmt_spm_info(const void* processor, int what) {
   const auto* p = static_cast<const Processor*>(processor);

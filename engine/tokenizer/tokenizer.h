@@ -1,4 +1,10 @@
-// Tokenizer: text <-> token ids with the model's SentencePiece model (a joint vocabulary).
+// Tokenizer: text <-> token ids. Two layouts (docs/model-format.md, "Vocabulary"):
+//   joint     one SentencePiece model whose ids are the model's ids (source and target);
+//   separate  a SentencePiece model for the source and one for the target, and a JSON object
+//             mapping every piece to the model's id (OPUS-MT / Hugging Face Marian). A source
+//             text may start with a language code `>>xx<<`, which is one token; pieces not in
+//             the map are `<unk>`; decoding drops `</s>`, `<pad>` and `<unk>` and trims spaces,
+//             as MarianTokenizer.decode(..., skip_special_tokens=True) does.
 // Input must be valid UTF-8; anything else is an INVALID_ARGUMENT naming the byte offset.
 // Thread-safe for concurrent Encode/Decode after Load.
 #pragma once
@@ -7,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -16,21 +23,38 @@ namespace tnmt {
 
 class Tokenizer {
  public:
+  // Joint vocabulary: one SentencePiece model.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
+  // Separate vocabularies; `ids_path` is a JSON object {piece: id} with ids 0..n-1, each once,
+  // holding at least "</s>" and "<unk>". Errors name the file and the problem.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSeparate(const std::string& source_spm,
+                                                                 const std::string& target_spm,
+                                                                 const std::string& ids_path);
 
-  // Pieces of `text` (no </s> appended). Empty text gives no ids.
+  // Source pieces of `text` (no </s> appended). Empty text gives no ids.
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const;
+  // Target text of `ids`.
   absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
 
-  int vocab_size() const { return backend_.vocab_size(); }
-  int pad_id() const { return backend_.pad_id(); }
-  int unk_id() const { return backend_.unk_id(); }
-  int bos_id() const { return backend_.bos_id(); }
-  int eos_id() const { return backend_.eos_id(); }
+  bool separate() const { return separate_; }
+  int vocab_size() const { return separate_ ? static_cast<int>(pieces_.size()) : source_.vocab_size(); }
+  // Special ids; -1 when the vocabulary has no such piece.
+  int pad_id() const { return separate_ ? Find("<pad>") : source_.pad_id(); }
+  int unk_id() const { return separate_ ? Find("<unk>") : source_.unk_id(); }
+  int bos_id() const { return separate_ ? Find("<s>") : source_.bos_id(); }
+  int eos_id() const { return separate_ ? Find("</s>") : source_.eos_id(); }
+  // The piece of a model id (joint: SentencePiece's piece); empty if out of range.
+  std::string Piece(int id) const;
 
  private:
   Tokenizer() = default;
-  SpmBackend backend_;
+  int Find(const std::string& piece) const;
+
+  bool separate_ = false;
+  SpmBackend source_;  // the joint model when !separate_
+  SpmBackend target_;
+  std::unordered_map<std::string, int32_t> ids_;  // separate: piece -> id
+  std::vector<std::string> pieces_;               // separate: id -> piece
 };
 
 // OK if `text` is well-formed UTF-8 (no overlongs, surrogates or code points > U+10FFFF);

@@ -50,6 +50,22 @@ TNMT_VECTORIZE void ActivationBackwardRange(float* dx, const float* dy, const fl
     for (int64_t i = begin; i < end; ++i) dx[i] = pre[i] > 0.0f ? dy[i] : 0.0f;
     return;
   }
+  if (act == Activation::kSwish) {  // d/dx x s(x) = s + x s (1 - s)
+    for (int64_t i = begin; i < end; ++i) {
+      const float x = pre[i];
+      const float s = 1.0f / (1.0f + std::exp(-x));
+      dx[i] = dy[i] * (s + x * s * (1.0f - s));
+    }
+    return;
+  }
+  if (act == Activation::kGeluErf) {  // d/dx x Phi(x) = Phi(x) + x phi(x)
+    constexpr float kInvSqrt2 = 0.7071067811865476f, kInvSqrt2Pi = 0.3989422804014327f;
+    for (int64_t i = begin; i < end; ++i) {
+      const float x = pre[i];
+      dx[i] = dy[i] * (0.5f * (1.0f + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5f * x * x));
+    }
+    return;
+  }
   constexpr float kC = 0.7978845608028654f;
   for (int64_t i = begin; i < end; ++i) {
     const float x = pre[i];

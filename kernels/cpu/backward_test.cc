@@ -159,15 +159,17 @@ TEST(LayerNormBackward, MatchesFiniteDifferencesAndAccumulates) {
 
 double NaiveAct(double x, Activation act) {
   if (act == Activation::kRelu) return x > 0.0 ? x : 0.0;
+  if (act == Activation::kSwish) return x / (1.0 + std::exp(-x));
+  if (act == Activation::kGeluErf) return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
   const double c = std::sqrt(2.0 / std::acos(-1.0));
   return 0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x)));
 }
 
-TEST(ActivationBackward, ReluAndGeluMatchFiniteDifferences) {
+TEST(ActivationBackward, EveryActivationMatchesFiniteDifferences) {
   std::mt19937 rng(12);
   const int64_t count = 200;
-  for (Activation act : {Activation::kRelu, Activation::kGelu}) {
-    SCOPED_TRACE(act == Activation::kRelu ? "relu" : "gelu");
+  for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kGeluErf, Activation::kSwish}) {
+    SCOPED_TRACE(ActivationName(act));
     std::vector<float> pre = Random(count, rng, -4.0f, 4.0f);
     for (float& v : pre) {
       if (std::fabs(v) < 0.05f) v = v < 0.0f ? -0.5f : 0.5f;  // relu kink: no derivative

@@ -18,7 +18,24 @@ inline float Gelu(float x) {
   return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 
+inline float GeluErf(float x) {
+  constexpr float kInvSqrt2 = 0.7071067811865476f;
+  return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+}
+
+inline float Swish(float x) { return x / (1.0f + std::exp(-x)); }
+
 }  // namespace
+
+const char* ActivationName(Activation act) {
+  switch (act) {
+    case Activation::kRelu: return "relu";
+    case Activation::kGelu: return "gelu";
+    case Activation::kGeluErf: return "gelu_erf";
+    case Activation::kSwish: return "swish";
+  }
+  return "?";
+}
 
 TNMT_VECTORIZE void BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation act) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -26,10 +43,19 @@ TNMT_VECTORIZE void BiasActivation(float* y, const float* bias, int64_t rows, in
     if (bias != nullptr) {
       for (int j = 0; j < n; ++j) row[j] += bias[j];
     }
-    if (act == Activation::kRelu) {
-      for (int j = 0; j < n; ++j) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
-    } else {
-      for (int j = 0; j < n; ++j) row[j] = Gelu(row[j]);
+    switch (act) {
+      case Activation::kRelu:
+        for (int j = 0; j < n; ++j) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
+        break;
+      case Activation::kGelu:
+        for (int j = 0; j < n; ++j) row[j] = Gelu(row[j]);
+        break;
+      case Activation::kGeluErf:
+        for (int j = 0; j < n; ++j) row[j] = GeluErf(row[j]);
+        break;
+      case Activation::kSwish:
+        for (int j = 0; j < n; ++j) row[j] = Swish(row[j]);
+        break;
     }
   }
 }
@@ -135,6 +161,17 @@ void SinusoidalPositions(float* table, int rows, int d) {
       if (2 * i + 1 < d) {
         table[static_cast<int64_t>(p) * d + 2 * i + 1] = static_cast<float>(std::cos(p * freq));
       }
+    }
+  }
+}
+
+void SinusoidalPositionsHalves(float* table, int rows, int d) {
+  const int half = d / 2;
+  for (int p = 0; p < rows; ++p) {
+    for (int i = 0; i < half; ++i) {
+      const double freq = std::pow(10000.0, -2.0 * i / d);
+      table[static_cast<int64_t>(p) * d + i] = static_cast<float>(std::sin(p * freq));
+      table[static_cast<int64_t>(p) * d + half + i] = static_cast<float>(std::cos(p * freq));
     }
   }
 }

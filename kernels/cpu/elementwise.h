@@ -7,7 +7,12 @@
 
 namespace tnmt::kernels::cpu {
 
-enum class Activation { kRelu, kGelu };
+// kGelu: tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))); kGeluErf: the exact
+// x * Phi(x) = 0.5x(1 + erf(x / sqrt(2))); kSwish: x * sigmoid(x) (SiLU).
+enum class Activation { kRelu, kGelu, kGeluErf, kSwish };
+
+// The config.json name of an activation ("relu", "gelu", "gelu_erf", "swish").
+const char* ActivationName(Activation act);
 
 // y: [rows, n] = act(y + bias[n]); in place. bias may be null.
 void BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation act);
@@ -37,6 +42,9 @@ void EmbedTokens(float* out, const int32_t* ids, const int32_t* positions, int64
 // table: [rows, d] sinusoidal positions, interleaved as the paper:
 // table[p, 2i] = sin(p / 10000^(2i/d)), table[p, 2i+1] = cos(p / 10000^(2i/d)).
 void SinusoidalPositions(float* table, int rows, int d);
+// table: [rows, d] the same sines and cosines in halves (Marian's layout, d even):
+// table[p, i] = sin(p / 10000^(2i/d)), table[p, d/2 + i] = cos(p / 10000^(2i/d)).
+void SinusoidalPositionsHalves(float* table, int rows, int d);
 
 // Converts stored half-precision bit patterns to float32.
 void HalfToFloat(float* out, const uint16_t* in, int64_t count);

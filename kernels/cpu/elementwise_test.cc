@@ -60,10 +60,20 @@ double RefGelu(double x) {
 
 double ErfGelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 
-TEST(BiasActivation, ReluAndGeluWithAndWithoutBias) {
+double RefActivation(double v, Activation act) {
+  switch (act) {
+    case Activation::kRelu: return std::max(v, 0.0);
+    case Activation::kGelu: return RefGelu(v);
+    case Activation::kGeluErf: return ErfGelu(v);
+    case Activation::kSwish: return v / (1.0 + std::exp(-v));
+  }
+  return 0.0;
+}
+
+TEST(BiasActivation, EveryActivationWithAndWithoutBias) {
   std::mt19937 rng(1);
   for (const Dim& s : kDims) {
-    for (Activation act : {Activation::kRelu, Activation::kGelu}) {
+    for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kGeluErf, Activation::kSwish}) {
       for (bool with_bias : {true, false}) {
         const std::vector<float> x = Random(s.rows * s.n, rng, -5.0f, 5.0f);
         const std::vector<float> bias = Random(s.n, rng);
@@ -71,13 +81,13 @@ TEST(BiasActivation, ReluAndGeluWithAndWithoutBias) {
         for (int64_t r = 0; r < s.rows; ++r) {
           for (int j = 0; j < s.n; ++j) {
             const double v = static_cast<double>(x[r * s.n + j]) + (with_bias ? bias[j] : 0.0);
-            want[r * s.n + j] = act == Activation::kRelu ? std::max(v, 0.0) : RefGelu(v);
+            want[r * s.n + j] = RefActivation(v, act);
           }
         }
         std::vector<float> y = x;
         BiasActivation(y.data(), with_bias ? bias.data() : nullptr, s.rows, s.n, act);
         ExpectAllNear(y, want,
-                      std::string(act == Activation::kRelu ? "relu " : "gelu ") +
+                      std::string(ActivationName(act)) + " " +
                           (with_bias ? "bias " : "no-bias ") + Dims(s.rows, s.n));
       }
     }

@@ -371,6 +371,8 @@ HttpResponse WebApi::Models(const HttpRequest&) const {
                       {"d_model", m.d_model()},
                       {"encoder_layers", m.encoder_layers()},
                       {"decoder_layers", m.decoder_layers()},
+                      {"source_language", m.source_language()},
+                      {"target_language", m.target_language()},
                       {"generation", m.generation()},
                       {"loaded_at", m.loaded_at()}});
   }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 
+#include "tools/tnmt/convert_command.h"
 #include "tools/tnmt/jobs_command.h"
 #include "tools/tnmt/models_command.h"
 #include "tools/tnmt/serve_command.h"
@@ -27,6 +28,8 @@ constexpr const char* kUsage =
     "  train       train a model on parallel text (resumable; CPU or GPU; data-parallel over\n"
     "              several GPUs or processes with --devices, or over nodes with mpirun)\n"
     "  average     average the last checkpoints into a model directory\n"
+    "  import      convert a Hugging Face Marian (OPUS-MT) model into a tnmt model directory\n"
+    "  export      write a tnmt model in the Hugging Face Marian layout\n"
     "  serve       serve translation over gRPC with health, metrics and hot reload\n"
     "  jobs        submit, watch and cancel training jobs on a server (tnmt jobs --help)\n"
     "  models      list the models a server serves\n"
@@ -65,6 +68,8 @@ int main(int argc, char** argv) {
   if (command == "train") return tnmt::cli::TrainCommand(argc, argv);
   if (command == "serve") return tnmt::cli::ServeCommand(argc, argv);
   if (command == "average") return tnmt::cli::AverageCommand(argc, argv);
+  if (command == "import") return tnmt::cli::ImportCommand(argc, argv);
+  if (command == "export") return tnmt::cli::ExportCommand(argc, argv);
   if (command == "jobs") return tnmt::cli::JobsCommand(argc, argv);
   if (command == "health") return tnmt::cli::HealthCommand(argc, argv);
   if (command == "models") return tnmt::cli::ModelsCommand(argc, argv);

@@ -19,7 +19,7 @@ namespace tnmt::cli {
 
 namespace {
 
-constexpr const char* kRow = "%-16s %-8s %-16s %11s %6s %7s %6s %4s %4s %-20s %s\n";
+constexpr const char* kRow = "%-16s %-8s %-7s %-16s %11s %6s %7s %6s %4s %4s %-20s %s\n";
 
 std::string Dash(int64_t value) { return value > 0 ? absl::StrCat(value) : "-"; }
 
@@ -64,11 +64,15 @@ int ModelsCommand(int argc, char** argv) {
     std::cout << JsonArrayByLine(list);
     return 0;
   }
-  std::cout << absl::StrFormat(kRow, "NAME", "STATE", "DEVICE", "PARAMETERS", "VOCAB", "D_MODEL", "LAYERS", "BEAM",
+  std::cout << absl::StrFormat(kRow, "NAME", "STATE", "LANGS", "DEVICE", "PARAMETERS", "VOCAB", "D_MODEL", "LAYERS", "BEAM",
                                "GEN", "LOADED AT", "PATH");
   for (const auto& m : resp.models()) {
     const std::string layers = m.encoder_layers() > 0 ? absl::StrCat(m.encoder_layers(), "/", m.decoder_layers()) : "-";
-    std::cout << absl::StrFormat(kRow, m.name(), m.state(), m.device().empty() ? "-" : m.device(), Dash(m.parameters()),
+    const std::string langs = m.source_language().empty() && m.target_language().empty()
+                                  ? "-"
+                                  : absl::StrCat(m.source_language().empty() ? "?" : m.source_language(), "-",
+                                                 m.target_language().empty() ? "?" : m.target_language());
+    std::cout << absl::StrFormat(kRow, m.name(), m.state(), langs, m.device().empty() ? "-" : m.device(), Dash(m.parameters()),
                                  Dash(m.vocab_size()), Dash(m.d_model()), layers, Dash(m.default_beam_size()),
                                  Dash(static_cast<int64_t>(m.generation())),
                                  m.loaded_at().empty() ? "-" : m.loaded_at(), m.path());

@@ -9,7 +9,10 @@ namespace tnmt::train {
 absl::StatusOr<std::unique_ptr<TrainEngine>> MakeTrainEngine(const ModelConfig& c,
                                                              const TrainEngineOptions& options,
                                                              ModelWeights params, Adam adam) {
-  if (options.device.cuda) return MakeCudaTrainEngine(c, options, std::move(params), std::move(adam));
+  if (options.device.cuda) {
+    if (absl::Status s = c.CheckCudaSupport(); !s.ok()) return s;
+    return MakeCudaTrainEngine(c, options, std::move(params), std::move(adam));
+  }
   return MakeCpuTrainEngine(c, options, std::move(params), std::move(adam));
 }
 
