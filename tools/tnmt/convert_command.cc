@@ -95,7 +95,11 @@ int ExportCommand(int argc, char** argv) {
   o.warnings = &warnings;
   const std::string model = args.positionals()[0], out = args.GetString("output");
   const absl::Status s = ExportHfMarian(model, out, o);
-  if (!warnings.empty()) std::cerr << "tnmt export: warning: " << warnings;
+  for (size_t b = 0, e; b < warnings.size(); b = e + 1) {
+    e = warnings.find('\n', b);
+    if (e == std::string::npos) e = warnings.size();
+    std::cerr << "tnmt export: warning: " << warnings.substr(b, e - b) << "\n";
+  }
   if (!s.ok()) {
     std::cerr << "tnmt export: " << s.message() << "\n";
     return 1;
