@@ -23,7 +23,7 @@ help_ok() {
   grep -qE '^  --' "$2" || { echo "  $1: no flags listed"; return 1; }
 }
 
-for cmd in translate train average serve health models "jobs submit" "jobs get" "jobs list" "jobs cancel" "jobs watch"; do
+for cmd in translate train average import export serve health models "jobs submit" "jobs get" "jobs list" "jobs cancel" "jobs watch"; do
   name="${cmd// /-}"
   # shellcheck disable=SC2086
   "$TNMT" $cmd --help > "$TMP/$name.help" 2>&1
@@ -43,6 +43,18 @@ check "translate --length-penalty's default is the model's" \
 check "tnmt --help lists models and version" bash -c "grep -q '^  models ' '$TMP/top.help' && grep -q '^  version ' '$TMP/top.help'"
 check "tnmt --version prints the version" bash -c "'$TNMT' --version | grep -qE '^tnmt [0-9]+\.[0-9]+\.[0-9]+'"
 check "tnmt version prints the same" test "$("$TNMT" version)" = "$("$TNMT" --version)"
+
+check "tnmt --help lists import and export" bash -c "grep -q '^  import ' '$TMP/top.help' && grep -q '^  export ' '$TMP/top.help'"
+"$TNMT" import --from onnx somewhere --output "$TMP/x" 2> "$TMP/i1"
+check "import --from onnx: exit 2" test $? -eq 2
+check "  names --from" grep -qF -- '--from "onnx" is not a layout' "$TMP/i1"
+"$TNMT" import --from hf-marian somewhere 2> "$TMP/i2"
+check "import without --output: exit 2" test $? -eq 2
+check "  names --output" grep -qF -- "--output DIR is required" "$TMP/i2"
+"$TNMT" export --to hf-marian --output "$TMP/x" 2> "$TMP/i3"
+check "export without a model directory: exit 2" test $? -eq 2
+"$TNMT" import --from hf-marian "$TMP/none" --output "$TMP/x" 2> "$TMP/i4"
+check "import of a missing directory: exit 1 naming it" bash -c "test $? -eq 1 && grep -qF '$TMP/none: no such directory' '$TMP/i4'"
 
 # Errors name the flag as typed (checked before any model is loaded).
 "$TNMT" translate --beam-size 0 < /dev/null 2> "$TMP/e1"
