@@ -85,7 +85,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
   for (int i = 0; i < texts.size(); ++i) {
     const std::string& t = texts[i];
     if (static_cast<int64_t>(t.size()) > limits.max_text_bytes) {
-      return WithReason(absl::ResourceExhaustedError(absl::StrCat("texts[", i, "]: ", t.size(),
+      return WithReason(absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", t.size(),
                                                                   " bytes exceed the limit of ",
                                                                   limits.max_text_bytes)),
                         "TEXT_TOO_LONG");
@@ -98,7 +98,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
     ids->push_back(m.config.eos_id);
     p.source_tokens[i] = static_cast<int>(ids->size());
     if (static_cast<int>(ids->size()) > token_limit) {
-      return WithReason(absl::ResourceExhaustedError(absl::StrCat("texts[", i, "]: ", ids->size(),
+      return WithReason(absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", ids->size(),
                                                                   " tokens exceed the limit of ", token_limit,
                                                                   " per text")),
                         "TEXT_TOO_LONG");

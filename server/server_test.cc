@@ -439,8 +439,8 @@ TEST_F(ServerTest, ErrorMatrix) {
        }, grpc::RESOURCE_EXHAUSTED, "request cost 38656 hypothesis-steps (beam_size 64 x 4 texts x up to 151 output tokens)"},
       {"unknown model", [](TranslateRequest* r) { r->set_model("klingon"); }, grpc::NOT_FOUND, "klingon"},
       {"too many texts", [](TranslateRequest* r) { for (int i = 0; i < 8; ++i) r->add_texts("a"); }, grpc::RESOURCE_EXHAUSTED, "texts"},
-      {"too many tokens", [](TranslateRequest* r) { std::string t; for (int i = 0; i < 220; ++i) t += "ab "; r->add_texts(t); }, grpc::RESOURCE_EXHAUSTED, "texts[1]"},
-      {"text too many bytes", [](TranslateRequest* r) { r->add_texts(std::string(5000, 'a')); }, grpc::RESOURCE_EXHAUSTED, "texts[1]"},
+      {"too many tokens", [](TranslateRequest* r) { std::string t; for (int i = 0; i < 220; ++i) t += "ab "; r->add_texts(t); }, grpc::INVALID_ARGUMENT, "texts[1]"},
+      {"text too many bytes", [](TranslateRequest* r) { r->add_texts(std::string(5000, 'a')); }, grpc::INVALID_ARGUMENT, "texts[1]"},
       {"message too large", [](TranslateRequest* r) { r->add_texts(std::string(200 * 1024, 'a')); }, grpc::RESOURCE_EXHAUSTED, ""},
   };
   for (const Case& c : cases) {

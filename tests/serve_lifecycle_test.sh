@@ -106,7 +106,7 @@ check "tnmt translate --server equals local translation" cmp -s "$TMP/local.out"
 { echo ok; head -c 70000 /dev/zero | tr '\0' a; echo; echo fine; } > "$TMP/bad.txt"
 "$TNMT" translate --server "$TARGET" < "$TMP/bad.txt" > "$TMP/bad.out" 2> "$TMP/bad.err"
 check "a bad line: exit 1, its own error, alignment kept" \
-  bash -c "[[ $? -eq 1 && \$(wc -l < $TMP/bad.out) -eq 3 ]] && grep -q 'input line 2: RESOURCE_EXHAUSTED' $TMP/bad.err"
+  bash -c "[[ $? -eq 1 && \$(wc -l < $TMP/bad.out) -eq 3 ]] && grep -q 'input line 2: INVALID_ARGUMENT' $TMP/bad.err"
 http /metrics "$TMP/metrics.a" > /dev/null
 check "/metrics has tnmt_requests_total samples" grep -q '^tnmt_requests_total{' "$TMP/metrics.a"
 printf 'x\n' | "$TNMT" translate --server "$TARGET" --model-name nope > /dev/null 2>&1
