@@ -280,6 +280,9 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
 }
 
 absl::Status CudaStepModel::Step(const int32_t* ids, int k, StepScores* scores) {
+  if (!scores->forced_id.empty()) {
+    return absl::UnimplementedError("forced decoding (scoring) runs on the CPU engine only (use --device cpu)");
+  }
   absl::Status s = StepImpl(ids, k, scores);
   // On failure, work queued before it may still use the staging buffers: wait for it.
   if (!s.ok()) (void)ctx_->Synchronize();

@@ -29,6 +29,11 @@ struct StepScores {
   // in increasing token id. The log-probability of a token is logit - lse.
   std::vector<float> top_logit;
   std::vector<int32_t> top_id;
+  // Forced decoding: when the caller fills forced_id ([rows], tokens in [0, vocab)) before
+  // Step, Step also reports each row's raw logit of that token in forced_logit ([rows]).
+  // Reset leaves forced_id as it is.
+  std::vector<int32_t> forced_id;
+  std::vector<float> forced_logit;
 
   // Checks 1 <= k < vocab_size (StepModel::Step's contract) and sizes the vectors for `rows`.
   absl::Status Reset(int rows, int k, int vocab_size);

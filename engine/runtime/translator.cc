@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/decode/beam_search.h"
+#include "engine/decode/cpu_step_model.h"
 
 namespace tnmt {
 
@@ -78,6 +79,65 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
     pos += count;
     done += static_cast<int>(count);
     if (progress) progress(done, n);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<PairScore>>> Translator::Score(
+    const std::vector<std::string>& sources, const std::vector<std::string>& targets,
+    const TranslationOptions& opt) {
+  if (sources.size() != targets.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(sources.size(), " sources but ", targets.size(), " targets"));
+  }
+  if (opt.max_batch_tokens < 1) return absl::InvalidArgumentError("max_batch_tokens must be positive");
+  const ModelConfig& c = model_->config;
+  const int n = static_cast<int>(sources.size());
+  std::vector<absl::StatusOr<PairScore>> out(n, PairScore{});
+  std::vector<std::vector<int32_t>> src(n), tgt(n);
+  std::vector<int> todo;
+  const int limit = std::min(opt.max_input_length, MaxPositions(c));
+  for (int i = 0; i < n; ++i) {
+    auto s = model_->tokenizer->Encode(sources[i]);
+    auto t = model_->tokenizer->EncodeTarget(targets[i]);
+    const absl::Status bad = !s.ok() ? s.status() : t.status();
+    if (!bad.ok()) {
+      out[i] = absl::InvalidArgumentError(absl::StrCat("line ", i + 1, ": ", !s.ok() ? "source: " : "target: ", bad.message()));
+      continue;
+    }
+    s->push_back(c.eos_id);
+    if (static_cast<int>(s->size()) > limit || static_cast<int>(t->size()) + 1 > MaxPositions(c)) {
+      const bool source_long = static_cast<int>(s->size()) > limit;
+      out[i] = absl::InvalidArgumentError(absl::StrCat(
+          "line ", i + 1, ": ", source_long ? "source: " : "target: ", source_long ? s->size() : t->size() + 1,
+          " tokens exceeds the maximum length ", source_long ? limit : MaxPositions(c)));
+      continue;
+    }
+    src[i] = *std::move(s);
+    tgt[i] = *std::move(t);
+    todo.push_back(i);
+  }
+  std::stable_sort(todo.begin(), todo.end(), [&](int a, int b) {
+    return std::max(src[a].size(), tgt[a].size()) > std::max(src[b].size(), tgt[b].size());
+  });
+  if (todo.empty()) return out;
+  std::unique_ptr<StepModel> model;
+  if (model_->device_backend != nullptr) {
+    TNMT_ASSIGN_OR_RETURN(model, model_->device_backend->NewStepModel());
+  } else {
+    TNMT_ASSIGN_OR_RETURN(model, CpuStepModel::Create(c, model_->weights, &workspace_));
+  }
+  size_t pos = 0;
+  while (pos < todo.size()) {
+    const size_t longest = std::max(src[todo[pos]].size(), tgt[todo[pos]].size() + 1);
+    const size_t count = std::min(std::max<size_t>(1, opt.max_batch_tokens / longest), todo.size() - pos);
+    std::vector<std::vector<int32_t>> bs, bt;
+    for (size_t k = 0; k < count; ++k) {
+      bs.push_back(src[todo[pos + k]]);
+      bt.push_back(tgt[todo[pos + k]]);
+    }
+    TNMT_ASSIGN_OR_RETURN(std::vector<PairScore> scores, ScoreBatch(c, model.get(), bs, bt));
+    for (size_t k = 0; k < count; ++k) out[todo[pos + k]] = std::move(scores[k]);
+    pos += count;
   }
   return out;
 }

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/decode/options.h"
+#include "engine/decode/score.h"
 #include "engine/layers/workspace.h"
 #include "engine/runtime/loaded_model.h"
 
@@ -49,6 +50,13 @@ class Translator {
   absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translate(
       const std::vector<std::string>& lines, const TranslationOptions& options,
       const Progress& progress = nullptr);
+
+  // Forced decoding of (source, target) pairs (engine/decode/score.h): one entry per pair,
+  // a per-pair error for text that cannot be tokenized or is too long (limits as Translate's).
+  // Batched by max_batch_tokens over sources and targets.
+  absl::StatusOr<std::vector<absl::StatusOr<PairScore>>> Score(const std::vector<std::string>& sources,
+                                                               const std::vector<std::string>& targets,
+                                                               const TranslationOptions& options);
 
   const LoadedModel& model() const { return *model_; }
 

@@ -143,6 +143,24 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) co
   return out;
 }
 
+absl::StatusOr<std::vector<int32_t>> Tokenizer::EncodeTarget(std::string_view text) const {
+  if (!separate_) return Encode(text);
+  absl::Status utf8 = ValidateUtf8(text);
+  if (!utf8.ok()) return utf8;
+  std::string error;
+  std::vector<std::string> pieces;
+  if (!target_.EncodePieces(std::string(text), &pieces, &error)) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenization failed: ", error));
+  }
+  std::vector<int32_t> out;
+  const int32_t unk = static_cast<int32_t>(unk_id());
+  for (const std::string& p : pieces) {
+    const int id = Find(p);
+    out.push_back(id >= 0 ? id : unk);
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> Tokenizer::Decode(const std::vector<int32_t>& ids) const {
   std::string text, error;
   for (int32_t id : ids) {

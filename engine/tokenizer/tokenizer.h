@@ -33,6 +33,8 @@ class Tokenizer {
 
   // Source pieces of `text` (no </s> appended). Empty text gives no ids.
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const;
+  // Target pieces of `text` (no </s>): what Decode would turn back into `text`.
+  absl::StatusOr<std::vector<int32_t>> EncodeTarget(std::string_view text) const;
   // Target text of `ids`.
   absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
 

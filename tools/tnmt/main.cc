@@ -12,6 +12,7 @@
 #include "tools/tnmt/convert_command.h"
 #include "tools/tnmt/jobs_command.h"
 #include "tools/tnmt/models_command.h"
+#include "tools/tnmt/score_command.h"
 #include "tools/tnmt/serve_command.h"
 #include "tools/tnmt/train_command.h"
 #include "tools/tnmt/translate_command.h"
@@ -25,6 +26,7 @@ constexpr const char* kUsage =
     "\n"
     "commands:\n"
     "  translate   translate text with a model directory (stdin -> stdout)\n"
+    "  score       log-probabilities of given translations (forced decoding)\n"
     "  train       train a model on parallel text (resumable; CPU or GPU; data-parallel over\n"
     "              several GPUs or processes with --devices, or over nodes with mpirun)\n"
     "  average     average the last checkpoints into a model directory\n"
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {
   if (command == "train") return tnmt::cli::TrainCommand(argc, argv);
   if (command == "serve") return tnmt::cli::ServeCommand(argc, argv);
   if (command == "average") return tnmt::cli::AverageCommand(argc, argv);
+  if (command == "score") return tnmt::cli::ScoreCommand(argc, argv);
   if (command == "import") return tnmt::cli::ImportCommand(argc, argv);
   if (command == "export") return tnmt::cli::ExportCommand(argc, argv);
   if (command == "jobs") return tnmt::cli::JobsCommand(argc, argv);

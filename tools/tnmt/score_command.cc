@@ -1,0 +1,136 @@
+// `tnmt score`; see score_command.h. Reads both files in chunks, scores each chunk, writes one
+// line per pair in input order. A pair that cannot be scored gets an error on stderr naming
+// its line and an empty output line; the exit status is then 1.
+#include "tools/tnmt/score_command.h"
+
+#include <algorithm>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "engine/runtime/compute.h"
+#include "engine/runtime/placement.h"
+#include "engine/runtime/translator.h"
+#include "tools/tnmt/args.h"
+#include "tools/tnmt/translate_output.h"
+
+namespace tnmt::cli {
+
+namespace {
+
+constexpr int kChunkLines = 20000;
+
+int Fail(const std::string& message) {
+  std::cerr << "tnmt score: " << message << "\n";
+  return 2;
+}
+
+bool ReadLine(std::istream& in, std::string* line) {
+  if (!std::getline(in, *line)) return false;
+  if (!line->empty() && line->back() == '\r') line->pop_back();
+  return true;
+}
+
+}  // namespace
+
+int ScoreCommand(int argc, char** argv) {
+  Args args("tnmt score",
+            "Scores given translations: for each line of --source and the same line of --target,\n"
+            "the log-probability the model gives the target (its tokens, then </s>), with the\n"
+            "decoder forced along it. Output: one line per pair, 'SCORE' (the sum of the token\n"
+            "log-probabilities, no length penalty); with --token-scores 'SCORE ||| S1 S2 ... S</s>'.\n"
+            "A pair that cannot be scored is reported on stderr as 'input line N: ...' and keeps\n"
+            "its place as an empty line.\n"
+            "Exit status: 0; 1 if some pairs could not be scored; 2 for a usage error or a model\n"
+            "that cannot be used.");
+  args.AddString("model", "", "model directory (required)");
+  args.AddString("source", "", "source sentences, one per line (required)");
+  args.AddString("target", "", "target sentences, line-aligned with --source (required)");
+  args.AddString("output", "", "output file", "stdout");
+  args.AddBool("token-scores", false, "also write each token's log-probability");
+  args.AddInt("max-batch-tokens", 4096, "tokens per batch (the longer side of each pair), padding included");
+  args.AddInt("max-input-length", 1024, "longer sources (in pieces) are an error for that pair");
+  args.AddInt("threads", 0, "compute threads", "all cores");
+  args.AddString("compute-type", "float32", "float32, or int8 (linears quantized at load)");
+  if (absl::Status s = args.Parse(argc, argv, 2); !s.ok()) return Fail(std::string(s.message()));
+  if (args.help_requested()) {
+    std::cout << args.Help();
+    return 0;
+  }
+  for (const char* required : {"model", "source", "target"}) {
+    if (args.GetString(required).empty()) return Fail(absl::StrCat("--", required, " is required"));
+  }
+  if (args.GetInt("max-batch-tokens") < 1) return Fail("--max-batch-tokens must be positive");
+  if (args.GetInt("max-input-length") < 1) return Fail("--max-input-length must be positive");
+  int threads = args.GetInt("threads");
+  if (threads < 0) return Fail("--threads must be >= 0");
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  absl::StatusOr<Placement> placement = Placement::Parse("cpu", "", args.GetString("compute-type"));
+  if (!placement.ok()) return Fail(std::string(placement.status().message()));
+  std::ifstream src(args.GetString("source"), std::ios::binary), tgt(args.GetString("target"), std::ios::binary);
+  if (!src) return Fail(absl::StrCat("--source ", args.GetString("source"), ": cannot open for reading"));
+  if (!tgt) return Fail(absl::StrCat("--target ", args.GetString("target"), ": cannot open for reading"));
+  SetCpuThreads(threads);
+  auto model = LoadModelDirectory(args.GetString("model"), *placement);
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+  std::ofstream file_out;
+  if (!args.GetString("output").empty()) {
+    file_out.open(args.GetString("output"), std::ios::binary);
+    if (!file_out) return Fail(absl::StrCat("--output ", args.GetString("output"), ": cannot open for writing"));
+  }
+  std::ostream& out = args.GetString("output").empty() ? std::cout : file_out;
+  TranslationOptions opt;
+  opt.max_batch_tokens = args.GetInt("max-batch-tokens");
+  opt.max_input_length = args.GetInt("max-input-length");
+  const bool token_scores = args.GetBool("token-scores");
+  Translator translator(*model);
+  LineErrors errors(/*quiet=*/false);
+  int64_t line_base = 0;
+  std::vector<std::string> sources, targets;
+  std::string a, b;
+  bool eof = false;
+  while (!eof) {
+    sources.clear(), targets.clear();
+    while (static_cast<int>(sources.size()) < kChunkLines) {
+      const bool has_a = ReadLine(src, &a), has_b = ReadLine(tgt, &b);
+      if (has_a != has_b) {
+        return Fail(absl::StrCat("--source and --target differ in length: line ", line_base + sources.size() + 1,
+                                 " is only in --", has_a ? "source" : "target"));
+      }
+      if (!has_a) {
+        eof = true;
+        break;
+      }
+      sources.push_back(a), targets.push_back(b);
+    }
+    if (sources.empty()) break;
+    auto results = translator.Score(sources, targets, opt);
+    if (!results.ok()) return Fail(std::string(results.status().message()));
+    for (size_t i = 0; i < results->size(); ++i) {
+      const int64_t line_no = line_base + static_cast<int64_t>(i) + 1;
+      const auto& r = (*results)[i];
+      if (!r.ok()) {
+        absl::string_view message = r.status().message();
+        absl::ConsumePrefix(&message, absl::StrCat("line ", i + 1, ": "));
+        errors.Report(line_no, std::string(message));
+        out << "\n";
+        continue;
+      }
+      out << absl::StrFormat("%.6f", r->score);
+      if (token_scores) {
+        out << " |||";
+        for (float s : r->token_scores) out << absl::StrFormat(" %.6f", s);
+      }
+      out << "\n";
+    }
+    out.flush();
+    line_base += static_cast<int64_t>(sources.size());
+  }
+  if (!out) return Fail("writing the output failed");
+  return errors.Finish();
+}
+
+}  // namespace tnmt::cli
