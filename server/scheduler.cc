@@ -45,6 +45,21 @@ Scheduler::Scheduler(std::string model_name, std::shared_ptr<const LoadedModel> 
 
 Scheduler::~Scheduler() { Drain(); }
 
+absl::StatusOr<std::vector<absl::StatusOr<PairScore>>> Scheduler::Score(const std::vector<std::string>& sources,
+                                                                         const std::vector<std::string>& targets,
+                                                                         int max_input_length) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) return absl::UnavailableError(absl::StrCat("model ", name_, " is shutting down"));
+  }
+  TranslationOptions opt;
+  opt.max_input_length = max_input_length;
+  opt.max_batch_tokens = 4096;
+  Translator translator(model_);
+  std::lock_guard<std::mutex> compute(*compute_lock_);
+  return translator.Score(sources, targets, opt);
+}
+
 absl::Status Scheduler::Enqueue(std::vector<SentenceTask> tasks) {
   const absl::Time now = absl::Now();
   {

@@ -84,6 +84,11 @@ class Scheduler {
   void Drain();
 
   const std::shared_ptr<const LoadedModel>& model() const { return model_; }
+  // Forced decoding of (source, target) pairs with this model (Translator::Score), holding the
+  // device's compute lock so it runs between decode steps; UNAVAILABLE once draining.
+  absl::StatusOr<std::vector<absl::StatusOr<PairScore>>> Score(const std::vector<std::string>& sources,
+                                                               const std::vector<std::string>& targets,
+                                                               int max_input_length);
   int queue_length() const;
 
  private:

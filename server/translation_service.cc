@@ -363,6 +363,75 @@ std::string Rfc3339(absl::Time t) {
 
 }  // namespace
 
+grpc::ServerUnaryReactor* TranslationServiceImpl::Score(grpc::CallbackServerContext* context,
+                                                        const tnmt::v1::ScoreRequest* request,
+                                                        tnmt::v1::ScoreResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!Enter()) {
+    reactor->Finish(ToGrpcStatus(absl::UnavailableError("server is shutting down")));
+    return reactor;
+  }
+  const absl::Status s = DoScore(*request, response);
+  Leave();
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
+
+absl::Status TranslationServiceImpl::DoScore(const tnmt::v1::ScoreRequest& request,
+                                             tnmt::v1::ScoreResponse* response) {
+  std::string model = request.model();
+  if (model.empty()) model = registry_->default_model();
+  if (model.empty()) return absl::InvalidArgumentError("model: required (this server serves several models; see ListModels)");
+  absl::StatusOr<std::shared_ptr<Scheduler>> scheduler = registry_->Get(model);
+  if (!scheduler.ok()) return scheduler.status();
+  const int n = request.sources_size();
+  if (n == 0) return absl::InvalidArgumentError("sources: empty batch (send at least one pair)");
+  if (request.targets_size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("targets: ", request.targets_size(), " targets for ", n, " sources (give one per source)"));
+  }
+  if (n > limits_.max_sentences_per_request) {
+    return WithReason(absl::ResourceExhaustedError(absl::StrCat("sources: ", n, " pairs exceed the limit of ",
+                                                                limits_.max_sentences_per_request, " per request")),
+                      "TOO_MANY_TEXTS");
+  }
+  std::vector<std::string> sources(request.sources().begin(), request.sources().end());
+  std::vector<std::string> targets(request.targets().begin(), request.targets().end());
+  for (int i = 0; i < n; ++i) {
+    for (auto [field, text] : {std::pair<const char*, const std::string*>{"sources", &sources[i]}, {"targets", &targets[i]}}) {
+      if (static_cast<int64_t>(text->size()) > limits_.max_text_bytes) {
+        return WithReason(absl::InvalidArgumentError(absl::StrCat(field, "[", i, "]: ", text->size(),
+                                                                  " bytes exceed the limit of ", limits_.max_text_bytes)),
+                          "TEXT_TOO_LONG");
+      }
+    }
+  }
+  auto scores = (*scheduler)->Score(sources, targets, limits_.max_tokens_per_sentence);
+  if (!scores.ok()) return scores.status();
+  response->set_model(model);
+  for (int i = 0; i < n; ++i) {
+    const absl::StatusOr<PairScore>& r = (*scores)[i];
+    if (!r.ok()) {
+      // "line N: source: ..." from the translator, in the request's field terms.
+      std::string message(r.status().message());
+      const std::string prefix = absl::StrCat("line ", i + 1, ": ");
+      if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
+      const bool target = message.rfind("target: ", 0) == 0;
+      if (message.rfind("source: ", 0) == 0 || target) message = message.substr(target ? 8 : 8);
+      const bool too_long = message.find("exceeds the maximum length") != std::string::npos;
+      return WithReason(absl::InvalidArgumentError(absl::StrCat(target ? "targets[" : "sources[", i, "]: ", message)),
+                        too_long ? "TEXT_TOO_LONG" : "INVALID_TEXT");
+    }
+    tnmt::v1::PairScore* out = response->add_scores();
+    out->set_score(r->score);
+    out->set_target_tokens(static_cast<int32_t>(r->token_scores.size()));
+    if (request.return_token_scores()) {
+      for (float t : r->token_scores) out->add_token_scores(t);
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Counts accepted calls only: refused ones neither Enter nor Leave.
 bool TranslationServiceImpl::Enter() {
   std::lock_guard<std::mutex> lock(idle_mu_);

@@ -25,7 +25,8 @@ namespace tnmt::server {
 // half-closed, and the call finished OK with the later messages silently lost).
 using TranslationServiceBase = tnmt::v1::TranslationService::WithRawCallbackMethod_Translate<
     tnmt::v1::TranslationService::WithRawCallbackMethod_TranslateStream<
-        tnmt::v1::TranslationService::WithCallbackMethod_ListModels<tnmt::v1::TranslationService::Service>>>;
+        tnmt::v1::TranslationService::WithCallbackMethod_ListModels<
+            tnmt::v1::TranslationService::WithCallbackMethod_Score<tnmt::v1::TranslationService::Service>>>>;
 
 class TranslationServiceImpl final : public TranslationServiceBase {
  public:
@@ -44,6 +45,9 @@ class TranslationServiceImpl final : public TranslationServiceBase {
   grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
                                        const tnmt::v1::ListModelsRequest* request,
                                        tnmt::v1::ListModelsResponse* response) override;
+  // Forced decoding under the model's compute lock, between its decode steps.
+  grpc::ServerUnaryReactor* Score(grpc::CallbackServerContext* context, const tnmt::v1::ScoreRequest* request,
+                                  tnmt::v1::ScoreResponse* response) override;
 
   // First phase of a drain: from now on new calls are refused with UNAVAILABLE (clients see
   // a clean refusal instead of a call cut off by the transport shutting down).
@@ -57,6 +61,7 @@ class TranslationServiceImpl final : public TranslationServiceBase {
   void Leave();
 
  private:
+  absl::Status DoScore(const tnmt::v1::ScoreRequest& request, tnmt::v1::ScoreResponse* response);
   std::atomic<bool> accepting_{true};
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;

@@ -137,6 +137,24 @@ check "  naming --n-best" bash -c "[[ \$(wc -l < '$TMP/r-e2') -eq 1 ]] && grep -
 check "remote: --progress draws the bar" grep -q '3/3' "$TMP/r-p1"
 "$TNMT" translate --server "$SERVER" --length-penalty-style length --scores < "$TMP/good.txt" > "$TMP/r-lp-length.txt"
 check "remote: --length-penalty-style length equals local" cmp -s "$TMP/r-lp-length.txt" "$TMP/lp-length.txt"
+# tnmt score: the greedy output scores as translate reported it; served = local; a bad pair keeps
+# its place (exit 1); files of different lengths are a usage error.
+"$TNMT" translate --model "$MODEL" --beam-size 1 --threads 1 < "$TMP/good.txt" > "$TMP/greedy.txt"
+"$TNMT" translate --model "$MODEL" --beam-size 1 --scores --threads 1 < "$TMP/good.txt" > "$TMP/greedy-scores.txt"
+"$TNMT" score --model "$MODEL" --source "$TMP/good.txt" --target "$TMP/greedy.txt" --threads 1 --token-scores > "$TMP/score.txt"
+check "tnmt score: one line per pair" test "$(wc -l < "$TMP/score.txt")" -eq 3
+"$TNMT" score --server "$SERVER" --source "$TMP/good.txt" --target "$TMP/greedy.txt" --token-scores > "$TMP/r-score.txt"
+check "tnmt score --server equals local" cmp -s "$TMP/score.txt" "$TMP/r-score.txt"
+check "  token scores sum to the score" awk -F' [|][|][|] ' '{ n = split($2, t, " "); s = 0; for (i = 1; i <= n; i++) s += t[i]; if (s - $1 > 1e-3 || $1 - s > 1e-3 || n < 1) exit 1 }' "$TMP/score.txt"
+printf 'Das Haus ist rot.\n\xff\nZo\n' > "$TMP/bad-tgt.txt"
+"$TNMT" score --server "$SERVER" --source "$TMP/good.txt" --target "$TMP/bad-tgt.txt" > "$TMP/r-bad.txt" 2> "$TMP/r-bad.err"
+check "score --server with an invalid target: exit 1" test $? -eq 1
+check "  names the line and the target" grep -q "input line 2: target: invalid UTF-8" "$TMP/r-bad.err"
+check "  the other pairs scored in place" bash -c "[[ \$(wc -l < '$TMP/r-bad.txt') -eq 3 && -z \$(sed -n 2p '$TMP/r-bad.txt') && -n \$(sed -n 3p '$TMP/r-bad.txt') ]]"
+head -2 "$TMP/good.txt" > "$TMP/two.txt"
+"$TNMT" score --model "$MODEL" --source "$TMP/good.txt" --target "$TMP/two.txt" > /dev/null 2> "$TMP/len.err"
+check "score with files of different lengths: exit 2" test $? -eq 2
+check "  says which file is longer" grep -q "line 3 is only in --source" "$TMP/len.err"
 "$TNMT" models --server "$SERVER" > "$TMP/models.txt"
 check "tnmt models lists the served model by its directory's name" grep -qE '^tiny +ready ' "$TMP/models.txt"
 "$TNMT" models --server "$SERVER" --json > "$TMP/models.json"

@@ -4,9 +4,13 @@
 #include "tools/tnmt/score_command.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <thread>
+
+#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -14,6 +18,7 @@
 #include "engine/runtime/compute.h"
 #include "engine/runtime/placement.h"
 #include "engine/runtime/translator.h"
+#include "proto/tnmt/v1/translation.grpc.pb.h"
 #include "tools/tnmt/args.h"
 #include "tools/tnmt/translate_output.h"
 
@@ -34,6 +39,76 @@ bool ReadLine(std::istream& in, std::string* line) {
   return true;
 }
 
+// Scores through a running `tnmt serve` (the Score RPC), in requests of kRemoteBatch pairs; a
+// request refused for one bad pair is retried pair by pair, so every other pair is scored.
+class RemoteScorer {
+ public:
+  static constexpr int kRemoteBatch = 64;
+  RemoteScorer(const std::string& server, std::string model, int timeout_seconds)
+      : model_(std::move(model)), timeout_seconds_(timeout_seconds) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    stub_ = tnmt::v1::TranslationService::NewStub(grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
+  }
+  // One entry per pair; fails as a whole only when the server cannot be used.
+  absl::StatusOr<std::vector<absl::StatusOr<PairScore>>> Score(const std::vector<std::string>& sources,
+                                                               const std::vector<std::string>& targets) {
+    std::vector<absl::StatusOr<PairScore>> out;
+    for (size_t b = 0; b < sources.size(); b += kRemoteBatch) {
+      const size_t e = std::min(sources.size(), b + kRemoteBatch);
+      tnmt::v1::ScoreResponse resp;
+      grpc::Status st = Call(sources, targets, b, e, &resp);
+      if (st.ok()) {
+        for (const tnmt::v1::PairScore& p : resp.scores()) out.push_back(FromProto(p));
+        continue;
+      }
+      if (st.error_code() != grpc::StatusCode::INVALID_ARGUMENT) return Error(st);
+      for (size_t i = b; i < e; ++i) {  // find the bad pair(s)
+        tnmt::v1::ScoreResponse one;
+        grpc::Status s1 = Call(sources, targets, i, i + 1, &one);
+        if (s1.ok()) {
+          out.push_back(FromProto(one.scores(0)));
+        } else if (s1.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+          std::string m = s1.error_message();
+          for (const char* f : {"sources[0]: ", "targets[0]: "}) {
+            if (m.rfind(f, 0) == 0) m = absl::StrCat(f[0] == 's' ? "source: " : "target: ", m.substr(std::strlen(f)));
+          }
+          out.push_back(absl::InvalidArgumentError(m));
+        } else {
+          return Error(s1);
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  grpc::Status Call(const std::vector<std::string>& sources, const std::vector<std::string>& targets, size_t b,
+                    size_t e, tnmt::v1::ScoreResponse* resp) {
+    tnmt::v1::ScoreRequest req;
+    req.set_model(model_);
+    req.set_return_token_scores(true);
+    for (size_t i = b; i < e; ++i) req.add_sources(sources[i]), req.add_targets(targets[i]);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_seconds_));
+    return stub_->Score(&ctx, req, resp);
+  }
+  static PairScore FromProto(const tnmt::v1::PairScore& p) {
+    PairScore s;
+    s.score = p.score();
+    s.token_scores.assign(p.token_scores().begin(), p.token_scores().end());
+    return s;
+  }
+  static absl::Status Error(const grpc::Status& st) {
+    return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
+                        absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(st.error_code())), ": ",
+                                     st.error_message()));
+  }
+  std::string model_;
+  int timeout_seconds_;
+  std::unique_ptr<tnmt::v1::TranslationService::Stub> stub_;
+};
+
 }  // namespace
 
 int ScoreCommand(int argc, char** argv) {
@@ -46,7 +121,7 @@ int ScoreCommand(int argc, char** argv) {
             "its place as an empty line.\n"
             "Exit status: 0; 1 if some pairs could not be scored; 2 for a usage error or a model\n"
             "that cannot be used.");
-  args.AddString("model", "", "model directory (required)");
+  args.AddString("model", "", "model directory", "none; required unless --server");
   args.AddString("source", "", "source sentences, one per line (required)");
   args.AddString("target", "", "target sentences, line-aligned with --source (required)");
   args.AddString("output", "", "output file", "stdout");
@@ -55,13 +130,28 @@ int ScoreCommand(int argc, char** argv) {
   args.AddInt("max-input-length", 1024, "longer sources (in pieces) are an error for that pair");
   args.AddInt("threads", 0, "compute threads", "all cores");
   args.AddString("compute-type", "float32", "float32, or int8 (linears quantized at load)");
+  args.AddString("server", "", "score through a running `tnmt serve` at HOST:PORT instead of --model");
+  args.AddString("model-name", "", "with --server: the served model's name", "the server's default model");
+  args.AddInt("timeout-seconds", 300, "with --server: deadline of each request, in seconds");
   if (absl::Status s = args.Parse(argc, argv, 2); !s.ok()) return Fail(std::string(s.message()));
   if (args.help_requested()) {
     std::cout << args.Help();
     return 0;
   }
-  for (const char* required : {"model", "source", "target"}) {
+  const bool remote = !args.GetString("server").empty();
+  for (const char* required : {"source", "target"}) {
     if (args.GetString(required).empty()) return Fail(absl::StrCat("--", required, " is required"));
+  }
+  if (!remote && args.GetString("model").empty()) return Fail("--model (or --server) is required");
+  if (remote) {
+    for (const char* local : {"model", "max-batch-tokens", "max-input-length", "threads", "compute-type"}) {
+      if (args.given(local)) return Fail(absl::StrCat("--", local, " applies to local scoring, not with --server"));
+    }
+    if (args.GetInt("timeout-seconds") < 1) return Fail("--timeout-seconds must be positive");
+  } else {
+    for (const char* r : {"model-name", "timeout-seconds"}) {
+      if (args.given(r)) return Fail(absl::StrCat("--", r, " needs --server"));
+    }
   }
   if (args.GetInt("max-batch-tokens") < 1) return Fail("--max-batch-tokens must be positive");
   if (args.GetInt("max-input-length") < 1) return Fail("--max-input-length must be positive");
@@ -73,9 +163,17 @@ int ScoreCommand(int argc, char** argv) {
   std::ifstream src(args.GetString("source"), std::ios::binary), tgt(args.GetString("target"), std::ios::binary);
   if (!src) return Fail(absl::StrCat("--source ", args.GetString("source"), ": cannot open for reading"));
   if (!tgt) return Fail(absl::StrCat("--target ", args.GetString("target"), ": cannot open for reading"));
-  SetCpuThreads(threads);
-  auto model = LoadModelDirectory(args.GetString("model"), *placement);
-  if (!model.ok()) return Fail(std::string(model.status().message()));
+  std::shared_ptr<const LoadedModel> model;
+  std::unique_ptr<RemoteScorer> scorer;
+  if (remote) {
+    scorer = std::make_unique<RemoteScorer>(args.GetString("server"), args.GetString("model-name"),
+                                            args.GetInt("timeout-seconds"));
+  } else {
+    SetCpuThreads(threads);
+    auto loaded = LoadModelDirectory(args.GetString("model"), *placement);
+    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+    model = *loaded;
+  }
   std::ofstream file_out;
   if (!args.GetString("output").empty()) {
     file_out.open(args.GetString("output"), std::ios::binary);
@@ -86,7 +184,8 @@ int ScoreCommand(int argc, char** argv) {
   opt.max_batch_tokens = args.GetInt("max-batch-tokens");
   opt.max_input_length = args.GetInt("max-input-length");
   const bool token_scores = args.GetBool("token-scores");
-  Translator translator(*model);
+  std::unique_ptr<Translator> translator;
+  if (model != nullptr) translator = std::make_unique<Translator>(model);
   LineErrors errors(/*quiet=*/false);
   int64_t line_base = 0;
   std::vector<std::string> sources, targets;
@@ -107,8 +206,11 @@ int ScoreCommand(int argc, char** argv) {
       sources.push_back(a), targets.push_back(b);
     }
     if (sources.empty()) break;
-    auto results = translator.Score(sources, targets, opt);
-    if (!results.ok()) return Fail(std::string(results.status().message()));
+    auto results = remote ? scorer->Score(sources, targets) : translator->Score(sources, targets, opt);
+    if (!results.ok()) {
+      std::cerr << "tnmt score: " << (remote ? args.GetString("server") + ": " : "") << results.status().message() << "\n";
+      return remote ? 1 : 2;
+    }
     for (size_t i = 0; i < results->size(); ++i) {
       const int64_t line_no = line_base + static_cast<int64_t>(i) + 1;
       const auto& r = (*results)[i];
