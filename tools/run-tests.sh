@@ -7,7 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh
-deploy/install-py-tools.sh  # PyPI tools for //tests/deploy (kubernetes-validate) into build/py-tools
+deploy/install-py-tools.sh  # pinned Python tools into build/py-tools and build/py-hf (tests/deploy, tests/convert)
 log=$(mktemp)
 bazel test --test_summary=short --keep_going //... 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}

@@ -578,6 +578,9 @@ absl::Status ExportHfMarian(const std::string& model_dir, const std::string& out
                            {"unk_token", "<unk>"},
                            {"pad_token", "<pad>"},
                            {"model_max_length", positions},
+                           // tnmt joins pieces without Hugging Face's extra clean-up of spaces
+                           // before punctuation; so does the exported tokenizer.
+                           {"clean_up_tokenization_spaces", false},
                            {"separate_vocabs", false}};
 
   TNMT_RETURN_IF_ERROR(PrepareOutput(out_dir, options.force));

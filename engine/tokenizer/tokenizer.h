@@ -4,7 +4,8 @@
 //             mapping every piece to the model's id (OPUS-MT / Hugging Face Marian). A source
 //             text may start with a language code `>>xx<<`, which is one token; pieces not in
 //             the map are `<unk>`; decoding drops `</s>`, `<pad>` and `<unk>` and trims spaces,
-//             as MarianTokenizer.decode(..., skip_special_tokens=True) does.
+//             as MarianTokenizer.decode(..., skip_special_tokens=True,
+//             clean_up_tokenization_spaces=False) does.
 // Input must be valid UTF-8; anything else is an INVALID_ARGUMENT naming the byte offset.
 // Thread-safe for concurrent Encode/Decode after Load.
 #pragma once
