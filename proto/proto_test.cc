@@ -23,7 +23,10 @@ TEST(ProtoSchema, FilesRegisteredUnderTheirImportPaths) {
 
   const auto* service = pool->FindServiceByName("tnmt.v1.TranslationService");
   ASSERT_NE(service, nullptr);
-  ASSERT_EQ(service->method_count(), 3);
+  ASSERT_EQ(service->method_count(), 4);
+  const auto* score = service->FindMethodByName("Score");
+  ASSERT_NE(score, nullptr);
+  EXPECT_FALSE(score->client_streaming() || score->server_streaming());
   const auto* stream = service->FindMethodByName("TranslateStream");
   ASSERT_NE(stream, nullptr);
   EXPECT_TRUE(stream->client_streaming());
