@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Installs the CUDA packages tnmt needs on Debian 12 from NVIDIA's CUDA apt repository for
-# debian12 (the repository tnmt's GPU image uses; Debian itself ships no CUDA 12/13 toolkit).
+# Installs the CUDA packages tnmt needs on Debian 12 (Debian itself ships no CUDA 12/13
+# toolkit), from one of two sources, CUDA_SOURCE:
+#   nvidia-apt (default)  NVIDIA's CUDA apt repository for debian12 (adds its keyring)
+#   pypi                  NVIDIA's CUDA wheels on PyPI (nvidia-cuda-nvcc, nvidia-cublas, …),
+#                         laid out as a toolkit in /usr/local/cuda-X.Y; pinned versions, CUDA
+#                         13-0 only. deploy/Dockerfile.gpu uses this one by default.
 # Idempotent: packages already present are left alone. Used by deploy/Dockerfile.gpu.
 #   deploy/install-cuda.sh            nvcc, CUDA headers, cudart/cuBLAS/NCCL dev (bazel --config=cuda)
 #   deploy/install-cuda.sh --runtime  only the shared libraries the tnmt binary loads
 # CUDA=13-0 (default) matches the toolkit tnmt's CUDA code is developed and tested with
-# (tests/gpu, /usr/local/cuda-13.0); it needs an NVIDIA driver >= 580. CUDA=12-8 works with
-# drivers >= 525 (minor-version compatibility) if the kernels build with it.
+# (tests/gpu, /usr/local/cuda-13.0); it needs an NVIDIA driver >= 580. CUDA=12-8 (nvidia-apt)
+# works with drivers >= 525 (minor-version compatibility) if the kernels build with it.
 set -euo pipefail
 cuda="${CUDA:-13-0}"
 cuda_dotted="${cuda/-/.}"
@@ -24,6 +28,70 @@ esac
 SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
+source="${CUDA_SOURCE:-nvidia-apt}"
+runtime_only=0
+[[ ${1:-} == --runtime ]] && runtime_only=1
+
+if [[ $source == pypi ]]; then
+  # The wheels of one CUDA 13.0 release, pinned. The CUDA 13 wheels install into
+  # nvidia/cu13/{bin,include,lib,nvvm}, a toolkit's layout, and NCCL into nvidia/nccl/{include,
+  # lib}: both are merged into one prefix; lib64 and the unversioned .so links are added for
+  # the linker (third_party/cuda.BUILD).
+  case "$cuda" in
+    13-0)
+      wheel_runtime=(nvidia-cuda-runtime==13.0.96 nvidia-cublas==13.1.0.3 nvidia-nccl-cu13==2.28.9)
+      wheel_build=(nvidia-cuda-nvcc==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88
+                   nvidia-cuda-cccl==13.0.85) ;;
+    *) echo "install-cuda: CUDA_SOURCE=pypi has pinned wheels for CUDA 13-0 only; use CUDA_SOURCE=nvidia-apt for $cuda" >&2
+       exit 2 ;;
+  esac
+  prefix="/usr/local/cuda-$cuda_dotted"
+  wheels=("${wheel_runtime[@]}")
+  want=("$prefix/lib/libcudart.so.13" "$prefix/lib/libcublas.so.13" "$prefix/lib/libnccl.so.2")
+  if ((runtime_only == 0)); then
+    wheels+=("${wheel_build[@]}")
+    want+=("$prefix/bin/nvcc" "$prefix/nvvm/bin/cicc" "$prefix/include/crt/host_config.h")
+  fi
+  have=1
+  for f in "${want[@]}"; do [[ -e $f ]] || have=0; done
+  if ((have)); then
+    echo "install-cuda: CUDA $cuda_dotted wheels present in $prefix"
+  else
+    # pip only for this step: whatever apt adds for it is removed again afterwards.
+    added=()
+    if ! python3 -m pip --version > /dev/null 2>&1; then
+      before=$(dpkg-query -W -f='${Package}\n' | sort)
+      $SUDO apt-get update -qq
+      $SUDO apt-get install -y -qq --no-install-recommends python3-pip
+      mapfile -t added < <(comm -13 <(echo "$before") <(dpkg-query -W -f='${Package}\n' | sort))
+    fi
+    tmp=$(mktemp -d)
+    # The build secret ca-bundle (deploy/Dockerfile.gpu), for a TLS-intercepting proxy.
+    if [[ -z ${PIP_CERT:-} && -s /run/secrets/ca-bundle ]]; then export PIP_CERT=/run/secrets/ca-bundle; fi
+    echo "install-cuda: installing ${wheels[*]} from PyPI into $prefix"
+    # --target installs into a plain folder, outside any Python environment.
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q --no-deps --no-compile \
+      --disable-pip-version-check --only-binary=:all: --target "$tmp" "${wheels[@]}"
+    $SUDO mkdir -p "$prefix"
+    for d in "$tmp"/nvidia/*/; do $SUDO cp -a "$d." "$prefix/"; done
+    rm -rf "$tmp"
+    [[ -e $prefix/lib64 ]] || $SUDO ln -s lib "$prefix/lib64"
+    for lib in "$prefix"/lib/lib*.so.*; do
+      base="${lib%%.so.*}.so"
+      [[ -e $base ]] || $SUDO ln -s "$(basename "$lib")" "$base"
+    done
+    if ((${#added[@]} > 0)); then
+      $SUDO apt-get purge -y -qq "${added[@]}" > /dev/null
+      $SUDO rm -rf /var/lib/apt/lists/*
+    fi
+  fi
+  if [[ ! -e /usr/local/cuda ]]; then $SUDO ln -s "$prefix" /usr/local/cuda; fi
+  exit 0
+elif [[ $source != nvidia-apt ]]; then
+  echo "install-cuda: unknown CUDA_SOURCE '$source' (nvidia-apt, pypi)" >&2
+  exit 2
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

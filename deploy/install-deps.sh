@@ -2,11 +2,16 @@
 # Installs every system package tnmt needs to build, test and run on Debian 12.
 # Idempotent: packages already present are left alone. Used by the README, .ci/run and the
 # Dockerfiles, so that all of them take exactly the same steps.
-#   deploy/install-deps.sh            build + test dependencies
-#   deploy/install-deps.sh --runtime  only the shared libraries the tnmt binary needs
-#   deploy/install-deps.sh --dev      also the Python tools that regenerate golden files
-#                                     (python3-torch, python3-sentencepiece); tests never need them
-# prometheus is in the build set only for promtool, which the server tests run on /metrics.
+#   deploy/install-deps.sh               build + test dependencies
+#   deploy/install-deps.sh --runtime     only the shared libraries the tnmt binary needs
+#   deploy/install-deps.sh --image-build only what `bazel build //tools/tnmt` needs (the build
+#                                        stage of the Docker images: no test, browser or image tools)
+#   deploy/install-deps.sh --dev         also the Python tools that regenerate golden files
+#                                        (python3-torch, python3-sentencepiece; the Hugging Face
+#                                        import test gets them through deploy/install-py-tools.sh)
+# prometheus is in the build set only for promtool, which the server tests run on /metrics;
+# chromium for the web page tests; buildah and debootstrap for deploy/build-image.sh and
+# //tests/deploy:image_test (OCI images built without a container registry).
 set -euo pipefail
 
 runtime_pkgs=(
@@ -14,22 +19,28 @@ runtime_pkgs=(
   libabsl20220623 libsqlite3-0 libopenmpi3 ca-certificates
   libprometheus-cpp-core1.0 libcpp-httplib0.11
 )
-build_pkgs=(
+image_build_pkgs=(
   bazel-bootstrap g++ libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc
-  libprotobuf-dev libsentencepiece-dev sentencepiece libopenblas-dev libabsl-dev
-  libgtest-dev libgmock-dev nlohmann-json3-dev libsqlite3-dev zlib1g-dev
-  libopenmpi-dev openmpi-bin prometheus-cpp-dev libcpp-httplib-dev
+  libprotobuf-dev libsentencepiece-dev libopenblas-dev libabsl-dev
+  nlohmann-json3-dev libsqlite3-dev zlib1g-dev
+  libopenmpi-dev prometheus-cpp-dev libcpp-httplib-dev
+)
+build_pkgs=(
+  "${image_build_pkgs[@]}"
+  sentencepiece libgtest-dev libgmock-dev openmpi-bin
   prometheus
   chromium
+  buildah debootstrap
 )
 dev_pkgs=(python3-torch python3-sentencepiece python3-numpy)
 
 pkgs=("${build_pkgs[@]}")
 case "${1:-}" in
   --runtime) pkgs=("${runtime_pkgs[@]}") ;;
+  --image-build) pkgs=("${image_build_pkgs[@]}") ;;
   --dev) pkgs=("${build_pkgs[@]}" "${dev_pkgs[@]}") ;;
   "") ;;
-  *) echo "install-deps: unknown option $1 (--runtime, --dev)" >&2; exit 2 ;;
+  *) echo "install-deps: unknown option $1 (--runtime, --image-build, --dev)" >&2; exit 2 ;;
 esac
 
 missing=()
