@@ -22,6 +22,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_log import check, summary  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 EXPORT = os.path.join(REPO, "tools", "convert", "export_ctranslate2.py")
@@ -29,18 +32,8 @@ COMPARE = os.path.join(HERE, "ct2_compare.py")
 SENTENCES = os.path.join(HERE, "data", "sentences.txt")
 GOLDEN = os.path.join(REPO, "tests", "golden", "data")
 
-failures = 0
-checks = 0
 
 
-def check(ok, what, detail=""):
-    global failures, checks
-    checks += 1
-    if ok:
-        print(f"ok    {what}")
-    else:
-        failures += 1
-        print(f"FAIL  {what}" + (f"\n      {detail}" if detail else ""))
 
 
 def run(*cmd):
@@ -154,8 +147,7 @@ def main():
               f"refuses {what}: {r.stderr.strip().removeprefix('export_ctranslate2: error: ')}",
               f"exit {r.returncode}, want 1 and {expect!r} in: {r.stderr.strip()}")
 
-    print(f"ct2_test: {checks} checks, {failures} failure(s)")
-    return 1 if failures else 0
+    return summary("ct2_test")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_log import check, summary  # noqa: E402
+
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,18 +48,8 @@ TINY = os.path.join(REPO, "tests", "golden", "data", "tiny")
 PRENORM = os.path.join(REPO, "tests", "golden", "data", "tiny_prenorm")
 SENTENCES = os.path.join(HERE, "data", "sentences.txt")
 
-failures = 0
-checks = 0
 
 
-def check(ok, what, detail=""):
-    global failures, checks
-    checks += 1
-    if ok:
-        print(f"ok    {what}")
-    else:
-        failures += 1
-        print(f"FAIL  {what}" + (f"\n      {detail}" if detail else ""))
 
 
 # ------------------------------------------------------------------------------------------
@@ -396,8 +389,7 @@ def main():
         want = "needs torch"
     check(r.returncode == 1 and want in r.stderr, f".pt: {r.stderr.strip()[:150]}", r.stderr)
 
-    print(f"fairseq_test: {checks} checks, {failures} failure(s)")
-    return 1 if failures else 0
+    return summary("fairseq_test")
 
 
 if __name__ == "__main__":

@@ -79,6 +79,9 @@ import os
 import shutil
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_log import check, summary  # noqa: E402
 import time
 import warnings
 
@@ -110,20 +113,9 @@ N_TRANSLATE = 100  # sentences translated per model (the first lines of the data
 BEAM = 4
 SCORE_TOL = 1e-4
 
-failures = 0
-checks = 0
 T0 = time.time()
 
 
-def check(ok, what, detail=""):
-    global failures, checks
-    checks += 1
-    if ok:
-        print(f"ok    {what}")
-    else:
-        failures += 1
-        print(f"FAIL  {what}" + (f"\n      {detail}" if detail else ""))
-    sys.stdout.flush()
 
 
 def info(msg):
@@ -902,8 +894,7 @@ def main():
         export_checks(a, w)
         refusal_checks(a, w, models["A"], vocab)
 
-    print(f"hf_marian_test: {checks} checks, {failures} failure(s), {time.time() - T0:.0f} s")
-    return 1 if failures else 0
+    return summary("hf_marian_test", f", {time.time() - T0:.0f} s")
 
 
 if __name__ == "__main__":
