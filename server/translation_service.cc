@@ -9,6 +9,7 @@
 
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "server/raw_message.h"
 
@@ -413,11 +414,10 @@ absl::Status TranslationServiceImpl::DoScore(const tnmt::v1::ScoreRequest& reque
     const absl::StatusOr<PairScore>& r = (*scores)[i];
     if (!r.ok()) {
       // "line N: source: ..." from the translator, in the request's field terms.
-      std::string message(r.status().message());
-      const std::string prefix = absl::StrCat("line ", i + 1, ": ");
-      if (message.rfind(prefix, 0) == 0) message = message.substr(prefix.size());
-      const bool target = message.rfind("target: ", 0) == 0;
-      if (message.rfind("source: ", 0) == 0 || target) message = message.substr(target ? 8 : 8);
+      absl::string_view message = r.status().message();
+      absl::ConsumePrefix(&message, absl::StrCat("line ", i + 1, ": "));
+      const bool target = absl::ConsumePrefix(&message, "target: ");
+      if (!target) absl::ConsumePrefix(&message, "source: ");
       const bool too_long = message.find("exceeds the maximum length") != std::string::npos;
       return WithReason(absl::InvalidArgumentError(absl::StrCat(target ? "targets[" : "sources[", i, "]: ", message)),
                         too_long ? "TEXT_TOO_LONG" : "INVALID_TEXT");

@@ -106,8 +106,7 @@ BeamDecoder BeamDecoder::Create(const ModelConfig& c, std::unique_ptr<StepModel>
 
 absl::StatusOr<BeamDecoder> BeamDecoder::Create(const ModelConfig& c, const ModelWeights& w,
                                                 const DecodeBackend* backend, Workspace* ws) {
-  if (backend == nullptr) return Create(c, w, ws);
-  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> step, backend->NewStepModel());
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> step, MakeStepModel(c, w, backend, ws));
   return BeamDecoder(c, std::move(step));
 }
 

@@ -59,4 +59,11 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<StepModel>> MakeStepModel(const ModelConfig& c, const ModelWeights& w,
+                                                         const DecodeBackend* backend, Workspace* ws) {
+  if (backend != nullptr) return backend->NewStepModel();
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<CpuStepModel> model, CpuStepModel::Create(c, w, ws));
+  return std::unique_ptr<StepModel>(std::move(model));
+}
+
 }  // namespace tnmt

@@ -40,4 +40,9 @@ class CpuStepModel : public StepModel {
   std::vector<float> logits_;  // [rows, vocab]
 };
 
+// A StepModel on `backend`'s device when it is not null (a new one of it), else on the CPU over
+// `w` with scratch `ws`.
+absl::StatusOr<std::unique_ptr<StepModel>> MakeStepModel(const ModelConfig& c, const ModelWeights& w,
+                                                         const DecodeBackend* backend, Workspace* ws);
+
 }  // namespace tnmt

@@ -120,12 +120,8 @@ absl::StatusOr<std::vector<absl::StatusOr<PairScore>>> Translator::Score(
     return std::max(src[a].size(), tgt[a].size()) > std::max(src[b].size(), tgt[b].size());
   });
   if (todo.empty()) return out;
-  std::unique_ptr<StepModel> model;
-  if (model_->device_backend != nullptr) {
-    TNMT_ASSIGN_OR_RETURN(model, model_->device_backend->NewStepModel());
-  } else {
-    TNMT_ASSIGN_OR_RETURN(model, CpuStepModel::Create(c, model_->weights, &workspace_));
-  }
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> model,
+                        MakeStepModel(c, model_->weights, model_->device_backend.get(), &workspace_));
   size_t pos = 0;
   while (pos < todo.size()) {
     const size_t longest = std::max(src[todo[pos]].size(), tgt[todo[pos]].size() + 1);

@@ -132,32 +132,31 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) co
     }
     rest.erase(open, close + 2 - open);
   }
+  if (absl::Status s = AppendPieceIds(source_, rest, &out); !s.ok()) return s;
+  return out;
+}
+
+absl::Status Tokenizer::AppendPieceIds(const SpmBackend& spm, const std::string& text,
+                                       std::vector<int32_t>* out) const {
   std::vector<std::string> pieces;
-  if (!source_.EncodePieces(rest, &pieces, &error)) {
+  std::string error;
+  if (!spm.EncodePieces(text, &pieces, &error)) {
     return absl::InvalidArgumentError(absl::StrCat("tokenization failed: ", error));
   }
+  const int32_t unk = static_cast<int32_t>(unk_id());
   for (const std::string& p : pieces) {
     const int id = Find(p);
-    out.push_back(id >= 0 ? id : unk);
+    out->push_back(id >= 0 ? id : unk);
   }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::EncodeTarget(std::string_view text) const {
   if (!separate_) return Encode(text);
   absl::Status utf8 = ValidateUtf8(text);
   if (!utf8.ok()) return utf8;
-  std::string error;
-  std::vector<std::string> pieces;
-  if (!target_.EncodePieces(std::string(text), &pieces, &error)) {
-    return absl::InvalidArgumentError(absl::StrCat("tokenization failed: ", error));
-  }
   std::vector<int32_t> out;
-  const int32_t unk = static_cast<int32_t>(unk_id());
-  for (const std::string& p : pieces) {
-    const int id = Find(p);
-    out.push_back(id >= 0 ? id : unk);
-  }
+  if (absl::Status s = AppendPieceIds(target_, std::string(text), &out); !s.ok()) return s;
   return out;
 }
 

@@ -52,6 +52,8 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   int Find(const std::string& piece) const;
+  // Separate vocabularies: the ids of `spm`'s pieces of `text` (<unk> for a piece not in the map).
+  absl::Status AppendPieceIds(const SpmBackend& spm, const std::string& text, std::vector<int32_t>* out) const;
 
   bool separate_ = false;
   SpmBackend source_;  // the joint model when !separate_
