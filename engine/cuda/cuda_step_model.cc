@@ -280,8 +280,12 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
 }
 
 absl::Status CudaStepModel::Step(const int32_t* ids, int k, StepScores* scores) {
-  if (!scores->forced_id.empty()) {
-    return absl::UnimplementedError("forced decoding (scoring) runs on the CPU engine only (use --device cpu)");
+  if (!scores->gather_offsets.empty()) {
+    return absl::UnimplementedError(
+        "forced decoding (scoring, a target prefix, a repetition penalty) runs on the CPU engine only (use --device cpu)");
+  }
+  if (!scores->alignment_layers.empty()) {
+    return absl::UnimplementedError("alignments are computed by the CPU engine only (use --device cpu)");
   }
   absl::Status s = StepImpl(ids, k, scores);
   // On failure, work queued before it may still use the staging buffers: wait for it.

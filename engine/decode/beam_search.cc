@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/decode/cpu_step_model.h"
+#include "kernels/cpu/counter_uniform.h"
 
 namespace tnmt {
 
@@ -17,18 +18,23 @@ struct Live {
   int row;                     // row in the decoder state
   double score;                // sum of log-probabilities
   std::vector<int32_t> ids;    // generated so far
+  std::vector<float> token_scores;  // per id (return_token_scores)
+  std::vector<int32_t> alignments;  // per id (return_alignments)
 };
 
 struct Finished {
   double normalized;
   double raw;
   std::vector<int32_t> ids;  // without </s>
+  std::vector<float> token_scores;  // per id, then </s>
+  std::vector<int32_t> alignments;
 };
 
 struct Candidate {
   double score;
   int hyp;      // index in the sentence's live list
   int32_t token;
+  double logprob = 0;  // this token's (changed) log-probability
 };
 
 bool Better(const Candidate& a, const Candidate& b) {
@@ -57,7 +63,7 @@ void TopK(const StepScores& s, int row, int k, const TokenRules& rules, int hyp,
           std::vector<Candidate>* out) {
   const float lse = s.lse[row];
   if (rules.only_eos) {
-    out->push_back({base + s.eos_logit[row] - lse, hyp, rules.eos});
+    out->push_back({base + s.eos_logit[row] - lse, hyp, rules.eos, s.eos_logit[row] - lse});
     return;
   }
   const float* logit = s.top_logit.data() + static_cast<int64_t>(row) * s.k;
@@ -65,9 +71,105 @@ void TopK(const StepScores& s, int row, int k, const TokenRules& rules, int hyp,
   int taken = 0;
   for (int i = 0; i < s.k && taken < k; ++i) {
     if (!rules.Allowed(id[i])) continue;
-    out->push_back({base + logit[i] - lse, hyp, id[i]});
+    out->push_back({base + logit[i] - lse, hyp, id[i], logit[i] - lse});
     ++taken;
   }
+}
+
+// The distinct tokens of ids, sorted.
+std::vector<int32_t> Distinct(const std::vector<int32_t>& ids) {
+  std::vector<int32_t> d = ids;
+  std::sort(d.begin(), d.end());
+  d.erase(std::unique(d.begin(), d.end()), d.end());
+  return d;
+}
+
+// Tokens that would repeat an n-gram of ids (n >= 1): every token that followed an earlier
+// occurrence of ids' last n - 1 tokens; sorted, distinct.
+std::vector<int32_t> NgramBans(const std::vector<int32_t>& ids, int n) {
+  std::vector<int32_t> banned;
+  const int len = static_cast<int>(ids.size());
+  if (n <= 0 || len < n) return banned;
+  for (int i = 0; i + n <= len; ++i) {
+    bool match = true;
+    for (int j = 0; j < n - 1 && match; ++j) match = ids[i + j] == ids[len - (n - 1) + j];
+    if (match) banned.push_back(ids[i + n - 1]);
+  }
+  return Distinct(banned);
+}
+
+bool Contains(const std::vector<int32_t>& sorted, int32_t tok) {
+  return std::binary_search(sorted.begin(), sorted.end(), tok);
+}
+
+// TopK with the options' token rules and log-probability changes: tokens banned by
+// disable_unk or no_repeat_ngram_size are skipped, and the tokens already in the hypothesis get
+// their log-probability times repetition_penalty (their raw logits gathered at
+// gather[0, penalized.size())). The step's scores must hold k + 1 + (disable_unk) +
+// |distinct ids| candidates so that k remain after every exclusion.
+void TopKChanged(const StepScores& s, int row, int k, const TokenRules& rules, const DecodeOptions& o,
+                 int32_t unk, const Live& l, const float* gathered, int hyp, std::vector<Candidate>* out) {
+  if (rules.only_eos) {
+    TopK(s, row, k, rules, hyp, l.score, out);
+    return;
+  }
+  const float lse = s.lse[row];
+  std::vector<int32_t> banned = NgramBans(l.ids, o.no_repeat_ngram_size);
+  if (o.disable_unk) {
+    banned.push_back(unk);
+    banned = Distinct(banned);
+  }
+  const std::vector<int32_t> penalized =
+      o.repetition_penalty != 1.0f ? Distinct(l.ids) : std::vector<int32_t>{};
+  const size_t first = out->size();
+  for (size_t i = 0; i < penalized.size(); ++i) {
+    const int32_t tok = penalized[i];
+    if (!rules.Allowed(tok) || Contains(banned, tok)) continue;
+    const double lp = (static_cast<double>(gathered[i]) - lse) * o.repetition_penalty;
+    out->push_back({l.score + lp, hyp, tok, lp});
+  }
+  const float* logit = s.top_logit.data() + static_cast<int64_t>(row) * s.k;
+  const int32_t* id = s.top_id.data() + static_cast<int64_t>(row) * s.k;
+  int taken = 0;
+  for (int i = 0; i < s.k && taken < k; ++i) {
+    if (!rules.Allowed(id[i]) || Contains(banned, id[i]) || Contains(penalized, id[i])) continue;
+    out->push_back({l.score + logit[i] - lse, hyp, id[i], logit[i] - lse});
+    ++taken;
+  }
+  std::sort(out->begin() + first, out->end(), Better);
+  if (static_cast<int>(out->size() - first) > k) out->resize(first + k);
+}
+
+// Sampling: one of `cands` (one hypothesis' allowed tokens, best first), drawn with
+// probabilities exp(logprob / temperature) renormalised over them and cut to the smallest
+// prefix whose mass reaches topp; u in [0, 1).
+size_t Sample(const std::vector<Candidate>& cands, const DecodeOptions& o, double u) {
+  std::vector<double> w(cands.size());
+  double total = 0;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    w[i] = std::exp((cands[i].logprob - cands[0].logprob) / o.sampling_temperature);
+    total += w[i];
+  }
+  size_t keep = cands.size();
+  if (o.sampling_topp < 1.0f) {
+    double mass = 0;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      mass += w[i];
+      if (mass >= o.sampling_topp * total) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  double kept = 0;
+  for (size_t i = 0; i < keep; ++i) kept += w[i];
+  const double target = u * kept;
+  double cum = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    cum += w[i];
+    if (cum > target) return i;
+  }
+  return keep - 1;
 }
 
 }  // namespace
@@ -83,6 +185,9 @@ struct BeamDecoder::Sentence {
   DecodeOptions opt;
   int max_len = 0;
   int t = 0;  // output positions decided so far
+  std::vector<int32_t> prefix;  // forced first tokens
+  uint64_t stream = 0;          // sampling stream
+  int alignment_layer = -1;     // resolved (return_alignments)
   std::vector<Live> live;
   std::vector<Finished> finished;
 };
@@ -119,17 +224,39 @@ int BeamDecoder::live_rows() const {
 
 absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(
     const std::vector<std::vector<int32_t>>& sources, const DecodeOptions& opt) {
+  std::vector<DecodeInput> inputs(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    inputs[i].source = sources[i];
+    inputs[i].stream = i;
+  }
+  return Add(inputs, opt);
+}
+
+absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(const std::vector<DecodeInput>& inputs,
+                                                      const DecodeOptions& opt) {
   TNMT_RETURN_IF_ERROR(opt.Validate());
-  const int batch = static_cast<int>(sources.size());
+  const int batch = static_cast<int>(inputs.size());
   if (batch == 0) return std::vector<int64_t>{};
   const ModelConfig& c = *c_;
+  const int layers = c.decoder_layers;
+  if (opt.return_alignments && opt.alignment_layer >= layers) {
+    return absl::InvalidArgumentError(absl::StrCat("alignment_layer ", opt.alignment_layer,
+                                                   " outside [-1, ", layers, ") (the decoder's layers)"));
+  }
   int src_max = 0;
-  for (const auto& s : sources) {
+  for (const DecodeInput& in : inputs) {
+    const std::vector<int32_t>& s = in.source;
     if (s.empty()) return absl::InvalidArgumentError("empty source (must end with </s>)");
     for (int32_t id : s) {
       if (id < 0 || id >= c.vocab_size) {
         return absl::InvalidArgumentError(
             absl::StrCat("source token id ", id, " outside [0, ", c.vocab_size, ")"));
+      }
+    }
+    for (int32_t id : in.prefix) {
+      if (id < 0 || id >= c.vocab_size || id == c.eos_id || id == c.pad_id) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "target prefix token id ", id, (id == c.eos_id || id == c.pad_id) ? " is </s> or <pad>" : " is outside the vocabulary"));
       }
     }
     src_max = std::max<int>(src_max, s.size());
@@ -139,11 +266,23 @@ absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(
                                                    " tokens exceeds the model's limit of ",
                                                    MaxPositions(c), " positions"));
   }
+  std::vector<int> max_lens(batch);
+  for (int b = 0; b < batch; ++b) {
+    const int len = static_cast<int>(inputs[b].source.size());
+    const int max_len = opt.max_length > 0 ? opt.max_length : len + opt.max_length_offset;
+    max_lens[b] = std::max(1, std::min(max_len, MaxPositions(c)));
+    if (static_cast<int>(inputs[b].prefix.size()) >= max_lens[b]) {
+      return absl::InvalidArgumentError(absl::StrCat("target prefix of ", inputs[b].prefix.size(),
+                                                     " tokens leaves no room for </s> within the maximum output length of ",
+                                                     max_lens[b], " tokens"));
+    }
+  }
   std::vector<int32_t> ids(static_cast<size_t>(batch) * src_max, c.pad_id);
   std::vector<int32_t> lengths(batch);
   for (int b = 0; b < batch; ++b) {
-    std::copy(sources[b].begin(), sources[b].end(), ids.begin() + static_cast<size_t>(b) * src_max);
-    lengths[b] = static_cast<int32_t>(sources[b].size());
+    const std::vector<int32_t>& s = inputs[b].source;
+    std::copy(s.begin(), s.end(), ids.begin() + static_cast<size_t>(b) * src_max);
+    lengths[b] = static_cast<int32_t>(s.size());
   }
   TNMT_ASSIGN_OR_RETURN(std::vector<int32_t> src_ids,
                         model_->AddSources(ids.data(), lengths.data(), batch, src_max));
@@ -153,9 +292,11 @@ absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(
     s->handle = handles[b] = next_handle_++;
     s->source = src_ids[b];
     s->opt = opt;
-    const int max_len = opt.max_length > 0 ? opt.max_length : lengths[b] + opt.max_length_offset;
-    s->max_len = std::max(1, std::min(max_len, MaxPositions(c)));
-    s->live.push_back({-1, 0.0, {}});
+    s->max_len = max_lens[b];
+    s->prefix = inputs[b].prefix;
+    s->stream = inputs[b].stream;
+    if (opt.return_alignments) s->alignment_layer = opt.alignment_layer >= 0 ? opt.alignment_layer : layers - 1;
+    s->live.push_back({-1, 0.0, {}, {}, {}});
     joining_.push_back(std::move(s));
   }
   return handles;
@@ -211,10 +352,49 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
   const int rows = model_->rows();
   if (rows == 0) return absl::OkStatus();
   // Candidates per row: the most any sentence's walk may need, plus one for a </s> that is not
-  // allowed yet; never more than the tokens other than pad.
+  // allowed yet and one per token the options may exclude or lower; never more than the tokens
+  // other than pad. Gathered logits: a prefix's forced token, or the tokens a repetition
+  // penalty applies to.
   int k = 1;
-  for (const auto& s : live_) k = std::max(k, s->opt.beam_size == 1 ? 1 : 2 * s->opt.beam_size);
+  bool gather = false;
+  std::vector<int32_t> layers;
+  for (const auto& s : live_) {
+    const DecodeOptions& o = s->opt;
+    int want = o.sampling() ? (o.sampling_topk == 0 ? V : o.sampling_topk) : o.beam_size == 1 ? 1 : 2 * o.beam_size;
+    want += o.disable_unk ? 1 : 0;
+    if (o.no_repeat_ngram_size > 0 || o.repetition_penalty != 1.0f) {
+      size_t most = 0;
+      for (const Live& l : s->live) most = std::max(most, l.ids.size());
+      want += static_cast<int>(most);
+    }
+    k = std::max(k, want);
+    gather = gather || o.repetition_penalty != 1.0f || s->t < static_cast<int>(s->prefix.size());
+    if (s->alignment_layer >= 0) layers.push_back(s->alignment_layer);
+  }
   k = std::min(k + 1, V - 1);
+  std::sort(layers.begin(), layers.end());
+  layers.erase(std::unique(layers.begin(), layers.end()), layers.end());
+  scores_.gather_offsets.clear();
+  scores_.gather_ids.clear();
+  if (gather) {
+    scores_.gather_offsets.assign(rows + 1, 0);
+    std::vector<std::vector<int32_t>> per_row(rows);
+    for (const auto& s : live_) {
+      const bool forcing = s->t < static_cast<int>(s->prefix.size());
+      for (const Live& l : s->live) {
+        if (forcing) {
+          per_row[l.row] = {s->prefix[s->t]};
+        } else if (s->opt.repetition_penalty != 1.0f) {
+          per_row[l.row] = Distinct(l.ids);
+        }
+      }
+    }
+    for (int r = 0; r < rows; ++r) {
+      scores_.gather_ids.insert(scores_.gather_ids.end(), per_row[r].begin(), per_row[r].end());
+      scores_.gather_offsets[r + 1] = static_cast<int32_t>(scores_.gather_ids.size());
+    }
+  }
+  scores_.alignment_layers = layers;
   TNMT_RETURN_IF_ERROR(model_->Step(step_ids_.data(), k, &scores_));
 
   std::vector<int32_t> parents, next_ids;
@@ -223,25 +403,50 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
   for (auto& sp : live_) {
     Sentence& s = *sp;
     const int t = ++s.t;
-    const bool greedy = s.opt.beam_size == 1;
-    const int K = s.opt.beam_size;
-    const TokenRules rules{c.pad_id, c.eos_id, t >= s.max_len, t < s.opt.min_length};
+    const DecodeOptions& o = s.opt;
+    const bool greedy = o.beam_size == 1;
+    const int K = o.beam_size;
+    const bool changed = o.disable_unk || o.no_repeat_ngram_size > 0 || o.repetition_penalty != 1.0f;
+    const TokenRules rules{c.pad_id, c.eos_id, t >= s.max_len, t < o.min_length};
     cands.clear();
-    for (int h = 0; h < static_cast<int>(s.live.size()); ++h) {
-      const Live& l = s.live[h];
-      TopK(scores_, l.row, greedy ? 1 : 2 * K, rules, h, l.score, &cands);
+    if (t <= static_cast<int>(s.prefix.size())) {  // a forced prefix token (one live hypothesis)
+      const Live& l = s.live[0];
+      const double lp = static_cast<double>(scores_.gather_logit[scores_.gather_offsets[l.row]]) - scores_.lse[l.row];
+      cands.push_back({l.score + lp, 0, s.prefix[t - 1], lp});
+    } else {
+      for (int h = 0; h < static_cast<int>(s.live.size()); ++h) {
+        const Live& l = s.live[h];
+        const int want = o.sampling() ? (o.sampling_topk == 0 ? V : o.sampling_topk) : greedy ? 1 : 2 * K;
+        if (changed) {
+          const float* gathered = scores_.gather_offsets.empty() ? nullptr
+                                                                 : scores_.gather_logit.data() + scores_.gather_offsets[l.row];
+          TopKChanged(scores_, l.row, want, rules, o, c.unk_id, l, gathered, h, &cands);
+        } else {
+          TopK(scores_, l.row, want, rules, h, l.score, &cands);
+        }
+      }
+      std::sort(cands.begin(), cands.end(), Better);
+      if (o.sampling() && !cands.empty()) {
+        const size_t pick = Sample(cands, o, kernels::CounterUniform(o.seed, s.stream, static_cast<uint64_t>(t)));
+        cands = {cands[pick]};
+      }
+      if (!greedy && static_cast<int>(cands.size()) > 2 * K) cands.resize(2 * K);
     }
-    std::sort(cands.begin(), cands.end(), Better);
-    if (!greedy && static_cast<int>(cands.size()) > 2 * K) cands.resize(2 * K);
+    const int layer_index = s.alignment_layer < 0 ? -1
+        : static_cast<int>(std::lower_bound(layers.begin(), layers.end(), s.alignment_layer) - layers.begin());
     std::vector<Live> next;
     for (const Candidate& cd : cands) {
       const Live& parent = s.live[cd.hyp];
       if (cd.token == c.eos_id) {
-        const double norm = greedy ? cd.score : cd.score / LengthPenalty(t, s.opt.length_penalty, s.opt.length_penalty_style);
-        s.finished.push_back({norm, cd.score, parent.ids});
+        const double norm = greedy ? cd.score : cd.score / LengthPenalty(t, o.length_penalty, o.length_penalty_style);
+        Finished f{norm, cd.score, parent.ids, parent.token_scores, parent.alignments};
+        if (o.return_token_scores) f.token_scores.push_back(static_cast<float>(cd.logprob));
+        s.finished.push_back(std::move(f));
       } else {
-        Live l{parent.row, cd.score, parent.ids};
+        Live l{parent.row, cd.score, parent.ids, parent.token_scores, parent.alignments};
         l.ids.push_back(cd.token);
+        if (o.return_token_scores) l.token_scores.push_back(static_cast<float>(cd.logprob));
+        if (layer_index >= 0) l.alignments.push_back(scores_.aligned[static_cast<size_t>(layer_index) * rows + parent.row]);
         next.push_back(std::move(l));
       }
       // The walk ends once K hypotheses are live (greedy: after the first candidate).
@@ -256,7 +461,7 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
       const double kth = norms[K - 1];
       const double best_live = next.front().score;
       const int bound_len = s.opt.length_penalty >= 0 ? s.max_len : t;
-      stop = kth >= best_live / LengthPenalty(bound_len, s.opt.length_penalty, s.opt.length_penalty_style);
+      stop = kth >= best_live / LengthPenalty(bound_len, o.length_penalty, o.length_penalty_style);
     }
     if (stop) {
       s.live.clear();
@@ -282,7 +487,8 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
                      [](const Finished& x, const Finished& y) { return x.normalized > y.normalized; });
     Done d{sp->handle, {}};
     for (int i = 0; i < static_cast<int>(f.size()) && i < sp->opt.n_best; ++i) {
-      d.result.hypotheses.push_back({std::move(f[i].ids), static_cast<float>(f[i].normalized)});
+      d.result.hypotheses.push_back({std::move(f[i].ids), static_cast<float>(f[i].normalized),
+                                     std::move(f[i].token_scores), std::move(f[i].alignments)});
     }
     done->push_back(std::move(d));
   }
@@ -299,11 +505,21 @@ absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const Mod
 absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder,
                                                  const std::vector<std::vector<int32_t>>& sources,
                                                  const DecodeOptions& opt) {
+  std::vector<DecodeInput> inputs(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    inputs[i].source = sources[i];
+    inputs[i].stream = i;
+  }
+  return Decode(decoder, inputs, opt);
+}
+
+absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder, const std::vector<DecodeInput>& inputs,
+                                                 const DecodeOptions& opt) {
   TNMT_RETURN_IF_ERROR(opt.Validate());
-  std::vector<DecodeResult> results(sources.size());
-  if (sources.empty()) return results;
+  std::vector<DecodeResult> results(inputs.size());
+  if (inputs.empty()) return results;
   if (!decoder.empty()) return absl::FailedPreconditionError("Decode needs an idle decoder");
-  TNMT_ASSIGN_OR_RETURN(std::vector<int64_t> handles, decoder.Add(sources, opt));
+  TNMT_ASSIGN_OR_RETURN(std::vector<int64_t> handles, decoder.Add(inputs, opt));
   std::vector<BeamDecoder::Done> done;
   while (!decoder.empty()) {
     done.clear();

@@ -40,6 +40,11 @@ class BeamDecoder {
   // per source (unique for this decoder). Nothing is added when an error is returned.
   absl::StatusOr<std::vector<int64_t>> Add(const std::vector<std::vector<int32_t>>& sources,
                                            const DecodeOptions& options);
+  // The same with a target prefix and a sampling stream per source (Add above: no prefix,
+  // stream = index in `sources`). A prefix must leave room for </s> within the sentence's
+  // maximum output length.
+  absl::StatusOr<std::vector<int64_t>> Add(const std::vector<DecodeInput>& inputs,
+                                           const DecodeOptions& options);
 
   struct Done {
     int64_t handle;
@@ -79,6 +84,8 @@ absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const Mod
 // The same with a decoder made by the caller (any device); it must be empty, and is empty after.
 absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder,
                                                  const std::vector<std::vector<int32_t>>& sources,
+                                                 const DecodeOptions& options);
+absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder, const std::vector<DecodeInput>& inputs,
                                                  const DecodeOptions& options);
 
 // Length penalty lp(n) = ((5 + n) / 6)^alpha (kGnmt) or n^alpha (kLength); both grow with n

@@ -33,16 +33,15 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
   const int rows = state_.rows();
   const int V = c_.vocab_size;
   TNMT_RETURN_IF_ERROR(s->Reset(rows, k, V));
-  const bool forced = !s->forced_id.empty();
-  if (forced) {
-    if (static_cast<int>(s->forced_id.size()) != rows) {
-      return absl::InvalidArgumentError(absl::StrCat("forced_id has ", s->forced_id.size(), " ids for ", rows, " rows"));
+  TNMT_RETURN_IF_ERROR(s->CheckGather(rows, V));
+  const bool gather = !s->gather_offsets.empty();
+  for (int32_t layer : s->alignment_layers) {
+    if (layer < 0 || layer >= static_cast<int>(w_.decoder.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("alignment layer ", layer, " outside [0, ",
+                                                     w_.decoder.size(), ")"));
     }
-    for (int32_t id : s->forced_id) {
-      if (id < 0 || id >= V) return absl::InvalidArgumentError(absl::StrCat("forced token id ", id, " outside the vocabulary"));
-    }
-    s->forced_logit.resize(rows);
   }
+  state_.set_alignment_layers(s->alignment_layers);
   logits_.resize(static_cast<size_t>(rows) * V);
   TNMT_RETURN_IF_ERROR(DecoderForward(c_, w_, &state_, ids, 1, logits_.data(), ws_));
   // Per row, on the compute threads: the log-softmax normalizer and the k best tokens (the row
@@ -52,10 +51,14 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
       const float* row = logits_.data() + r * V;
       kernels::cpu::LogSumExp(s->lse.data() + r, row, 1, V);
       s->eos_logit[r] = row[c_.eos_id];
-      if (forced) s->forced_logit[r] = row[s->forced_id[r]];
+      if (gather) {
+        for (int32_t i = s->gather_offsets[r]; i < s->gather_offsets[r + 1]; ++i) s->gather_logit[i] = row[s->gather_ids[i]];
+      }
       kernels::cpu::RowTopK(row, V, k, c_.pad_id, s->top_logit.data() + r * k, s->top_id.data() + r * k);
     }
   });
+  s->aligned.clear();
+  for (const std::vector<int32_t>& a : state_.alignments()) s->aligned.insert(s->aligned.end(), a.begin(), a.end());
   return absl::OkStatus();
 }
 

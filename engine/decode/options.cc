@@ -41,6 +41,35 @@ absl::Status DecodeOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("min_length must be in [0, max_length], got ", min_length));
   }
+  if (no_repeat_ngram_size < 0 || no_repeat_ngram_size > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no_repeat_ngram_size must be in [0, 64], got ", no_repeat_ngram_size));
+  }
+  if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0.0f || repetition_penalty > 100.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be in (0, 100], got ", repetition_penalty));
+  }
+  if (sampling_topk < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling_topk must be >= 0, got ", sampling_topk));
+  }
+  if (!std::isfinite(sampling_topp) || sampling_topp <= 0.0f || sampling_topp > 1.0f) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling_topp must be in (0, 1], got ", sampling_topp));
+  }
+  if (!std::isfinite(sampling_temperature) || sampling_temperature <= 0.0f || sampling_temperature > 100.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling_temperature must be in (0, 100], got ", sampling_temperature));
+  }
+  if (!sampling() && (sampling_topp != 1.0f || sampling_temperature != 1.0f)) {
+    return absl::InvalidArgumentError(
+        "sampling_topp and sampling_temperature apply to sampling only: set sampling_topk (0: all tokens)");
+  }
+  if (sampling() && beam_size != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sampling needs beam_size 1, got ", beam_size, " (sampling_topk ", sampling_topk, ")"));
+  }
+  if (alignment_layer < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("alignment_layer must be >= -1, got ", alignment_layer));
+  }
   return absl::OkStatus();
 }
 

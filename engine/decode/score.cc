@@ -50,18 +50,20 @@ absl::StatusOr<std::vector<PairScore>> ScoreBatch(const ModelConfig& c, StepMode
   std::vector<int32_t> step_ids;
   for (int t = 0; status.ok() && !live.empty(); ++t) {
     step_ids.resize(live.size());
-    scores.forced_id.resize(live.size());
+    scores.gather_ids.resize(live.size());
+    scores.gather_offsets.resize(live.size() + 1);
+    for (size_t r = 0; r <= live.size(); ++r) scores.gather_offsets[r] = static_cast<int32_t>(r);
     for (size_t r = 0; r < live.size(); ++r) {
       const std::vector<int32_t>& tgt = targets[live[r]];
       step_ids[r] = t == 0 ? c.start_id() : tgt[t - 1];
-      scores.forced_id[r] = t < static_cast<int>(tgt.size()) ? tgt[t] : c.eos_id;
+      scores.gather_ids[r] = t < static_cast<int>(tgt.size()) ? tgt[t] : c.eos_id;
     }
     status = model->Step(step_ids.data(), 1, &scores);
     if (!status.ok()) break;
     std::vector<int32_t> keep, still;
     for (size_t r = 0; r < live.size(); ++r) {
       PairScore& p = out[live[r]];
-      const float lp = scores.forced_logit[r] - scores.lse[r];
+      const float lp = scores.gather_logit[r] - scores.lse[r];
       p.token_scores.push_back(lp);
       p.score += lp;
       if (t < static_cast<int>(targets[live[r]].size())) {

@@ -19,4 +19,28 @@ absl::Status StepScores::Reset(int n, int candidates, int vocab_size) {
   return absl::OkStatus();
 }
 
+absl::Status StepScores::CheckGather(int n, int vocab_size) {
+  if (gather_offsets.empty()) {
+    gather_logit.clear();
+    return absl::OkStatus();
+  }
+  if (static_cast<int>(gather_offsets.size()) != n + 1 || gather_offsets[0] != 0 ||
+      gather_offsets[n] != static_cast<int32_t>(gather_ids.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("gather_offsets: ", gather_offsets.size(), " offsets for ", n,
+                                                   " rows and ", gather_ids.size(), " ids"));
+  }
+  for (int r = 0; r < n; ++r) {
+    if (gather_offsets[r + 1] < gather_offsets[r]) {
+      return absl::InvalidArgumentError(absl::StrCat("gather_offsets decrease at row ", r));
+    }
+  }
+  for (int32_t id : gather_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("gathered token id ", id, " outside [0, ", vocab_size, ")"));
+    }
+  }
+  gather_logit.resize(gather_ids.size());
+  return absl::OkStatus();
+}
+
 }  // namespace tnmt

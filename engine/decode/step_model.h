@@ -29,13 +29,25 @@ struct StepScores {
   // in increasing token id. The log-probability of a token is logit - lse.
   std::vector<float> top_logit;
   std::vector<int32_t> top_id;
-  // Forced decoding: when the caller fills forced_id ([rows], tokens in [0, vocab)) before
-  // Step, Step also reports each row's raw logit of that token in forced_logit ([rows]).
-  // Reset leaves forced_id as it is.
-  std::vector<int32_t> forced_id;
-  std::vector<float> forced_logit;
+  // Gathered logits: when the caller fills gather_offsets ([rows + 1], non-decreasing, from 0)
+  // and gather_ids (tokens in [0, vocab)) before Step, Step also reports the raw logit of each
+  // gathered token in gather_logit (aligned with gather_ids); row r's tokens are
+  // gather_ids[gather_offsets[r], gather_offsets[r + 1]). Forced decoding gathers each row's
+  // forced token, beam search a target prefix's next token and the tokens a repetition penalty
+  // applies to. Empty gather_offsets: nothing is gathered.
+  std::vector<int32_t> gather_offsets, gather_ids;
+  std::vector<float> gather_logit;
+  // Alignments: for each decoder layer in alignment_layers (distinct), Step also fills
+  // aligned[i * rows + r]: the source position row r attends to most in layer
+  // alignment_layers[i]'s cross-attention, averaged over the heads. Empty: none.
+  std::vector<int32_t> alignment_layers;
+  std::vector<int32_t> aligned;
 
-  // Checks 1 <= k < vocab_size (StepModel::Step's contract) and sizes the vectors for `rows`.
+  // Checks the gather arrays against `rows` and `vocab_size` and sizes gather_logit.
+  absl::Status CheckGather(int rows, int vocab_size);
+
+  // Checks 1 <= k < vocab_size (StepModel::Step's contract) and sizes the vectors for `rows`;
+  // leaves the gather and alignment requests as they are.
   absl::Status Reset(int rows, int k, int vocab_size);
 };
 

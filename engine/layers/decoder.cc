@@ -273,6 +273,12 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
     ApplyLinear(cq, in, rows, l.cross_q);
     const float* kv = s->cross_.layers[li].f32();
     k::MultiHeadAttention(attn, d, cq, d, kv, kv + d, 0, 2 * d, cross_args);
+    for (size_t a = 0; a < s->alignment_layers_.size(); ++a) {
+      if (s->alignment_layers_[a] != static_cast<int>(li)) continue;
+      s->alignments_.resize(s->alignment_layers_.size());
+      s->alignments_[a].resize(rows);
+      k::AttentionArgmax(s->alignments_[a].data(), cq, d, kv, 0, 2 * d, cross_args);
+    }
     ApplyLinear(y, attn, rows, l.cross_out);
     FinishSublayer(x, y, rows, c, l.cross_ln);
     TNMT_RETURN_IF_ERROR(FeedForward(x, rows, c, l.fc1, l.fc2, l.final_ln, ws));

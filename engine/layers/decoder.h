@@ -62,6 +62,14 @@ class DecoderState {
   absl::Status Reorder(const std::vector<int32_t>& parents,
                        const std::vector<int32_t>& new_sources = {});
 
+  // Alignments: for each decoder layer in `layers` (distinct, each in [0, decoder layers)),
+  // every DecoderForward also records, for every query row (rows x t_new, in order), the
+  // source position with the highest cross-attention probability of that layer averaged over
+  // the heads (kernels::cpu::AttentionArgmax): alignments()[i] for layers[i]. Empty (the
+  // default): nothing is recorded.
+  void set_alignment_layers(std::vector<int32_t> layers) { alignment_layers_ = std::move(layers); }
+  const std::vector<std::vector<int32_t>>& alignments() const { return alignments_; }
+
  private:
   // Slots of d2 floats per layer; grows by doubling, keeping slot ids.
   struct SlotPool {
@@ -94,6 +102,8 @@ class DecoderState {
   // [row, max_steps_]: slot holding position p of row r (first row_pos_[r] valid).
   std::vector<int32_t> tables_, spare_tables_;
   std::vector<int32_t> spare_source_, spare_pos_, valid_;
+  std::vector<int32_t> alignment_layers_;
+  std::vector<std::vector<int32_t>> alignments_;
 };
 
 // ids: [rows, t_new] target tokens at positions steps()..steps()+t_new-1, rows == state->rows().

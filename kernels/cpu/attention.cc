@@ -461,4 +461,47 @@ void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q
   });
 }
 
+void AttentionArgmax(int32_t* out, const float* q, int64_t ld_q, const float* k, int64_t ld_kv,
+                     int64_t kv_group_stride, const AttentionArgs& a) {
+  const int dh = a.d_head;
+  ParallelFor(a.batch, [&](int64_t begin, int64_t end) {
+    std::vector<double> scores, mean;
+    for (int64_t b = begin; b < end; ++b) {
+      const int g = a.kv_index != nullptr ? a.kv_index[b] : static_cast<int>(b);
+      const int valid = a.k_valid != nullptr ? a.k_valid[g] : a.k_len;
+      const int32_t* groups = a.k_groups != nullptr ? a.k_groups + g * a.k_groups_stride : nullptr;
+      for (int i = 0; i < a.q_len; ++i) {
+        int limit = valid;
+        if (a.causal_offset >= 0 && i + a.causal_offset + 1 < limit) limit = i + a.causal_offset + 1;
+        const int64_t row = b * a.q_len + i;
+        if (limit <= 0) {
+          out[row] = -1;
+          continue;
+        }
+        const float* qr = q + row * ld_q;
+        scores.assign(limit, 0.0);
+        mean.assign(limit, 0.0);
+        for (int h = 0; h < a.num_heads; ++h) {
+          double mx = -INFINITY;
+          for (int j = 0; j < limit; ++j) {
+            const float* kh = k + (groups != nullptr ? groups[j] : g) * kv_group_stride + j * ld_kv + h * dh;
+            double s = 0.0;
+            for (int c = 0; c < dh; ++c) s += static_cast<double>(qr[h * dh + c]) * kh[c];
+            scores[j] = s * a.scale;
+            mx = std::max(mx, scores[j]);
+          }
+          double sum = 0.0;
+          for (int j = 0; j < limit; ++j) sum += (scores[j] = std::exp(scores[j] - mx));
+          for (int j = 0; j < limit; ++j) mean[j] += scores[j] / sum;
+        }
+        int best = 0;
+        for (int j = 1; j < limit; ++j) {
+          if (mean[j] > mean[best]) best = j;
+        }
+        out[row] = best;
+      }
+    }
+  });
+}
+
 }  // namespace tnmt::kernels::cpu

@@ -36,4 +36,12 @@ void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q
                         const float* v, int64_t ld_kv, int64_t kv_group_stride,
                         const AttentionArgs& args);
 
+// Alignment: for each query row (batch * q_len rows, addressed as in MultiHeadAttention), the
+// key position j with the highest attention probability averaged over the heads; ties: the
+// lowest j. A row with no visible key gets -1. Computed in double from the same scaled dot
+// products and softmax as the attention (exp exact, not the kernels' approximation), so it
+// does not depend on the kernel path; one row at a time, rows split over the compute threads.
+void AttentionArgmax(int32_t* out, const float* q, int64_t ld_q, const float* k, int64_t ld_kv,
+                     int64_t kv_group_stride, const AttentionArgs& args);
+
 }  // namespace tnmt::kernels::cpu

@@ -518,5 +518,84 @@ TEST_P(MultiHeadAttentionTest, OddHeadSizesAndKeyCounts) {
   }
 }
 
+// AttentionArgmax against the naive reference's probabilities (averaged over the heads, the
+// first maximum), with padding, a causal mask, beams sharing a K/V group and slot tables.
+std::vector<int32_t> ReferenceArgmax(const Problem& p) {
+  const AttentionArgs& a = p.args;
+  const int dh = a.d_head;
+  std::vector<int32_t> out;
+  for (int b = 0; b < a.batch; ++b) {
+    const int g = a.kv_index ? a.kv_index[b] : b;
+    const int valid = a.k_valid ? a.k_valid[g] : a.k_len;
+    for (int i = 0; i < a.q_len; ++i) {
+      const int64_t row = static_cast<int64_t>(b) * a.q_len + i;
+      std::vector<double> mean(a.k_len, 0.0);
+      bool any = false;
+      for (int h = 0; h < a.num_heads; ++h) {
+        std::vector<double> s(a.k_len, -INFINITY);
+        double mx = -INFINITY;
+        for (int j = 0; j < a.k_len; ++j) {
+          if (j >= valid || (a.causal_offset >= 0 && j > i + a.causal_offset)) continue;
+          const int64_t stored = a.k_groups ? a.k_groups[g * a.k_groups_stride + j] : g;
+          double dot = 0.0;
+          for (int c = 0; c < dh; ++c) {
+            dot += static_cast<double>(p.q[row * p.ld_q + h * dh + c]) *
+                   p.k[stored * p.kv_group_stride + j * p.ld_kv + h * dh + c];
+          }
+          s[j] = dot * a.scale;
+          mx = std::max(mx, s[j]);
+        }
+        if (mx == -INFINITY) continue;
+        any = true;
+        double sum = 0.0;
+        for (int j = 0; j < a.k_len; ++j) sum += std::exp(s[j] - mx);
+        for (int j = 0; j < a.k_len; ++j) mean[j] += std::exp(s[j] - mx) / sum;
+      }
+      out.push_back(any ? static_cast<int32_t>(std::max_element(mean.begin(), mean.end()) - mean.begin()) : -1);
+    }
+  }
+  return out;
+}
+
+TEST(AttentionArgmaxTest, MatchesReference) {
+  uint32_t seed = 900;
+  for (const Dims& d : kDims) {
+    for (int causal : {-1, 0, 2}) {
+      Problem p = Make(d.batch, d.q_len, d.k_len, d.heads, d.dh);
+      p.args.causal_offset = causal;
+      p.k_valid.assign(d.batch, d.k_len);
+      p.k_valid[0] = (d.k_len + 1) / 2;
+      Prepare(p, seed++);
+      std::vector<int32_t> got(static_cast<size_t>(d.batch) * d.q_len, -7);
+      AttentionArgmax(got.data(), p.q.data(), p.ld_q, p.k.data(), p.ld_kv, p.kv_group_stride, p.args);
+      EXPECT_EQ(got, ReferenceArgmax(p)) << Name(p);
+    }
+  }
+  // Beams sharing sources through kv_index, keys through a slot table (ld_kv = 0), and a group
+  // with no valid key (-1).
+  Problem p = Make(4, 1, 6, 2, 8);
+  p.kv_groups = 12;
+  p.ld_kv = 0;
+  p.kv_group_stride = 16;
+  p.kv_index = {1, 0, 1, 2};
+  p.k_valid = {4, 6, 0};
+  p.args.k_groups_stride = 6;
+  for (int i = 0; i < 18; ++i) p.k_groups.push_back((i * 5) % 12);
+  Prepare(p, 999);
+  std::vector<int32_t> got(4, -7);
+  AttentionArgmax(got.data(), p.q.data(), p.ld_q, p.k.data(), p.ld_kv, p.kv_group_stride, p.args);
+  EXPECT_EQ(got, ReferenceArgmax(p));
+  EXPECT_EQ(got[3], -1);
+  // A key that every head prefers by far wins.
+  Problem one = Make(1, 1, 5, 2, 4);
+  Prepare(one, 1000);
+  for (float& x : one.q) x = 1.0f;
+  for (int j = 0; j < 5; ++j)
+    for (int c = 0; c < 8; ++c) one.k[j * 8 + c] = j == 3 ? 4.0f : 0.0f;
+  int32_t best = -7;
+  AttentionArgmax(&best, one.q.data(), one.ld_q, one.k.data(), one.ld_kv, one.kv_group_stride, one.args);
+  EXPECT_EQ(best, 3);
+}
+
 }  // namespace
 }  // namespace tnmt::kernels::cpu
