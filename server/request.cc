@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -12,11 +14,13 @@ namespace tnmt::server {
 
 absl::StatusOr<PreparedRequest> PrepareRequest(
     const ModelRegistry& registry, const ServiceLimits& limits, const std::string& model,
-    const tnmt::v1::DecodingOptions& o, const google::protobuf::RepeatedPtrField<std::string>& texts) {
+    const tnmt::v1::DecodingOptions& o, const google::protobuf::RepeatedPtrField<std::string>& texts,
+    const google::protobuf::RepeatedPtrField<std::string>* target_prefixes) {
   PreparedRequest p;
   p.limits = limits;
   p.request_options = o;
   p.request_texts = &texts;
+  p.request_prefixes = target_prefixes;
   p.model = model;
   if (p.model.empty()) {
     p.model = registry.default_model();
@@ -67,6 +71,45 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
                                                    " tokens"));
   }
   if (o.max_length() > 0) d.max_length = o.max_length() + 1;  // the engine counts </s>
+  if (o.min_length() < 0 || (o.max_length() > 0 && o.min_length() > o.max_length()) ||
+      o.min_length() > limits.max_output_length) {
+    return absl::InvalidArgumentError(absl::StrCat("options.min_length: ", o.min_length(), " is outside [0, ",
+                                                   o.max_length() > 0 ? o.max_length() : limits.max_output_length,
+                                                   o.max_length() > 0 ? "] (max_length)" : "]"));
+  }
+  if (o.min_length() > 0) d.min_length = o.min_length() + 1;  // </s> is allowed from that position on
+  d.no_repeat_ngram_size = o.no_repeat_ngram_size();
+  if (o.has_repetition_penalty()) d.repetition_penalty = o.repetition_penalty();
+  d.disable_unk = o.disable_unk();
+  if (o.has_sampling_topk()) d.sampling_topk = o.sampling_topk();
+  if (o.has_sampling_topp()) d.sampling_topp = o.sampling_topp();
+  if (o.has_sampling_temperature()) d.sampling_temperature = o.sampling_temperature();
+  if (d.sampling() && !o.has_beam_size()) d.beam_size = 1;  // sampling replaces the search
+  if (d.sampling()) {
+    d.seed = o.seed();
+    while (d.seed == 0) d.seed = (static_cast<uint64_t>(std::random_device()()) << 32) ^ std::random_device()();
+    p.seed = d.seed;
+  }
+  d.return_alignments = o.return_alignments();
+  if (o.has_alignment_layer()) {
+    if (o.alignment_layer() < 0 || o.alignment_layer() >= m.config.decoder_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("options.alignment_layer: ", o.alignment_layer(),
+                                                     " is outside [0, ", m.config.decoder_layers, ") (the decoder's layers)"));
+    }
+    d.alignment_layer = o.alignment_layer();
+  }
+  d.return_token_scores = o.return_token_scores();
+  const bool has_prefixes = target_prefixes != nullptr && !target_prefixes->empty();
+  if (m.device_backend != nullptr) {
+    const char* cpu_only = has_prefixes ? "target_prefixes"
+                           : d.repetition_penalty != 1.0f ? "options.repetition_penalty"
+                           : d.return_alignments ? "options.return_alignments"
+                           : nullptr;
+    if (cpu_only != nullptr) {
+      return absl::UnimplementedError(absl::StrCat(cpu_only, ": runs on the CPU engine only; model ", p.model,
+                                                   " is on ", m.device_backend->Describe()));
+    }
+  }
   if (absl::Status s = d.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("options.", s.message()));
   }
@@ -74,6 +117,10 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
 
   p.texts = texts.size();
   if (texts.empty()) return absl::InvalidArgumentError("texts: empty batch (send at least one text)");
+  if (has_prefixes && target_prefixes->size() != texts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("target_prefixes: ", target_prefixes->size(), " for ", texts.size(),
+                                                   " texts (give none, or one per text)"));
+  }
   if (texts.size() > limits.max_sentences_per_request) {
     return WithReason(absl::ResourceExhaustedError(absl::StrCat("texts: ", texts.size(),
                                                                 " texts exceed the limit of ",
@@ -107,8 +154,32 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
       p.blank.push_back(i);
       continue;
     }
+    std::vector<int32_t> prefix;
+    if (has_prefixes && !(*target_prefixes)[i].empty()) {
+      const std::string& pt = (*target_prefixes)[i];
+      if (static_cast<int64_t>(pt.size()) > limits.max_text_bytes) {
+        return WithReason(absl::InvalidArgumentError(absl::StrCat("target_prefixes[", i, "]: ", pt.size(),
+                                                                    " bytes exceed the limit of ", limits.max_text_bytes)),
+                          "TEXT_TOO_LONG");
+      }
+      absl::StatusOr<std::vector<int32_t>> pieces = m.tokenizer->EncodeTarget(pt);
+      if (!pieces.ok()) {
+        return WithReason(absl::InvalidArgumentError(absl::StrCat("target_prefixes[", i, "]: ", pieces.status().message())),
+                          "INVALID_TEXT");
+      }
+      int max_out = d.max_length > 0 ? d.max_length : static_cast<int>(ids->size()) + d.max_length_offset;
+      max_out = std::min(max_out, MaxPositions(m.config));
+      if (static_cast<int>(pieces->size()) >= max_out) {
+        return WithReason(absl::InvalidArgumentError(absl::StrCat("target_prefixes[", i, "]: ", pieces->size(),
+                                                                    " pieces leave no room within the maximum output length of ",
+                                                                    max_out - 1, " tokens")),
+                          "TEXT_TOO_LONG");
+      }
+      prefix = *std::move(pieces);
+    }
     p.indices.push_back(i);
     p.ids.push_back(*std::move(ids));
+    p.prefixes.push_back(std::move(prefix));
   }
   // The request's worst case: every hypothesis of every text running to its length limit.
   int64_t cost = 0;
@@ -136,6 +207,8 @@ absl::Status SubmitRequest(const ModelRegistry& registry, PreparedRequest& p,
     for (size_t i = 0; i < p.indices.size(); ++i) {
       SentenceTask t = make_task(static_cast<int>(i));
       t.ids = p.ids[i];
+      t.prefix = p.prefixes[i];
+      t.stream = static_cast<uint64_t>(p.indices[i]);
       t.options = p.options;
       tasks.push_back(std::move(t));
     }
@@ -145,8 +218,10 @@ absl::Status SubmitRequest(const ModelRegistry& registry, PreparedRequest& p,
     // for the new generation (it may have another vocabulary) and queue there.
     absl::StatusOr<std::shared_ptr<Scheduler>> now = registry.Get(p.model);
     if (!now.ok() || *now == p.scheduler || p.request_texts == nullptr) return s;
-    absl::StatusOr<PreparedRequest> again = PrepareRequest(registry, p.limits, p.model, p.request_options, *p.request_texts);
+    absl::StatusOr<PreparedRequest> again =
+        PrepareRequest(registry, p.limits, p.model, p.request_options, *p.request_texts, p.request_prefixes);
     if (!again.ok()) return again.status();
+    if (again->options.sampling()) again->options.seed = again->seed = p.seed;  // keep the seed reported
     if (again->indices != p.indices) return s;  // cannot happen: blank texts are found from the text alone
     p = *std::move(again);
   }
@@ -159,7 +234,11 @@ void FillTranslation(const SentenceResult& r, bool return_scores, tnmt::v1::Tran
     o->set_text(h.text);
     o->set_tokens(static_cast<int32_t>(h.ids.size()));
     if (return_scores) o->set_score(h.score);
+    for (const std::string& piece : h.pieces) o->add_pieces(piece);
+    for (float x : h.token_scores) o->add_token_scores(x);
+    for (int32_t a : h.alignments) o->add_alignments(a);
   }
+  for (const std::string& piece : r.source_pieces) out->add_source_pieces(piece);
 }
 
 void FillBlank(int n_best, int source_tokens, tnmt::v1::Translation* out) {

@@ -37,23 +37,29 @@ struct PreparedRequest {
   std::vector<int> blank;               // texts answered without decoding (only whitespace)
   std::vector<int> indices;             // texts to decode, with their pieces
   std::vector<std::vector<int32_t>> ids;
+  std::vector<std::vector<int32_t>> prefixes;  // target prefix pieces, with ids (may be empty)
   std::vector<int> source_tokens;       // per text
+  uint64_t seed = 0;                    // sampling: the seed used (the request's or drawn)
   // What PrepareRequest was given, so that SubmitRequest can prepare the request again for a
   // scheduler that a reload swapped in meanwhile (its model may tokenize differently). `texts`
   // must outlive SubmitRequest.
   ServiceLimits limits;
   tnmt::v1::DecodingOptions request_options;
   const google::protobuf::RepeatedPtrField<std::string>* request_texts = nullptr;
+  const google::protobuf::RepeatedPtrField<std::string>* request_prefixes = nullptr;
 };
 
-// INVALID_ARGUMENT (bad option, invalid UTF-8, no texts, several models and none named),
-// RESOURCE_EXHAUSTED (too many texts, a text too long), NOT_FOUND (unknown model),
-// UNAVAILABLE (model not loaded, shutting down).
+// INVALID_ARGUMENT (bad option, invalid UTF-8, no texts, a text too long, a bad target
+// prefix, several models and none named), RESOURCE_EXHAUSTED (too many texts, too costly),
+// NOT_FOUND (unknown model), UNAVAILABLE (model not loaded, shutting down), UNIMPLEMENTED
+// (an option the model's device does not run: prefixes, repetition penalty, alignments on a
+// GPU). target_prefixes: null or empty for none, else one per text.
 absl::StatusOr<PreparedRequest> PrepareRequest(const ModelRegistry& registry,
                                                const ServiceLimits& limits,
                                                const std::string& model,
                                                const tnmt::v1::DecodingOptions& options,
-                                               const google::protobuf::RepeatedPtrField<std::string>& texts);
+                                               const google::protobuf::RepeatedPtrField<std::string>& texts,
+                                               const google::protobuf::RepeatedPtrField<std::string>* target_prefixes = nullptr);
 
 // Queues one task per entry of p.indices; make_task(i) builds the task of p.indices[i]
 // (options and ids are filled in here). All or nothing. If a reload replaced the scheduler

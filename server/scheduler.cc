@@ -25,8 +25,7 @@ namespace {
 
 // Sentences with equal options can share one BeamDecoder::Add (one encoder pass).
 auto OptionsKey(const DecodeOptions& o) {
-  return std::make_tuple(o.beam_size, o.length_penalty, o.max_length_offset, o.max_length,
-                         o.min_length, o.n_best);
+  return std::apply([](const auto&... f) { return std::make_tuple(f...); }, o.Tie());
 }
 
 double Seconds(absl::Time from, absl::Time to) { return absl::ToDoubleSeconds(to - from); }
@@ -278,9 +277,9 @@ void Scheduler::Run() {
       groups[OptionsKey(q->task.options)].push_back(std::move(q));
     }
     for (auto& [key, group] : groups) {
-      std::vector<std::vector<int32_t>> sources;
-      for (auto& q : group) sources.push_back(q->task.ids);
-      absl::StatusOr<std::vector<int64_t>> handles = decoder.Add(sources, group[0]->task.options);
+      std::vector<DecodeInput> inputs;
+      for (auto& q : group) inputs.push_back({q->task.ids, q->task.prefix, q->task.stream});
+      absl::StatusOr<std::vector<int64_t>> handles = decoder.Add(inputs, group[0]->task.options);
       for (size_t i = 0; i < group.size(); ++i) {
         if (!handles.ok()) {
           Finish(*group[i], {handles.status()});
@@ -324,10 +323,14 @@ void Scheduler::Run() {
       auto it = live.find(d.handle);
       if (it == live.end()) continue;
       SentenceResult r;
-      absl::StatusOr<std::vector<TextHypothesis>> text =
-          ToTextHypotheses(*model_->tokenizer, std::move(d.result));
+      const SentenceTask& task = it->second->task;
+      absl::StatusOr<std::vector<TextHypothesis>> text = ToTextHypotheses(
+          *model_->tokenizer, std::move(d.result), task.options.return_token_scores || task.options.return_alignments);
       if (text.ok()) {
         r.hypotheses = *std::move(text);
+        if (task.options.return_alignments) {
+          for (size_t j = 0; j + 1 < task.ids.size(); ++j) r.source_pieces.push_back(model_->tokenizer->Piece(task.ids[j]));
+        }
       } else {
         r.status = text.status();
       }

@@ -49,6 +49,7 @@ struct SchedulerOptions {
 struct SentenceResult {
   absl::Status status;                  // OK, CANCELLED, DEADLINE_EXCEEDED or an engine error
   std::vector<TextHypothesis> hypotheses;
+  std::vector<std::string> source_pieces;  // with options.return_alignments (</s> excluded)
   int source_tokens = 0;
   double queue_seconds = 0;             // enqueue -> admitted into the decoder
   double compute_seconds = 0;           // admitted -> finished
@@ -56,6 +57,8 @@ struct SentenceResult {
 
 struct SentenceTask {
   std::vector<int32_t> ids;  // source pieces ending with </s>
+  std::vector<int32_t> prefix;  // target prefix pieces (forced), may be empty
+  uint64_t stream = 0;          // sampling stream (the text's index in its request)
   DecodeOptions options;
   absl::Time deadline = absl::InfiniteFuture();
   // Polled between steps; true drops the sentence (its callback gets CANCELLED).

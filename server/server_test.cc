@@ -102,6 +102,83 @@ TEST_F(ServerTest, BatchedReplyEqualsTheEngineOneSentenceAtATime) {
   EXPECT_EQ(resp.translations(0).hypotheses(0).score(), 0.0f);
 }
 
+// The decoding options through the API: served results equal the engine's (the same prefix,
+// rules, penalty and sampling seed and stream), with pieces, token scores and alignments.
+TEST_F(ServerTest, DecodingOptionsServedEqualLocal) {
+  auto server = StartServer();
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto stub = TranslationService::NewStub(Channel(*server));
+  auto model = LoadModelDirectory(kModelDir);
+  ASSERT_TRUE(model.ok());
+  Translator translator(*model);
+  const std::vector<std::string> texts = {"A man is riding a bicycle down the street.", "Two dogs play in the snow.",
+                                          "Short one."};
+  const std::vector<std::string> prefixes = {"Ein", "", "the"};
+  struct Case {
+    std::string what;
+    std::function<void(tnmt::v1::DecodingOptions*)> api;
+    std::function<void(DecodeOptions*)> local;
+    bool with_prefixes;
+  };
+  const std::vector<Case> cases = {
+      {"prefix, token scores, alignments", [](auto* o) { o->set_return_token_scores(true); o->set_return_alignments(true); o->set_alignment_layer(0); },
+       [](DecodeOptions* o) { o->return_token_scores = true; o->return_alignments = true; o->alignment_layer = 0; }, true},
+      {"rules and penalty", [](auto* o) { o->set_min_length(6); o->set_no_repeat_ngram_size(2); o->set_repetition_penalty(1.5f); o->set_disable_unk(true); },
+       [](DecodeOptions* o) { o->min_length = 7; o->no_repeat_ngram_size = 2; o->repetition_penalty = 1.5f; o->disable_unk = true; }, false},
+      {"sampling", [](auto* o) { o->set_sampling_topk(0); o->set_sampling_topp(0.9f); o->set_sampling_temperature(1.3f); o->set_seed(77); },
+       [](DecodeOptions* o) { o->beam_size = 1; o->sampling_topk = 0; o->sampling_topp = 0.9f; o->sampling_temperature = 1.3f; o->seed = 77; }, true},
+  };
+  for (const Case& c : cases) {
+    TranslateRequest req;
+    for (const std::string& t : texts) req.add_texts(t);
+    if (c.with_prefixes) {
+      for (const std::string& p : prefixes) req.add_target_prefixes(p);
+    }
+    req.mutable_options()->set_return_scores(true);
+    c.api(req.mutable_options());
+    TranslateResponse resp;
+    grpc::Status st = Call(*stub, req, &resp);
+    ASSERT_TRUE(st.ok()) << c.what << ": " << st.error_message();
+    TranslationOptions to;
+    to.decode = DecodeOptions::FromConfig((*model)->config);
+    c.local(&to.decode);
+    auto local = translator.Translate(texts, to, nullptr, c.with_prefixes ? &prefixes : nullptr);
+    ASSERT_TRUE(local.ok()) << local.status();
+    EXPECT_EQ(resp.seed(), to.decode.sampling() ? 77u : 0u);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const LineTranslation& want = *(*local)[i];
+      const tnmt::v1::Hypothesis& got = resp.translations(i).hypotheses(0);
+      const std::string where = c.what + ", text " + std::to_string(i);
+      EXPECT_EQ(got.text(), want.hypotheses[0].text) << where;
+      EXPECT_NEAR(got.score(), want.hypotheses[0].score, 1e-5) << where;
+      EXPECT_EQ(got.pieces_size(), to.decode.return_token_scores ? got.tokens() : 0) << where;
+      EXPECT_EQ(std::vector<float>(got.token_scores().begin(), got.token_scores().end()), want.hypotheses[0].token_scores) << where;
+      EXPECT_EQ(std::vector<int32_t>(got.alignments().begin(), got.alignments().end()), want.hypotheses[0].alignments) << where;
+      if (to.decode.return_alignments) {
+        EXPECT_EQ(resp.translations(i).source_pieces_size(), resp.translations(i).source_tokens()) << where;
+        EXPECT_EQ(got.alignments_size(), got.tokens()) << where;
+      }
+      if (c.with_prefixes && !prefixes[i].empty() && !to.decode.sampling()) {
+        EXPECT_EQ(got.text().rfind(prefixes[i], 0), 0u) << where << ": " << got.text();
+      }
+    }
+  }
+  // Sampling without a seed: the server draws one and reports it; sending it back reproduces
+  // the translations.
+  TranslateRequest req;
+  for (const std::string& t : texts) req.add_texts(t);
+  req.mutable_options()->set_sampling_topk(0);
+  TranslateResponse first, again;
+  ASSERT_TRUE(Call(*stub, req, &first).ok());
+  EXPECT_NE(first.seed(), 0u);
+  req.mutable_options()->set_seed(first.seed());
+  ASSERT_TRUE(Call(*stub, req, &again).ok());
+  EXPECT_EQ(again.seed(), first.seed());
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(again.translations(i).hypotheses(0).text(), first.translations(i).hypotheses(0).text()) << i;
+  }
+}
+
 TEST_F(ServerTest, StreamAnswersEveryTextOfEveryMessage) {
   auto server = StartServer();
   ASSERT_TRUE(server->WaitForInitialLoad().ok());
@@ -442,6 +519,16 @@ TEST_F(ServerTest, ErrorMatrix) {
       {"too many tokens", [](TranslateRequest* r) { std::string t; for (int i = 0; i < 220; ++i) t += "ab "; r->add_texts(t); }, grpc::INVALID_ARGUMENT, "texts[1]"},
       {"text too many bytes", [](TranslateRequest* r) { r->add_texts(std::string(5000, 'a')); }, grpc::INVALID_ARGUMENT, "texts[1]"},
       {"message too large", [](TranslateRequest* r) { r->add_texts(std::string(200 * 1024, 'a')); }, grpc::RESOURCE_EXHAUSTED, ""},
+      {"min_length over max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(5); r->mutable_options()->set_min_length(6); }, grpc::INVALID_ARGUMENT, "options.min_length: 6 is outside [0, 5]"},
+      {"negative no_repeat_ngram_size", [](TranslateRequest* r) { r->mutable_options()->set_no_repeat_ngram_size(-2); }, grpc::INVALID_ARGUMENT, "options.no_repeat_ngram_size"},
+      {"zero repetition_penalty", [](TranslateRequest* r) { r->mutable_options()->set_repetition_penalty(0); }, grpc::INVALID_ARGUMENT, "options.repetition_penalty"},
+      {"sampling with beam 4", [](TranslateRequest* r) { r->mutable_options()->set_beam_size(4); r->mutable_options()->set_sampling_topk(5); }, grpc::INVALID_ARGUMENT, "options.sampling needs beam_size 1"},
+      {"topp without sampling", [](TranslateRequest* r) { r->mutable_options()->set_sampling_topp(0.5f); }, grpc::INVALID_ARGUMENT, "apply to sampling only"},
+      {"temperature 0", [](TranslateRequest* r) { r->mutable_options()->set_sampling_topk(0); r->mutable_options()->set_sampling_temperature(0); }, grpc::INVALID_ARGUMENT, "options.sampling_temperature"},
+      {"alignment layer 7", [](TranslateRequest* r) { r->mutable_options()->set_return_alignments(true); r->mutable_options()->set_alignment_layer(7); }, grpc::INVALID_ARGUMENT, "options.alignment_layer: 7 is outside [0, 2)"},
+      {"prefixes for some texts", [](TranslateRequest* r) { r->add_texts("two"); r->add_target_prefixes("x"); }, grpc::INVALID_ARGUMENT, "target_prefixes: 1 for 2 texts"},
+      {"prefix not UTF-8", [](TranslateRequest* r) { r->add_target_prefixes(std::string("\xff")); }, grpc::INVALID_ARGUMENT, "target_prefixes[0]"},
+      {"prefix too long", [](TranslateRequest* r) { r->mutable_options()->set_max_length(3); r->add_target_prefixes("a b c d e"); }, grpc::INVALID_ARGUMENT, "target_prefixes[0]: "},
   };
   for (const Case& c : cases) {
     TranslateRequest req;
@@ -458,7 +545,9 @@ TEST_F(ServerTest, ErrorMatrix) {
         {"beam 64 x 4 texts x 150 tokens", "REQUEST_TOO_COSTLY"},
         {"too many texts", "TOO_MANY_TEXTS"},
         {"too many tokens", "TEXT_TOO_LONG"},
-        {"text too many bytes", "TEXT_TOO_LONG"}};
+        {"text too many bytes", "TEXT_TOO_LONG"},
+        {"prefix not UTF-8", "INVALID_TEXT"},
+        {"prefix too long", "TEXT_TOO_LONG"}};
     auto want = kReasons.find(c.what);
     if (want == kReasons.end()) continue;
     google::rpc::Status details;

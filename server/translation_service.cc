@@ -84,7 +84,7 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
     const tnmt::v1::TranslateRequest* req = &request_;
     state_->texts = req->texts_size();
     absl::StatusOr<PreparedRequest> p =
-        PrepareRequest(*registry, limits, req->model(), req->options(), req->texts());
+        PrepareRequest(*registry, limits, req->model(), req->options(), req->texts(), &req->target_prefixes());
     if (!p.ok()) {
       state_->model = registry->Get(req->model()).ok() ? req->model() : "";
       state_->Finish(p.status());
@@ -93,6 +93,7 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
     state_->model = p->model;
     state_->return_scores = p->return_scores;
     resp->set_model(p->model);
+    resp->set_seed(p->seed);
     for (int i = 0; i < p->texts; ++i) resp->add_translations();
     for (int i : p->blank) FillBlank(p->options.n_best, p->source_tokens[i], resp->mutable_translations(i));
     if (p->indices.empty()) {
@@ -224,7 +225,8 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
       state_->texts += request_.texts_size();
     }
     absl::StatusOr<PreparedRequest> p =
-        PrepareRequest(*registry_, limits_, request_.model(), request_.options(), request_.texts());
+        PrepareRequest(*registry_, limits_, request_.model(), request_.options(), request_.texts(),
+                       &request_.target_prefixes());
     absl::Status s = p.status();
     if (p.ok()) {
       std::lock_guard<std::mutex> lock(state_->mu);
@@ -233,6 +235,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
         TranslateStreamResponse r;
         r.set_id(request_.id());
         r.set_index(i);
+        r.set_seed(p->seed);
         FillBlank(p->options.n_best, p->source_tokens[i], r.mutable_translation());
         state_->writes.push_back(Serialize(r));
       }
@@ -244,13 +247,14 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
       std::shared_ptr<State> st = state_;
       const uint64_t id = request_.id();
       const bool scores = p->return_scores;
+      const uint64_t seed = p->seed;
       const std::vector<int> indices = p->indices;
       s = SubmitRequest(*registry_, *p, [&](int i) {
         SentenceTask t;
         t.deadline = deadline;
         t.cancelled = [st] { return st->cancelled.load(); };
-        t.done = [st, id, scores, index = indices[i]](SentenceResult r) {
-          st->Done(id, index, scores, std::move(r));
+        t.done = [st, id, scores, seed, index = indices[i]](SentenceResult r) {
+          st->Done(id, index, scores, seed, std::move(r));
         };
         return t;
       });
@@ -310,7 +314,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     bool finished = false;
     int pending = 0;  // accepted texts not yet answered
 
-    void Done(uint64_t id, int index, bool scores, SentenceResult r) {
+    void Done(uint64_t id, int index, bool scores, uint64_t seed, SentenceResult r) {
       std::lock_guard<std::mutex> lock(mu);
       --pending;
       if (finished || reactor == nullptr) return;
@@ -322,6 +326,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
       TranslateStreamResponse resp;
       resp.set_id(id);
       resp.set_index(index);
+      resp.set_seed(seed);
       FillTranslation(r, scores, resp.mutable_translation());
       writes.push_back(Serialize(resp));
       MaybeWriteLocked();

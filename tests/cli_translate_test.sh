@@ -111,6 +111,38 @@ check "--progress draws the bar" grep -q '3/3' "$TMP/p1"
 check "--quiet: one line on stderr" test "$(wc -l < "$TMP/q1")" -eq 1
 check "  counting the failed lines" grep -q "2 line(s) could not be translated (the first: input line 3)" "$TMP/q1"
 
+# Decoding options: a target prefix file, pieces with token scores and alignments, the
+# repetition rules, sampling with a seed; bad combinations are one usage error.
+printf 'Das\n\nZoe\n' > "$TMP/prefix.txt"
+"$TNMT" translate --model "$MODEL" --target-prefix "$TMP/prefix.txt" --token-scores --alignments --input "$TMP/good.txt" > "$TMP/detail.txt"
+check "--token-scores --alignments: one line per input line" test "$(wc -l < "$TMP/detail.txt")" -eq 3
+check "  'LINE ||| TEXT ||| SCORE ||| PIECES ||| TOKEN_SCORES ||| ALIGNMENT'" \
+  awk -F' [|][|][|] ?' 'NR != 2 { np = split($4, p, " "); nt = split($5, t, " "); na = split($6, a, " "); if (np < 1 || nt != np + 1 || na != np) exit 1; for (i = 1; i <= na; i++) if (a[i] !~ ("^[0-9]+-" (i - 1) "$")) exit 1 }' "$TMP/detail.txt"
+check "  the blank line keeps its place" grep -qxF '2 |||  ||| 0.000000 |||  |||  |||' "$TMP/detail.txt"
+check "  the prefix starts the translation" grep -q '^1 ||| Das' "$TMP/detail.txt"
+"$TNMT" translate --model "$MODEL" --no-repeat-ngram-size 2 --repetition-penalty 1.5 --min-length 3 --disable-unk --input "$TMP/good.txt" > "$TMP/rules.txt"
+check "repetition rules translate" test "$(wc -l < "$TMP/rules.txt")" -eq 3
+"$TNMT" translate --model "$MODEL" --sampling-topk 0 --seed 9 --input "$TMP/good.txt" > "$TMP/sample1.txt" 2> "$TMP/sample.err"
+"$TNMT" translate --model "$MODEL" --sampling-topk 0 --seed 9 --threads 1 --input "$TMP/good.txt" > "$TMP/sample2.txt"
+check "sampling: the same seed gives the same output" cmp -s "$TMP/sample1.txt" "$TMP/sample2.txt"
+"$TNMT" translate --model "$MODEL" --sampling-topk 5 --input "$TMP/good.txt" > /dev/null 2> "$TMP/sample-seed.err"
+check "sampling without --seed prints the seed drawn" grep -qE '^tnmt translate: sampling with --seed [0-9]+$' "$TMP/sample-seed.err"
+"$TNMT" translate --model "$MODEL" --sampling-topk 5 --beam-size 4 < "$TMP/good.txt" > /dev/null 2> "$TMP/o1"
+check "sampling with --beam-size 4: exit 2 naming the flags" grep -qF -- "sampling needs --beam-size 1, got 4 (--sampling-topk 5)" "$TMP/o1"
+"$TNMT" translate --model "$MODEL" --sampling-temperature 0.5 < "$TMP/good.txt" > /dev/null 2> "$TMP/o2"
+check "--sampling-temperature without sampling: exit 2" grep -qF -- "--sampling-temperature apply to sampling only" "$TMP/o2"
+"$TNMT" translate --model "$MODEL" --sampling-topk 0 --seed x1 < "$TMP/good.txt" > /dev/null 2> "$TMP/o3"
+check "--seed x1: exit 2" grep -qF -- '--seed must be a positive integer below 2^64, got "x1"' "$TMP/o3"
+"$TNMT" translate --model "$MODEL" --alignment-layer 0 < "$TMP/good.txt" > /dev/null 2> "$TMP/o4"
+check "--alignment-layer without --alignments: exit 2" grep -qF -- "--alignment-layer needs --alignments" "$TMP/o4"
+"$TNMT" translate --model "$MODEL" --alignments --alignment-layer 9 < "$TMP/good.txt" > /dev/null 2> "$TMP/o5"
+check "--alignment-layer 9: exit 2 naming the model's layers" grep -qF -- "--alignment-layer must be in [0, 2)" "$TMP/o5"
+head -1 "$TMP/prefix.txt" > "$TMP/prefix1.txt"
+"$TNMT" translate --model "$MODEL" --target-prefix "$TMP/prefix1.txt" < "$TMP/good.txt" > /dev/null 2> "$TMP/o6"
+check "a --target-prefix file shorter than the input: exit 2" grep -qF -- "--target-prefix has fewer lines than the input" "$TMP/o6"
+"$TNMT" translate --model "$MODEL" --repetition-penalty 0 < "$TMP/good.txt" > /dev/null 2> "$TMP/o7"
+check "--repetition-penalty 0: exit 2" grep -qF -- "--repetition-penalty must be in (0, 100]" "$TMP/o7"
+
 # --server: the same output contract as local translation, through `tnmt serve`.
 "$TNMT" serve --model "$MODEL" --port 0 --http-port 0 --ready-file "$TMP/ready" 2> "$TMP/serve.log" &
 SERVER_PID=$!
@@ -137,6 +169,14 @@ check "  naming --n-best" bash -c "[[ \$(wc -l < '$TMP/r-e2') -eq 1 ]] && grep -
 check "remote: --progress draws the bar" grep -q '3/3' "$TMP/r-p1"
 "$TNMT" translate --server "$SERVER" --length-penalty-style length --scores < "$TMP/good.txt" > "$TMP/r-lp-length.txt"
 check "remote: --length-penalty-style length equals local" cmp -s "$TMP/r-lp-length.txt" "$TMP/lp-length.txt"
+"$TNMT" translate --server "$SERVER" --target-prefix "$TMP/prefix.txt" --token-scores --alignments --input "$TMP/good.txt" > "$TMP/r-detail.txt"
+check "remote: prefixes, token scores and alignments equal local" cmp -s "$TMP/r-detail.txt" "$TMP/detail.txt"
+"$TNMT" translate --server "$SERVER" --no-repeat-ngram-size 2 --repetition-penalty 1.5 --min-length 3 --disable-unk --input "$TMP/good.txt" > "$TMP/r-rules.txt"
+check "remote: repetition rules equal local" cmp -s "$TMP/r-rules.txt" "$TMP/rules.txt"
+"$TNMT" translate --server "$SERVER" --sampling-topk 0 --seed 9 --input "$TMP/good.txt" > "$TMP/r-sample.txt"
+check "remote: sampling with a seed equals local" cmp -s "$TMP/r-sample.txt" "$TMP/sample1.txt"
+"$TNMT" translate --server "$SERVER" --alignments --alignment-layer 9 < "$TMP/good.txt" > /dev/null 2> "$TMP/r-o5"
+check "remote: --alignment-layer 9 is one usage error" grep -qF -- "--alignment-layer: 9 is outside [0, 2)" "$TMP/r-o5"
 # tnmt score: the greedy output scores as translate reported it; served = local; a bad pair keeps
 # its place (exit 1); files of different lengths are a usage error.
 "$TNMT" translate --model "$MODEL" --beam-size 1 --threads 1 < "$TMP/good.txt" > "$TMP/greedy.txt"

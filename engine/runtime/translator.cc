@@ -13,25 +13,33 @@
 namespace tnmt {
 
 absl::StatusOr<std::vector<TextHypothesis>> ToTextHypotheses(const Tokenizer& tokenizer,
-                                                              DecodeResult result) {
+                                                              DecodeResult result, bool with_pieces) {
   std::vector<TextHypothesis> out;
   for (Hypothesis& h : result.hypotheses) {
     TNMT_ASSIGN_OR_RETURN(std::string text, tokenizer.Decode(h.ids));
-    out.push_back({std::move(text), std::move(h.ids), h.score});
+    TextHypothesis t{std::move(text), std::move(h.ids), h.score, std::move(h.token_scores), std::move(h.alignments), {}};
+    if (with_pieces) {
+      for (int32_t id : t.ids) t.pieces.push_back(tokenizer.Piece(id));
+    }
+    out.push_back(std::move(t));
   }
   return out;
 }
 
 absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Translate(
-    const std::vector<std::string>& lines, const TranslationOptions& opt, const Progress& progress) {
+    const std::vector<std::string>& lines, const TranslationOptions& opt, const Progress& progress,
+    const std::vector<std::string>* target_prefixes) {
   TNMT_RETURN_IF_ERROR(opt.decode.Validate());
+  if (target_prefixes != nullptr && target_prefixes->size() != lines.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(target_prefixes->size(), " target prefixes for ", lines.size(), " lines"));
+  }
   if (opt.max_batch_tokens < 1) {
     return absl::InvalidArgumentError("max_batch_tokens must be positive");
   }
   const ModelConfig& c = model_->config;
   const int n = static_cast<int>(lines.size());
   std::vector<absl::StatusOr<LineTranslation>> out(n, LineTranslation{});
-  std::vector<std::vector<int32_t>> sources(n);
+  std::vector<std::vector<int32_t>> sources(n), prefixes(n);
   std::vector<int> todo;
   const int limit = std::min(opt.max_input_length, MaxPositions(c));
   for (int i = 0; i < n; ++i) {
@@ -53,6 +61,23 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
       out[i]->hypotheses.assign(opt.decode.n_best, TextHypothesis{});
       continue;
     }
+    if (target_prefixes != nullptr && !(*target_prefixes)[i].empty()) {
+      auto prefix = model_->tokenizer->EncodeTarget((*target_prefixes)[i]);
+      if (!prefix.ok()) {
+        out[i] = absl::InvalidArgumentError(absl::StrCat("line ", i + 1, ": target prefix: ", prefix.status().message()));
+        continue;
+      }
+      int max_out = opt.decode.max_length > 0 ? opt.decode.max_length
+                                              : static_cast<int>(ids->size()) + opt.decode.max_length_offset;
+      max_out = std::min(max_out, MaxPositions(c));
+      if (static_cast<int>(prefix->size()) >= max_out) {
+        out[i] = absl::InvalidArgumentError(absl::StrCat("line ", i + 1, ": target prefix of ", prefix->size(),
+                                                         " pieces leaves no room within the maximum output length of ",
+                                                         max_out - 1, " tokens"));
+        continue;
+      }
+      prefixes[i] = *std::move(prefix);
+    }
     sources[i] = *std::move(ids);
     todo.push_back(i);
   }
@@ -68,13 +93,20 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
     const size_t longest = sources[todo[pos]].size();
     size_t count = std::max<size_t>(1, opt.max_batch_tokens / longest);
     count = std::min(count, todo.size() - pos);
-    std::vector<std::vector<int32_t>> batch;
-    for (size_t k = 0; k < count; ++k) batch.push_back(sources[todo[pos + k]]);
+    std::vector<DecodeInput> batch;
+    for (size_t k = 0; k < count; ++k) {
+      const int i = todo[pos + k];
+      batch.push_back({sources[i], prefixes[i], opt.first_stream + static_cast<uint64_t>(i)});
+    }
     TNMT_ASSIGN_OR_RETURN(std::vector<DecodeResult> results,
                           Decode(decoder, batch, opt.decode));
+    const bool pieces = opt.decode.return_token_scores || opt.decode.return_alignments;
     for (size_t k = 0; k < count; ++k) {
-      TNMT_ASSIGN_OR_RETURN(out[todo[pos + k]]->hypotheses,
-                            ToTextHypotheses(*model_->tokenizer, std::move(results[k])));
+      const int i = todo[pos + k];
+      TNMT_ASSIGN_OR_RETURN(out[i]->hypotheses, ToTextHypotheses(*model_->tokenizer, std::move(results[k]), pieces));
+      if (opt.decode.return_alignments) {
+        for (size_t j = 0; j + 1 < sources[i].size(); ++j) out[i]->source_pieces.push_back(model_->tokenizer->Piece(sources[i][j]));
+      }
     }
     pos += count;
     done += static_cast<int>(count);

@@ -22,22 +22,29 @@ struct TranslationOptions {
   int max_batch_tokens = 4096;
   // Longer sources (in pieces, including </s>) are a per-line error.
   int max_input_length = 1024;
+  // Sampling stream of the first line (line i draws from first_stream + i).
+  uint64_t first_stream = 0;
 };
 
 struct TextHypothesis {
   std::string text;
   std::vector<int32_t> ids;
   float score = 0.0f;
+  std::vector<float> token_scores;  // DecodeOptions.return_token_scores: per id, then </s>
+  std::vector<int32_t> alignments;  // DecodeOptions.return_alignments: per id, a source position
+  std::vector<std::string> pieces;  // per id, when asked for (ToTextHypotheses' with_pieces)
 };
 
 struct LineTranslation {
   std::vector<TextHypothesis> hypotheses;  // best first
   int source_tokens = 0;                   // pieces including </s>
+  std::vector<std::string> source_pieces;  // with return_alignments: </s> excluded
 };
 
-// A decode result's hypotheses as text (ids kept), best first.
+// A decode result's hypotheses as text (ids, token scores and alignments kept), best first;
+// with_pieces: each id's piece too.
 absl::StatusOr<std::vector<TextHypothesis>> ToTextHypotheses(const Tokenizer& tokenizer,
-                                                              DecodeResult result);
+                                                              DecodeResult result, bool with_pieces = false);
 
 class Translator {
  public:
@@ -47,9 +54,13 @@ class Translator {
   using Progress = std::function<void(int, int)>;
 
   // One entry per input line. Fails as a whole only for invalid options or internal errors.
+  // target_prefixes: null, or one per line (empty: none), tokenized as target text and forced
+  // as the start of that line's hypotheses; a prefix that cannot be tokenized or leaves no
+  // room within the line's maximum output length is that line's error. Sampling draws line
+  // i's tokens from stream options.first_stream + i.
   absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translate(
       const std::vector<std::string>& lines, const TranslationOptions& options,
-      const Progress& progress = nullptr);
+      const Progress& progress = nullptr, const std::vector<std::string>* target_prefixes = nullptr);
 
   // Forced decoding of (source, target) pairs (engine/decode/score.h): one entry per pair,
   // a per-pair error for text that cannot be tokenized or is too long (limits as Translate's).

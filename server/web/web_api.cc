@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
@@ -293,6 +295,29 @@ absl::StatusOr<ParsedTranslate> ParseTranslateRequest(absl::string_view body,
             absl::StrCat("return_scores must be true or false, got ", TypeName(value)));
       }
       options.set_return_scores(value.get<bool>());
+    } else if (key == "target_prefixes") {
+      if (!value.is_array()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("target_prefixes must be an array of strings, got ", TypeName(value)));
+      }
+      for (size_t i = 0; i < value.size(); ++i) {
+        if (!value[i].is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("target_prefixes[", i, "] must be a string, got ", TypeName(value[i])));
+        }
+        request.add_target_prefixes(value[i].get<std::string>());
+      }
+    } else if (const google::protobuf::FieldDescriptor* field =
+                   tnmt::v1::DecodingOptions::descriptor()->FindFieldByName(key);
+               field != nullptr) {
+      // The other DecodingOptions fields, in the proto3 JSON mapping of the gRPC message.
+      tnmt::v1::DecodingOptions one;
+      const auto parsed_field = google::protobuf::util::JsonStringToMessage(Dump(json{{key, value}}), &one);
+      if (!parsed_field.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(key, ": ", TypeName(value), " ", value.dump().substr(0, 64),
+                                                       " is not a valid ", field->type_name(), " value"));
+      }
+      options.MergeFrom(one);
     } else if (key == "timeout_ms") {
       absl::StatusOr<int64_t> v = Integer(value, key, 1, absl::ToInt64Milliseconds(max_timeout));
       if (!v.ok()) return v.status();
@@ -300,8 +325,10 @@ absl::StatusOr<ParsedTranslate> ParseTranslateRequest(absl::string_view body,
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "unknown field \"", key.substr(0, 64),
-          "\" (expected model, texts, beam_size, n_best, length_penalty, length_penalty_style, max_length, "
-          "return_scores, timeout_ms)"));
+          "\" (expected model, texts, target_prefixes, timeout_ms or a DecodingOptions field: beam_size, n_best, "
+          "length_penalty, length_penalty_style, max_length, min_length, return_scores, no_repeat_ngram_size, "
+          "repetition_penalty, disable_unk, sampling_topk, sampling_topp, sampling_temperature, seed, "
+          "return_alignments, alignment_layer, return_token_scores)"));
     }
   }
   return parsed;
@@ -312,16 +339,24 @@ std::string TranslateResponseToJson(const tnmt::v1::TranslateResponse& response)
   for (const tnmt::v1::Translation& t : response.translations()) {
     json hypotheses = json::array();
     for (const tnmt::v1::Hypothesis& h : t.hypotheses()) {
-      hypotheses.push_back({{"text", h.text()}, {"score", h.score()}, {"tokens", h.tokens()}});
+      json one = {{"text", h.text()}, {"score", h.score()}, {"tokens", h.tokens()}};
+      if (h.pieces_size() > 0) one["pieces"] = std::vector<std::string>(h.pieces().begin(), h.pieces().end());
+      if (h.token_scores_size() > 0) one["token_scores"] = std::vector<float>(h.token_scores().begin(), h.token_scores().end());
+      if (h.alignments_size() > 0) one["alignments"] = std::vector<int32_t>(h.alignments().begin(), h.alignments().end());
+      hypotheses.push_back(std::move(one));
     }
-    translations.push_back({{"hypotheses", std::move(hypotheses)}, {"source_tokens", t.source_tokens()}});
+    json tr = {{"hypotheses", std::move(hypotheses)}, {"source_tokens", t.source_tokens()}};
+    if (t.source_pieces_size() > 0) tr["source_pieces"] = std::vector<std::string>(t.source_pieces().begin(), t.source_pieces().end());
+    translations.push_back(std::move(tr));
   }
-  return Dump(json{{"model", response.model()},
-                   {"translations", std::move(translations)},
-                   {"timing",
-                    {{"queue_seconds", response.timing().queue_seconds()},
-                     {"compute_seconds", response.timing().compute_seconds()},
-                     {"total_seconds", response.timing().total_seconds()}}}});
+  json out = {{"model", response.model()},
+              {"translations", std::move(translations)},
+              {"timing",
+               {{"queue_seconds", response.timing().queue_seconds()},
+                {"compute_seconds", response.timing().compute_seconds()},
+                {"total_seconds", response.timing().total_seconds()}}}};
+  if (response.seed() != 0) out["seed"] = std::to_string(response.seed());  // uint64: a string, as in proto3 JSON
+  return Dump(out);
 }
 
 WebApi::WebApi(WebOptions options) : options_(std::move(options)) {

@@ -99,6 +99,37 @@ TEST(ParseTranslateRequest, RefusesGarbage) {
   EXPECT_TRUE(std::isinf(huge->request.options().length_penalty()));
 }
 
+TEST(ParseTranslateRequest, DecodingOptionsAndPrefixes) {
+  absl::StatusOr<ParsedTranslate> p = Parse(
+      R"({"texts": ["a", "b"], "target_prefixes": ["Ein", ""], "min_length": 3, "no_repeat_ngram_size": 2,
+          "repetition_penalty": 1.2, "disable_unk": true, "sampling_topk": 0, "sampling_topp": 0.9,
+          "sampling_temperature": 0.7, "seed": "18446744073709551615", "return_alignments": true,
+          "alignment_layer": 1, "return_token_scores": true})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  const tnmt::v1::DecodingOptions& o = p->request.options();
+  ASSERT_EQ(p->request.target_prefixes_size(), 2);
+  EXPECT_EQ(p->request.target_prefixes(0), "Ein");
+  EXPECT_EQ(o.min_length(), 3);
+  EXPECT_EQ(o.no_repeat_ngram_size(), 2);
+  EXPECT_FLOAT_EQ(o.repetition_penalty(), 1.2f);
+  EXPECT_TRUE(o.disable_unk());
+  EXPECT_TRUE(o.has_sampling_topk());
+  EXPECT_EQ(o.sampling_topk(), 0);
+  EXPECT_FLOAT_EQ(o.sampling_topp(), 0.9f);
+  EXPECT_FLOAT_EQ(o.sampling_temperature(), 0.7f);
+  EXPECT_EQ(o.seed(), 18446744073709551615ull);
+  EXPECT_TRUE(o.return_alignments());
+  EXPECT_EQ(o.alignment_layer(), 1);
+  EXPECT_TRUE(o.return_token_scores());
+  EXPECT_TRUE(o.return_scores()) << "the web API's default stays";
+  EXPECT_EQ(Parse(R"({"texts": ["a"], "seed": 12})")->request.options().seed(), 12u);
+  ExpectInvalid(R"({"texts": ["a"], "sampling_topk": "many"})", "sampling_topk: string \"many\" is not a valid int32 value");
+  ExpectInvalid(R"({"texts": ["a"], "disable_unk": 1})", "disable_unk: number 1 is not a valid bool value");
+  ExpectInvalid(R"({"texts": ["a"], "seed": -1})", "seed: ");
+  ExpectInvalid(R"({"texts": ["a"], "target_prefixes": "x"})", "target_prefixes must be an array of strings");
+  ExpectInvalid(R"({"texts": ["a"], "target_prefixes": [1]})", "target_prefixes[0] must be a string");
+}
+
 TEST(TranslateResponseToJson, Shape) {
   tnmt::v1::TranslateResponse response;
   response.set_model("tiny");
@@ -119,6 +150,21 @@ TEST(TranslateResponseToJson, Shape) {
   EXPECT_EQ(j["translations"][0]["hypotheses"][1]["text"], "bad \xEF\xBF\xBD utf8")
       << "invalid UTF-8 is replaced, never thrown on";
   EXPECT_EQ(j["timing"]["total_seconds"], 0.25);
+  EXPECT_FALSE(j.contains("seed"));
+  EXPECT_FALSE(j["translations"][0]["hypotheses"][0].contains("pieces"));
+  // Pieces, token scores, alignments and the sampling seed when the request asked for them.
+  h->add_pieces("\u2581der");
+  h->add_token_scores(-0.25f);
+  h->add_token_scores(-0.5f);
+  h->add_alignments(2);
+  t->add_source_pieces("\u2581the");
+  response.set_seed(18446744073709551615ull);
+  const json k = json::parse(TranslateResponseToJson(response));
+  EXPECT_EQ(k["seed"], "18446744073709551615");
+  EXPECT_EQ(k["translations"][0]["hypotheses"][0]["pieces"], json({"\u2581der"}));
+  EXPECT_EQ(k["translations"][0]["hypotheses"][0]["token_scores"], json({-0.25, -0.5}));
+  EXPECT_EQ(k["translations"][0]["hypotheses"][0]["alignments"], json({2}));
+  EXPECT_EQ(k["translations"][0]["source_pieces"], json({"\u2581the"}));
 }
 
 TEST(WebApi, StatusMappingAndLoopback) {

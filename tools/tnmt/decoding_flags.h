@@ -7,11 +7,20 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "engine/decode/options.h"
+#include "proto/tnmt/v1/translation.pb.h"
 #include "tools/tnmt/args.h"
 
 namespace tnmt::cli {
 
 void AddDecodingFlags(Args* args);
+
+// The flags for token rules, repetition and sampling (--min-length, --no-repeat-ngram-size,
+// --repetition-penalty, --disable-unk, --sampling-topk/-topp/-temperature, --seed) that were
+// given, into local options (min-length counts tokens before </s>, as the API does) or into
+// a request's (sampling with --beam-size not given: beam 1 in both).
+void ApplyDecodingFlags(const Args& args, DecodeOptions* options);
+void ApplyDecodingFlags(const Args& args, tnmt::v1::DecodingOptions* options);
 
 // Checks the decoding flags that were given (ranges, --n-best within --beam-size).
 absl::Status CheckDecodingFlags(const Args& args);

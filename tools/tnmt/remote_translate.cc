@@ -28,7 +28,7 @@ std::string CodeName(const grpc::Status& s) {
 bool TextProblem(const grpc::Status& s) {
   return (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
           s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) &&
-         absl::StartsWith(s.error_message(), "texts");
+         (absl::StartsWith(s.error_message(), "texts") || absl::StartsWith(s.error_message(), "target_prefixes["));
 }
 
 int RunFailed(const RemoteTranslateOptions& o, const grpc::Status& s) {
@@ -49,12 +49,17 @@ class Remote {
         grpc::CreateCustomChannel(o.server, grpc::InsecureChannelCredentials(), args));
   }
 
-  grpc::Status Translate(std::vector<std::string>::const_iterator begin, std::vector<std::string>::const_iterator end,
-                         tnmt::v1::TranslateResponse* resp) {
+  // Lines [first, first + count) of `lines` (and of `prefixes` when not empty).
+  grpc::Status Translate(const std::vector<std::string>& lines, const std::vector<std::string>& prefixes, int first,
+                         int count, tnmt::v1::TranslateResponse* resp) {
     tnmt::v1::TranslateRequest req;
     req.set_model(o_.model);
-    for (auto it = begin; it != end; ++it) req.add_texts(*it);
+    for (int i = first; i < first + count; ++i) {
+      req.add_texts(lines[i]);
+      if (!prefixes.empty()) req.add_target_prefixes(prefixes[i]);
+    }
     auto* opt = req.mutable_options();
+    *opt = o_.options;
     if (o_.beam_size) opt->set_beam_size(*o_.beam_size);
     if (o_.length_penalty) opt->set_length_penalty(*o_.length_penalty);
     if (!o_.length_penalty_style.empty()) opt->set_length_penalty_style(o_.length_penalty_style);
@@ -73,7 +78,11 @@ class Remote {
 void Write(const RemoteTranslateOptions& o, int64_t line_no, const std::string& line, const tnmt::v1::Translation& t,
            std::ostream& out) {
   std::vector<OutputHypothesis> hypotheses;
-  for (const auto& h : t.hypotheses()) hypotheses.push_back({h.text(), h.score()});
+  for (const auto& h : t.hypotheses()) {
+    hypotheses.push_back({h.text(), h.score(), {h.pieces().begin(), h.pieces().end()},
+                          {h.token_scores().begin(), h.token_scores().end()},
+                          {h.alignments().begin(), h.alignments().end()}});
+  }
   WriteTranslation(o.format, line_no, IsBlankLine(line), hypotheses, out);
 }
 
@@ -83,11 +92,12 @@ int TranslateRemote(const RemoteTranslateOptions& o, std::istream& in, std::ostr
   Remote remote(o);
   LineErrors errors(o.quiet);
   int64_t line_base = 0;  // input lines before this chunk
-  std::vector<std::string> lines;
+  std::vector<std::string> lines, prefixes;
   std::string line;
   bool eof = false;
   while (!eof) {
     lines.clear();
+    prefixes.clear();
     while (static_cast<int>(lines.size()) < o.chunk_lines) {
       if (!std::getline(in, line)) {
         eof = true;
@@ -95,14 +105,22 @@ int TranslateRemote(const RemoteTranslateOptions& o, std::istream& in, std::ostr
       }
       if (!line.empty() && line.back() == '\r') line.pop_back();
       lines.push_back(line);
+      if (o.prefixes != nullptr) {
+        if (!std::getline(*o.prefixes, line)) {
+          std::cerr << "tnmt translate: --target-prefix has fewer lines than the input (" << line_base + lines.size() - 1
+                    << ")\n";
+          return 2;
+        }
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        prefixes.push_back(line);
+      }
     }
     if (lines.empty()) break;
     const int total = static_cast<int>(lines.size());
     for (int first = 0; first < total; first += o.request_sentences) {
       const int count = std::min(o.request_sentences, total - first);
-      const auto begin = lines.cbegin() + first;
       tnmt::v1::TranslateResponse resp;
-      grpc::Status s = remote.Translate(begin, begin + count, &resp);
+      grpc::Status s = remote.Translate(lines, prefixes, first, count, &resp);
       if (!s.ok() && !TextProblem(s)) {
         if (o.progress) std::fprintf(stderr, "\n");
         return RunFailed(o, s);
@@ -114,12 +132,13 @@ int TranslateRemote(const RemoteTranslateOptions& o, std::istream& in, std::ostr
           continue;
         }
         tnmt::v1::TranslateResponse one;  // find the bad lines one by one
-        grpc::Status si = remote.Translate(lines.cbegin() + i, lines.cbegin() + i + 1, &one);
+        grpc::Status si = remote.Translate(lines, prefixes, i, 1, &one);
         if (si.ok()) {
           Write(o, line_no, lines[i], one.translations(0), out);
         } else if (TextProblem(si)) {
           std::string message = si.error_message();
           if (absl::StartsWith(message, "texts[0]: ")) message.erase(0, 10);
+          if (absl::StartsWith(message, "target_prefixes[0]: ")) message = "target prefix: " + message.substr(20);
           errors.Report(line_no, absl::StrCat(CodeName(si), ": ", message));  // the server's code too
           WriteFailedLine(o.format, line_no, out);
         } else {

@@ -11,6 +11,7 @@
 #include <ostream>
 #include <string>
 
+#include "proto/tnmt/v1/translation.pb.h"
 #include "tools/tnmt/translate_output.h"
 
 namespace tnmt::cli {
@@ -21,6 +22,8 @@ struct RemoteTranslateOptions {
   std::optional<int> beam_size;
   std::optional<float> length_penalty;
   std::string length_penalty_style;  // empty: the server's model default
+  tnmt::v1::DecodingOptions options;  // the other options, merged into each request's
+  std::istream* prefixes = nullptr;   // target prefixes, one line per input line
   OutputFormat format;
   bool progress = false;        // the progress bar on stderr
   bool quiet = false;           // failed lines counted, not listed

@@ -13,8 +13,10 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "engine/runtime/translator.h"
@@ -93,6 +95,10 @@ int TranslateCommand(int argc, char** argv) {
             "one line, 'LINE |||  ||| 0.000000'); a line that cannot be translated is reported on\n"
             "stderr as 'input line N: ...' and keeps its place as an empty line (with --n-best:\n"
             "'LINE |||  ||| error').\n"
+            "With --token-scores or --alignments every hypothesis is written as\n"
+            "'LINE ||| TEXT ||| SCORE ||| PIECES' followed by ' ||| TOKEN_SCORES' (one log-probability\n"
+            "per piece, then </s>'s) and/or ' ||| ALIGNMENT' (Pharaoh 'S-T' pairs: target piece T\n"
+            "aligns to source piece S, from 0).\n"
             "Exit status: 0; 1 if some lines could not be translated; 2 for a usage error or a model\n"
             "or server that cannot be used.");
   args.AddString("model", "", "model directory (config.json, model.safetensors, spm.model)",
@@ -101,6 +107,10 @@ int TranslateCommand(int argc, char** argv) {
   args.AddString("output", "", "output file (never the input file)", "stdout");
   AddDecodingFlags(&args);
   args.AddBool("scores", false, "with --n-best 1: write 'SCORE ||| TEXT'");
+  args.AddString("target-prefix", "", "file of target prefixes, one per input line (an empty line: none): each translation starts with its line's prefix");
+  args.AddBool("token-scores", false, "write each hypothesis with its pieces and their log-probabilities (see above)");
+  args.AddBool("alignments", false, "write each hypothesis with its pieces and their source alignment (see above)");
+  args.AddInt("alignment-layer", -1, "with --alignments: the decoder layer whose cross-attention aligns, from 0", "the last layer");
   args.AddString("n-best-format", "tnmt", "tnmt ('LINE ||| TEXT ||| SCORE' for --n-best > 1) or moses ('ID ||| TEXT ||| F0= SCORE ||| SCORE', IDs from 0, every --n-best)");
   args.AddInt("max-batch-tokens", 4096, "source tokens per batch, padding included");
   args.AddInt("max-input-length", 1024, "longer lines (in pieces) are an error for that line");
@@ -137,6 +147,26 @@ int TranslateCommand(int argc, char** argv) {
   }
   format.moses = n_best_format == "moses";
   if (format.moses && format.scores) return Fail("--scores does not apply to --n-best-format moses (it has the scores)");
+  format.token_scores = args.GetBool("token-scores");
+  format.alignments = args.GetBool("alignments");
+  if (format.details() && (format.moses || format.scores)) {
+    return Fail("--token-scores and --alignments have their own layout: not with --scores or --n-best-format moses");
+  }
+  if (args.given("alignment-layer") && !format.alignments) return Fail("--alignment-layer needs --alignments");
+  uint64_t seed = 0;
+  if (args.given("seed")) {
+    (void)absl::SimpleAtoi(args.GetString("seed"), &seed);  // checked by CheckDecodingFlags
+  } else if (args.given("sampling-topk") && args.GetInt("sampling-topk") != 1) {
+    while (seed == 0) seed = (static_cast<uint64_t>(std::random_device()()) << 32) ^ std::random_device()();
+    std::cerr << "tnmt translate: sampling with --seed " << seed << "\n";
+  }
+  // Target prefixes, one per input line, read along with the input.
+  std::ifstream prefix_file;
+  if (!args.GetString("target-prefix").empty()) {
+    prefix_file.open(args.GetString("target-prefix"), std::ios::binary);
+    if (!prefix_file) return Fail(absl::StrCat("--target-prefix ", args.GetString("target-prefix"), ": cannot open for reading"));
+  }
+  std::istream* prefixes = prefix_file.is_open() ? &prefix_file : nullptr;
 
   if (!args.GetString("server").empty()) {
     for (const char* local : {"model", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device", "dtype", "compute-type"}) {
@@ -148,6 +178,12 @@ int TranslateCommand(int argc, char** argv) {
     if (args.given("beam-size")) ro.beam_size = args.GetInt("beam-size");
     if (args.given("length-penalty")) ro.length_penalty = args.GetFloat("length-penalty");
     ro.length_penalty_style = args.GetString("length-penalty-style");
+    ApplyDecodingFlags(args, &ro.options);
+    if (seed != 0) ro.options.set_seed(seed);
+    ro.options.set_return_token_scores(format.token_scores);
+    ro.options.set_return_alignments(format.alignments);
+    if (args.given("alignment-layer")) ro.options.set_alignment_layer(args.GetInt("alignment-layer"));
+    ro.prefixes = prefixes;
     ro.format = format;
     ro.timeout_seconds = args.GetInt("timeout-seconds");
     ro.progress = show_progress;
@@ -186,6 +222,17 @@ int TranslateCommand(int argc, char** argv) {
   }
   if (args.given("max-length-offset")) opt.decode.max_length_offset = args.GetInt("max-length-offset");
   opt.decode.n_best = args.GetInt("n-best");
+  ApplyDecodingFlags(args, &opt.decode);
+  opt.decode.seed = seed;
+  opt.decode.return_token_scores = format.token_scores;
+  opt.decode.return_alignments = format.alignments;
+  if (args.given("alignment-layer")) {
+    const int layer = args.GetInt("alignment-layer");
+    if (layer < 0 || layer >= (*model)->config.decoder_layers) {
+      return Fail(absl::StrCat("--alignment-layer must be in [0, ", (*model)->config.decoder_layers, ") (the model's decoder layers), got ", layer));
+    }
+    opt.decode.alignment_layer = layer;
+  }
   opt.max_batch_tokens = args.GetInt("max-batch-tokens");
   opt.max_input_length = args.GetInt("max-input-length");
   if (absl::Status s = opt.decode.Validate(); !s.ok()) return Fail(InFlagTerms(s.message()));
@@ -201,11 +248,12 @@ int TranslateCommand(int argc, char** argv) {
   Translator translator(*model);
   LineErrors errors(quiet);
   int64_t line_base = 0;
-  std::vector<std::string> lines;
+  std::vector<std::string> lines, prefix_lines;
   std::string line;
   bool eof = false;
   while (!eof) {
     lines.clear();
+    prefix_lines.clear();
     while (static_cast<int>(lines.size()) < kChunkLines) {
       if (!std::getline(*in, line)) {
         eof = true;
@@ -213,11 +261,19 @@ int TranslateCommand(int argc, char** argv) {
       }
       if (!line.empty() && line.back() == '\r') line.pop_back();
       lines.push_back(line);
+      if (prefixes != nullptr) {
+        if (!std::getline(*prefixes, line)) {
+          return Fail(absl::StrCat("--target-prefix has fewer lines than the input (", line_base + lines.size() - 1, ")"));
+        }
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        prefix_lines.push_back(line);
+      }
     }
     if (lines.empty()) break;
     Translator::Progress progress = nullptr;
     if (show_progress) progress = DrawProgress;
-    auto results = translator.Translate(lines, opt, progress);
+    opt.first_stream = static_cast<uint64_t>(line_base);
+    auto results = translator.Translate(lines, opt, progress, prefixes != nullptr ? &prefix_lines : nullptr);
     if (show_progress) std::fprintf(stderr, "\n");
     if (!results.ok()) return Fail(InFlagTerms(results.status().message()));
     for (size_t i = 0; i < results->size(); ++i) {
@@ -232,7 +288,9 @@ int TranslateCommand(int argc, char** argv) {
         continue;
       }
       std::vector<OutputHypothesis> hypotheses;
-      for (const TextHypothesis& h : r->hypotheses) hypotheses.push_back({h.text, h.score});
+      for (const TextHypothesis& h : r->hypotheses) {
+        hypotheses.push_back({h.text, h.score, h.pieces, h.token_scores, h.alignments});
+      }
       WriteTranslation(format, line_no, IsBlankLine(lines[i]), hypotheses, *out);
     }
     out->flush();

@@ -1,11 +1,13 @@
 // Output formats, error reports and progress of `tnmt translate`; see translate_output.h.
 #include "tools/tnmt/translate_output.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace tnmt::cli {
 
@@ -18,6 +20,26 @@ void WriteTranslation(const OutputFormat& format, int64_t line_no, bool blank,
       if (blank) break;
     }
     if (hypotheses.empty()) out << line_no - 1 << " |||  ||| F0= 0.000000 ||| 0.000000\n";
+    return;
+  }
+  if (format.details()) {
+    const OutputHypothesis empty;
+    for (size_t i = 0; i < std::max<size_t>(1, hypotheses.size()); ++i) {
+      const OutputHypothesis& h = i < hypotheses.size() ? hypotheses[i] : empty;
+      out << line_no << " ||| " << h.text << " ||| " << absl::StrFormat("%.6f", h.score) << " ||| "
+          << absl::StrJoin(h.pieces, " ");
+      if (format.token_scores) {
+        out << " ||| " << absl::StrJoin(h.token_scores, " ", [](std::string* o, float x) {
+          absl::StrAppend(o, absl::StrFormat("%.6f", x));
+        });
+      }
+      if (format.alignments) {
+        out << " |||";
+        for (size_t t = 0; t < h.alignments.size(); ++t) out << " " << h.alignments[t] << "-" << t;
+      }
+      out << "\n";
+      if (blank) break;
+    }
     return;
   }
   if (format.n_best > 1) {
@@ -36,7 +58,7 @@ void WriteTranslation(const OutputFormat& format, int64_t line_no, bool blank,
 
 void WriteFailedLine(const OutputFormat& format, int64_t line_no, std::ostream& out) {
   if (format.moses) return;
-  if (format.n_best > 1) out << line_no << " |||  ||| error";
+  if (format.n_best > 1 || format.details()) out << line_no << " |||  ||| error";
   out << "\n";
 }
 

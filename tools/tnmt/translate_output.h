@@ -10,6 +10,11 @@
 // 'ID ||| TEXT ||| F0= SCORE ||| SCORE', ID counting input lines from 0 as Moses does, one
 // feature (F0, the model's score); a blank line gives one empty hypothesis scored 0, a failed
 // line no line at all (the IDs keep the other lines' places).
+// --token-scores / --alignments: every hypothesis in the n-best layout (for every N, 1
+// included), followed by ' ||| PIECES' (the hypothesis' pieces, space-separated), then
+// ' ||| TOKEN_SCORES' (each piece's log-probability, then </s>'s) and/or ' ||| ALIGNMENT'
+// (Pharaoh 'S-T' pairs: target piece T aligns to source piece S, both from 0); a blank line's
+// fields are empty, a failed line is 'LINE |||  ||| error'.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +28,17 @@ struct OutputFormat {
   int n_best = 1;
   bool scores = false;  // with n_best == 1: 'SCORE ||| TEXT'
   bool moses = false;   // Moses n-best lines (see above)
+  bool token_scores = false;  // ' ||| PIECES ||| TOKEN_SCORES' (see above)
+  bool alignments = false;    // ' ||| PIECES ||| ALIGNMENT'
+  bool details() const { return token_scores || alignments; }
 };
 
 struct OutputHypothesis {
   std::string text;
   float score = 0.0f;
+  std::vector<std::string> pieces;
+  std::vector<float> token_scores;
+  std::vector<int32_t> alignments;  // per piece: a source piece index
 };
 
 // Writes the translation of input line `line_no` (counted from 1); `blank`: that line had
