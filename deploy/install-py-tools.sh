@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Python tools the tests need into two virtual environments (both git-ignored):
+# Installs the Python tools the tests need into three virtual environments (all git-ignored):
 #   build/py-tools  the deploy tests' tools (kubernetes-validate, PyYAML) and the model
 #                   converters' (ctranslate2, numpy, sentencepiece), all pinned in
 #                   deploy/py-tools-requirements.txt, from PyPI; used by
@@ -8,12 +8,15 @@
 #                   PyPI) over Debian's python3-torch, python3-numpy and python3-sentencepiece
 #                   (the venv is made with --system-site-packages; the three are installed with
 #                   apt when missing); used by tests/convert/hf_marian_test.py.
+#   build/py-client grpcio, grpcio-tools and protobuf (pinned in deploy/py-client-requirements.txt,
+#                   from PyPI): what the Python client (clients/python) needs to build and run;
+#                   used by tests/clients/python_client_test.py, which pip-installs the client.
 # Idempotent: an environment that already matches its requirements file is left as it is.
 # Called by tools/run-tests.sh after deploy/install-deps.sh.
 #   deploy/install-py-tools.sh           create or update both
-#   TNMT_PY_TOOLS=DIR TNMT_PY_HF=DIR deploy/install-py-tools.sh   other locations (give the tests
-#                                        the same variables: bazel test --test_env=TNMT_PY_TOOLS=DIR
-#                                        --test_env=TNMT_PY_HF=DIR)
+#   TNMT_PY_TOOLS=DIR TNMT_PY_HF=DIR TNMT_PY_CLIENT=DIR deploy/install-py-tools.sh   other
+#                                        locations (give the tests the same variables:
+#                                        bazel test --test_env=TNMT_PY_TOOLS=DIR ...)
 # The base interpreter of build/py-tools is Debian's /usr/bin/python3 when present (as on CI and
 # in the build image), else the first python3 on PATH; build/py-hf always uses /usr/bin/python3,
 # the interpreter Debian's torch is built for. Debian's Python refuses `pip install --user`
@@ -66,6 +69,28 @@ else
   (cd / && "$venv/bin/python3" -c "$imports") # fails loudly if the install did not work
   sha256sum "$reqs" | cut -d' ' -f1 > "$venv/.requirements.sha256"
   echo "install-py-tools: $venv ready (kubernetes-validate $("$venv/bin/python3" -c 'from kubernetes_validate.version import __version__ as v; print(v)'), ctranslate2 $("$venv/bin/python3" -c 'import ctranslate2; print(ctranslate2.__version__)'))"
+fi
+
+# ---- build/py-client ----------------------------------------------------------------------
+venv="${TNMT_PY_CLIENT:-$root/build/py-client}"
+reqs="$root/deploy/py-client-requirements.txt"
+imports='import grpc, grpc_tools, google.protobuf, setuptools'
+if up_to_date "$venv" "$reqs" "$imports"; then
+  echo "install-py-tools: $venv is up to date"
+else
+  python=/usr/bin/python3
+  [[ -x $python ]] || python="$(command -v python3)"
+  if [[ ! -x "$venv/bin/python3" ]]; then
+    echo "install-py-tools: creating $venv with $python ($("$python" --version 2>&1))"
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    "$python" -m venv "$venv"
+  fi
+  echo "install-py-tools: pip install -r deploy/py-client-requirements.txt"
+  "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check --no-input -r "$reqs"
+  (cd / && "$venv/bin/python3" -c "$imports") # fails loudly if the install did not work
+  sha256sum "$reqs" | cut -d' ' -f1 > "$venv/.requirements.sha256"
+  echo "install-py-tools: $venv ready (grpcio $("$venv/bin/python3" -c 'import grpc; print(grpc.__version__)'))"
 fi
 
 # ---- build/py-hf --------------------------------------------------------------------------
