@@ -1,5 +1,6 @@
 // ModelRegistry; see model_registry.h.
 #include "server/model_registry.h"
+#include "server/status_mapping.h"
 
 #include <future>
 #include <utility>
@@ -125,11 +126,16 @@ absl::Status ModelRegistry::LoadAll() {
 absl::StatusOr<std::shared_ptr<Scheduler>> ModelRegistry::Get(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Entry* e = FindLocked(name);
-  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no model named ", QuoteForError(name)));
+  if (e == nullptr) {
+    return WithReason(absl::NotFoundError(absl::StrCat("no model named ", QuoteForError(name))), "UNKNOWN_MODEL");
+  }
   if (e->scheduler != nullptr) return e->scheduler;
-  if (drained_) return absl::UnavailableError("server is shutting down");
-  return absl::UnavailableError(absl::StrCat("model \"", name, "\" is ", e->status.state,
-                                             e->status.error.empty() ? "" : ": ", e->status.error));
+  if (drained_) return WithReason(absl::UnavailableError("server is shutting down"), "SHUTTING_DOWN");
+  absl::Status not_ready = absl::UnavailableError(absl::StrCat("model \"", name, "\" is ", e->status.state,
+                                                               e->status.error.empty() ? "" : ": ", e->status.error));
+  // Still loading: worth a retry shortly. Failed: only a reload of the model changes that.
+  if (e->status.state == "failed") return WithReason(not_ready, "MODEL_FAILED");
+  return WithRetryDelay(WithReason(not_ready, "MODEL_NOT_READY"), absl::Seconds(1));
 }
 
 std::vector<ModelStatus> ModelRegistry::List() const {

@@ -8,9 +8,14 @@
 #include <random>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace tnmt::server {
+
+std::string TextReason(const absl::Status& tokenize_error) {
+  return absl::StrContains(tokenize_error.message(), "UTF-8") ? "INVALID_UTF8" : "INVALID_TEXT";
+}
 
 absl::StatusOr<PreparedRequest> PrepareRequest(
     const ModelRegistry& registry, const ServiceLimits& limits, const std::string& model,
@@ -140,7 +145,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
     absl::StatusOr<std::vector<int32_t>> ids = m.tokenizer->Encode(t);
     if (!ids.ok()) {
       return WithReason(absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", ids.status().message())),
-                        "INVALID_TEXT");
+                        TextReason(ids.status()));
     }
     ids->push_back(m.config.eos_id);
     p.source_tokens[i] = static_cast<int>(ids->size());
@@ -165,7 +170,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
       absl::StatusOr<std::vector<int32_t>> pieces = m.tokenizer->EncodeTarget(pt);
       if (!pieces.ok()) {
         return WithReason(absl::InvalidArgumentError(absl::StrCat("target_prefixes[", i, "]: ", pieces.status().message())),
-                          "INVALID_TEXT");
+                          TextReason(pieces.status()));
       }
       int max_out = d.max_length > 0 ? d.max_length : static_cast<int>(ids->size()) + d.max_length_offset;
       max_out = std::min(max_out, MaxPositions(m.config));

@@ -68,6 +68,9 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const ModelRegistry& registry,
 absl::Status SubmitRequest(const ModelRegistry& registry, PreparedRequest& p,
                            const std::function<SentenceTask(int)>& make_task);
 
+// The ErrorInfo reason of a text the tokenizer refused: INVALID_UTF8, else INVALID_TEXT.
+std::string TextReason(const absl::Status& tokenize_error);
+
 // Fills a Translation from a finished sentence.
 void FillTranslation(const SentenceResult& r, bool return_scores, tnmt::v1::Translation* out);
 // The answer for a blank text: n_best empty hypotheses.

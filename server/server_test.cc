@@ -400,6 +400,16 @@ TEST_F(ServerTest, NotReadyUntilLoadedAndUnavailableWhenTheModelFails) {
   grpc::Status st = Call(*stub, req, &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(st.error_message().find("/nonexistent/model/dir"), std::string::npos) << st.error_message();
+  // A failed model says so (MODEL_FAILED) and asks for no retry: only a reload changes it.
+  google::rpc::Status details;
+  ASSERT_TRUE(details.ParseFromString(st.error_details()));
+  std::string reason;
+  for (const google::protobuf::Any& any : details.details()) {
+    google::rpc::ErrorInfo info;
+    if (any.UnpackTo(&info)) reason = info.reason();
+    EXPECT_FALSE(any.Is<google::rpc::RetryInfo>());
+  }
+  EXPECT_EQ(reason, "MODEL_FAILED");
 }
 
 // Raw calls through the generic stub: what a client that sends bytes gRPC cannot decode gets.
@@ -541,23 +551,45 @@ TEST_F(ServerTest, ErrorMatrix) {
     // Refusals of the request itself say why (google.rpc.ErrorInfo) and carry no RetryInfo:
     // sending the same request again cannot succeed.
     static const std::map<std::string, std::string> kReasons = {
-        {"invalid UTF-8", "INVALID_TEXT"},
+        {"invalid UTF-8", "INVALID_UTF8"},
         {"beam 64 x 4 texts x 150 tokens", "REQUEST_TOO_COSTLY"},
         {"too many texts", "TOO_MANY_TEXTS"},
         {"too many tokens", "TEXT_TOO_LONG"},
         {"text too many bytes", "TEXT_TOO_LONG"},
-        {"prefix not UTF-8", "INVALID_TEXT"},
-        {"prefix too long", "TEXT_TOO_LONG"}};
-    auto want = kReasons.find(c.what);
-    if (want == kReasons.end()) continue;
+        {"prefix not UTF-8", "INVALID_UTF8"},
+        {"prefix too long", "TEXT_TOO_LONG"},
+        {"unknown model", "UNKNOWN_MODEL"}};
+    // INVALID_ARGUMENT names its field in a google.rpc.BadRequest field violation too.
+    static const std::map<std::string, std::string> kFields = {
+        {"invalid UTF-8", "texts[1]"},
+        {"beam 1000", "options.beam_size"},
+        {"n_best > beam", "options.n_best"},
+        {"min_length over max_length", "options.min_length"},
+        {"alignment layer 7", "options.alignment_layer"},
+        {"prefixes for some texts", "target_prefixes"},
+        {"prefix not UTF-8", "target_prefixes[0]"},
+        {"too many tokens", "texts[1]"}};
     google::rpc::Status details;
-    ASSERT_TRUE(details.ParseFromString(st.error_details())) << c.what;
-    std::string reason;
+    const bool has_details = !st.error_details().empty() && details.ParseFromString(st.error_details());
+    std::string reason, field;
+    bool retry = false;
     for (const google::protobuf::Any& any : details.details()) {
       google::rpc::ErrorInfo info;
+      google::rpc::BadRequest bad;
       if (any.UnpackTo(&info)) reason = info.reason();
-      EXPECT_FALSE(any.Is<google::rpc::RetryInfo>()) << c.what << ": not retryable";
+      if (any.UnpackTo(&bad) && bad.field_violations_size() == 1) field = bad.field_violations(0).field();
+      retry = retry || any.Is<google::rpc::RetryInfo>();
     }
+    if (auto f = kFields.find(c.what); f != kFields.end()) {
+      EXPECT_TRUE(has_details) << c.what;
+      EXPECT_EQ(field, f->second) << c.what;
+    } else if (c.code != grpc::INVALID_ARGUMENT) {
+      EXPECT_EQ(field, "") << c.what << ": a field violation only for INVALID_ARGUMENT";
+    }
+    auto want = kReasons.find(c.what);
+    if (want == kReasons.end()) continue;
+    EXPECT_TRUE(has_details) << c.what;
+    EXPECT_FALSE(retry) << c.what << ": not retryable";
     EXPECT_EQ(reason, want->second) << c.what;
   }
   // A deadline that passes before the work is done: DEADLINE_EXCEEDED, and the server serves on.

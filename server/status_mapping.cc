@@ -46,9 +46,48 @@ std::string ReasonOf(const absl::Status& s) {
   return info.reason();
 }
 
+std::string FieldOf(absl::string_view message) {
+  const size_t colon = message.find(": ");
+  if (colon == absl::string_view::npos || colon == 0 || colon > 64) return "";
+  const absl::string_view field = message.substr(0, colon);
+  // A field path: name(.name)* with optional [index] after each name.
+  bool name_start = true;
+  for (size_t i = 0; i < field.size(); ++i) {
+    const char c = field[i];
+    if (c >= 'a' && c <= 'z') {
+      name_start = false;
+    } else if ((c == '_' || (c >= '0' && c <= '9')) && !name_start) {
+    } else if (c == '.' && !name_start) {
+      name_start = true;
+    } else if (c == '[' && !name_start) {
+      const size_t close = field.find(']', i);
+      if (close == absl::string_view::npos || close == i + 1) return "";
+      for (size_t j = i + 1; j < close; ++j) {
+        if (field[j] < '0' || field[j] > '9') return "";
+      }
+      i = close;
+    } else {
+      return "";
+    }
+  }
+  return name_start ? "" : std::string(field);
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& s) {
   const auto code = static_cast<grpc::StatusCode>(s.code());
   google::rpc::Status details;
+  // A refused request names its field first ("texts[3]: ...", "options.beam_size: ..."): the
+  // same as a google.rpc.BadRequest field violation.
+  const std::string field = s.code() == absl::StatusCode::kInvalidArgument ? FieldOf(s.message()) : "";
+  if (!field.empty() && !s.GetPayload(TypeUrl(google::rpc::BadRequest())).has_value()) {
+    google::rpc::BadRequest bad;
+    google::rpc::BadRequest::FieldViolation* v = bad.add_field_violations();
+    v->set_field(field);
+    v->set_description(std::string(s.message().substr(field.size() + 2)));
+    google::protobuf::Any* any = details.add_details();
+    any->set_type_url(TypeUrl(bad));
+    any->set_value(bad.SerializeAsString());
+  }
   s.ForEachPayload([&](absl::string_view type_url, const absl::Cord& value) {
     if (!absl::StartsWith(type_url, kTypePrefix)) return;
     google::protobuf::Any* any = details.add_details();

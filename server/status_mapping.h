@@ -10,6 +10,7 @@
 #include <grpcpp/support/status.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace tnmt::server {
@@ -26,8 +27,13 @@ absl::Status WithRetryDelay(absl::Status s, absl::Duration delay);
 // The reason attached by WithReason, or "" if none.
 std::string ReasonOf(const absl::Status& s);
 
+// The field an INVALID_ARGUMENT message names first, "FIELD: problem" with FIELD a path such as
+// texts[3], options.beam_size or target_prefixes[0]; "" when the message does not start so.
+std::string FieldOf(absl::string_view message);
+
 // absl::Status -> grpc::Status: the same code and message; the attached details, if any, as a
-// serialized google.rpc.Status in the status' error details (sent as grpc-status-details-bin).
+// serialized google.rpc.Status in the status' error details (sent as grpc-status-details-bin),
+// with a google.rpc.BadRequest field violation for an INVALID_ARGUMENT naming its field.
 grpc::Status ToGrpcStatus(const absl::Status& s);
 
 }  // namespace tnmt::server

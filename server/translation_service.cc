@@ -425,7 +425,7 @@ absl::Status TranslationServiceImpl::DoScore(const tnmt::v1::ScoreRequest& reque
       if (!target) absl::ConsumePrefix(&message, "source: ");
       const bool too_long = message.find("exceeds the maximum length") != std::string::npos;
       return WithReason(absl::InvalidArgumentError(absl::StrCat(target ? "targets[" : "sources[", i, "]: ", message)),
-                        too_long ? "TEXT_TOO_LONG" : "INVALID_TEXT");
+                        too_long ? "TEXT_TOO_LONG" : TextReason(r.status()));
     }
     tnmt::v1::PairScore* out = response->add_scores();
     out->set_score(r->score);

@@ -19,6 +19,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "proto/google/rpc/error_details.pb.h"
+#include "proto/google/rpc/status.pb.h"
 #include "server/web/pages.h"
 
 namespace tnmt::server::web {
@@ -61,7 +63,22 @@ std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
 }
 
 HttpResponse FromGrpc(const grpc::Status& status) {
-  return JsonError(status.error_code(), status.error_message());
+  HttpResponse response = JsonError(status.error_code(), status.error_message());
+  // The google.rpc details of the gRPC error (ErrorInfo, RetryInfo, BadRequest), in their
+  // proto3 JSON form: {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": ...}.
+  google::rpc::Status details;
+  if (status.error_details().empty() || !details.ParseFromString(status.error_details())) return response;
+  json list = json::array();
+  for (const google::protobuf::Any& any : details.details()) {
+    std::string text;
+    if (!google::protobuf::util::MessageToJsonString(any, &text).ok()) continue;
+    list.push_back(json::parse(text, nullptr, /*allow_exceptions=*/false));
+  }
+  if (list.empty()) return response;
+  json body = json::parse(response.body, nullptr, false);
+  body["details"] = std::move(list);
+  response.body = Dump(body);
+  return response;
 }
 
 HttpResponse FromAbsl(const absl::Status& status) {

@@ -170,7 +170,7 @@ def main():
                  grpc.StatusCode.INVALID_ARGUMENT, "", "target_prefixes"),
                 ("too many texts", lambda: cl.translate(["x"] * 300), grpc.StatusCode.RESOURCE_EXHAUSTED,
                  "TOO_MANY_TEXTS", "texts"),
-                ("unknown model", lambda: cl.translate(["x"], model="klingon"), grpc.StatusCode.NOT_FOUND, "",
+                ("unknown model", lambda: cl.translate(["x"], model="klingon"), grpc.StatusCode.NOT_FOUND, "UNKNOWN_MODEL",
                  "klingon"),
                 ("score length mismatch", lambda: cl.score(["a", "b"], ["c"]), grpc.StatusCode.INVALID_ARGUMENT, "",
                  "targets"),
@@ -184,6 +184,15 @@ def main():
                     check(mention in e.message, f"error {what}: the message names {mention}", e.message)
                     check(e.attempts == 1 and not e.retryable, f"error {what}: not retried", str(e.attempts))
             check(cl.retried == before, "refused requests were not retried")
+            try:
+                cl.translate(["x", "\ud800"])
+            except UnicodeEncodeError:
+                pass  # a lone surrogate cannot even be sent
+            try:
+                cl.translate(["x"], beam_size=0)
+            except TnmtError as e:
+                check(e.field_violations and e.field_violations[0][0] == "options.beam_size",
+                      "INVALID_ARGUMENT: the field violation names options.beam_size", str(e.field_violations))
             try:
                 cl.translate(["x"], beam=4)
                 check(False, "an unknown option is a TypeError")

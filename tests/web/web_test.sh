@@ -183,9 +183,13 @@ check "a 2 MB chunked body: 413" api_error 413 RESOURCE_EXHAUSTED POST /api/tran
   -H 'Transfer-Encoding: chunked' --data-binary "@$TMP/huge.txt"
 check "unknown model: 404 NOT_FOUND" api_error 404 NOT_FOUND POST /api/translate -d '{"model": "nope", "texts": ["a"]}'
 check "  naming the model" grep -q nope "$TMP/err.json"
+check "  with the gRPC error's details (ErrorInfo UNKNOWN_MODEL)" test "$(json_get "$TMP/err.json" \
+  '[d["reason"] for d in r["details"] if d["@type"].endswith("google.rpc.ErrorInfo")]')" = "['UNKNOWN_MODEL']"
 check "beam_size 0: 400 from the gRPC service's validation" api_error 400 INVALID_ARGUMENT POST /api/translate \
   -d '{"model": "tiny", "texts": ["a"], "beam_size": 0}'
 check "  naming the field" grep -q beam_size "$TMP/err.json"
+check "  in a BadRequest field violation" test "$(json_get "$TMP/err.json" \
+  '[v["field"] for d in r["details"] if d["@type"].endswith("google.rpc.BadRequest") for v in d["fieldViolations"]]')" = "['options.beam_size']"
 check "no texts: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '{"model": "tiny", "texts": []}'
 check "GET on the POST route: 405 METHOD_NOT_ALLOWED" api_error 405 METHOD_NOT_ALLOWED GET /api/translate
 check "an unknown API route: 404 JSON" api_error 404 NOT_FOUND GET /api/nope
