@@ -92,7 +92,7 @@ class ReversingService final : public tnmt::v1::TranslationService::Service {
       hypothesis->set_text(Reversed(text));
       hypothesis->set_tokens(static_cast<int>(text.size()));
     }
-    response->mutable_timing()->set_total_seconds(0.5);
+    response->mutable_timing()->mutable_total_time()->set_nanos(500000000);
     return grpc::Status::OK;
   }
 
@@ -151,7 +151,7 @@ TEST_F(ProtoServerTest, UnaryTranslate) {
   ASSERT_EQ(response.translations_size(), 2);
   EXPECT_EQ(response.translations(0).hypotheses(0).text(), "cba");
   EXPECT_EQ(response.translations(1).hypotheses(0).text(), "yx");
-  EXPECT_EQ(response.timing().total_seconds(), 0.5);
+  EXPECT_EQ(response.timing().total_time().nanos(), 500000000);
 
   grpc::ClientContext empty_context;
   tnmt::v1::TranslateRequest empty;

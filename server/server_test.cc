@@ -74,7 +74,7 @@ TEST_F(ServerTest, BatchedReplyEqualsTheEngineOneSentenceAtATime) {
   ASSERT_TRUE(st.ok()) << st.error_message();
   ASSERT_EQ(resp.translations_size(), static_cast<int>(Sentences().size()));
   EXPECT_EQ(resp.model(), "tiny");
-  EXPECT_GT(resp.timing().total_seconds(), 0);
+  EXPECT_GT(resp.timing().total_time().seconds() * 1e9 + resp.timing().total_time().nanos(), 0);
 
   auto model = LoadModelDirectory(kModelDir);
   ASSERT_TRUE(model.ok());
@@ -222,6 +222,41 @@ TEST_F(ServerTest, StreamAnswersEveryTextOfEveryMessage) {
   EXPECT_NE(st.error_message().find("77"), std::string::npos) << st.error_message();
 }
 
+TEST_F(ServerTest, ListModelsPages) {
+  ServerOptions o;
+  o.models = {{"c", kModelDir}, {"a", kModelDir}, {"b", kModelDir}};
+  auto server = StartServer(o);
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto stub = TranslationService::NewStub(Channel(*server));
+  std::vector<std::string> names;
+  tnmt::v1::ListModelsRequest req;
+  req.set_page_size(2);
+  int pages = 0;
+  do {
+    grpc::ClientContext ctx;
+    tnmt::v1::ListModelsResponse resp;
+    ASSERT_TRUE(stub->ListModels(&ctx, req, &resp).ok());
+    EXPECT_LE(resp.models_size(), 2);
+    for (const auto& m : resp.models()) names.push_back(m.name());
+    req.set_page_token(resp.next_page_token());
+    ++pages;
+  } while (!req.page_token().empty() && pages < 5);
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_EQ(pages, 2);
+  for (auto [size, token, field] : {std::tuple<int, const char*, const char*>{-1, "", "page_size"},
+                                    {1001, "", "page_size"},
+                                    {0, "garbage", "page_token"}}) {
+    grpc::ClientContext ctx;
+    tnmt::v1::ListModelsRequest bad;
+    bad.set_page_size(size);
+    bad.set_page_token(token);
+    tnmt::v1::ListModelsResponse resp;
+    grpc::Status st = stub->ListModels(&ctx, bad, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << field;
+    EXPECT_EQ(st.error_message().rfind(field, 0), 0u) << st.error_message();
+  }
+}
+
 TEST_F(ServerTest, ListModelsHealthAndReflection) {
   auto server = StartServer();
   ASSERT_TRUE(server->WaitForInitialLoad().ok());
@@ -232,11 +267,12 @@ TEST_F(ServerTest, ListModelsHealthAndReflection) {
   ASSERT_TRUE(stub->ListModels(&ctx, {}, &models).ok());
   ASSERT_EQ(models.models_size(), 1);
   EXPECT_EQ(models.models(0).name(), "tiny");
-  EXPECT_EQ(models.models(0).state(), "ready");
+  EXPECT_EQ(models.models(0).state(), tnmt::v1::MODEL_STATE_READY);
   EXPECT_EQ(models.models(0).generation(), 1u);
   EXPECT_EQ(models.models(0).device(), "cpu");
   EXPECT_GT(models.models(0).parameters(), 0);
-  EXPECT_FALSE(models.models(0).loaded_at().empty());
+  EXPECT_GT(models.models(0).load_time().seconds(), 1700000000);
+  EXPECT_TRUE(models.next_page_token().empty());
 
   auto health = grpc::health::v1::Health::NewStub(channel);
   for (const char* service : {"", "tnmt.v1.TranslationService"}) {

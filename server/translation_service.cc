@@ -1,5 +1,6 @@
 // TranslationService; see translation_service.h.
 #include "server/translation_service.h"
+#include "server/proto_time.h"
 #include "server/status_mapping.h"
 
 #include <atomic>
@@ -158,9 +159,9 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
     void FinishLocked(const absl::Status& s) {
       const double total = absl::ToDoubleSeconds(absl::Now() - start);
       if (s.ok()) {
-        response->mutable_timing()->set_queue_seconds(queue_s);
-        response->mutable_timing()->set_compute_seconds(compute_s);
-        response->mutable_timing()->set_total_seconds(total);
+        SetDuration(queue_s, response->mutable_timing()->mutable_queue_time());
+        SetDuration(compute_s, response->mutable_timing()->mutable_compute_time());
+        SetDuration(total, response->mutable_timing()->mutable_total_time());
       } else {
         response->Clear();
       }
@@ -363,9 +364,14 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   TranslateStreamRequest request_;
 };
 
-std::string Rfc3339(absl::Time t) {
-  return t == absl::Time() ? "" : absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
+tnmt::v1::ModelState StateOf(const std::string& state) {
+  if (state == "ready") return tnmt::v1::MODEL_STATE_READY;
+  if (state == "loading") return tnmt::v1::MODEL_STATE_LOADING;
+  if (state == "failed") return tnmt::v1::MODEL_STATE_FAILED;
+  return tnmt::v1::MODEL_STATE_UNSPECIFIED;
 }
+
+constexpr char kPageTokenPrefix[] = "after:";
 
 }  // namespace
 
@@ -485,16 +491,33 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* TranslationServiceI
 }
 
 grpc::ServerUnaryReactor* TranslationServiceImpl::ListModels(grpc::CallbackServerContext* context,
-                                                             const tnmt::v1::ListModelsRequest*,
+                                                             const tnmt::v1::ListModelsRequest* request,
                                                              tnmt::v1::ListModelsResponse* response) {
   const absl::Time start = absl::Now();
-  for (const ModelStatus& m : registry_->List()) {
+  // Pages in name order; a page token is the last name of the previous page.
+  absl::Status status;
+  const int page_size = request->page_size() == 0 ? 100 : request->page_size();
+  absl::string_view after = request->page_token();
+  if (page_size < 1 || page_size > 1000) {
+    status = absl::InvalidArgumentError(absl::StrCat("page_size: ", request->page_size(), " is outside [0, 1000]"));
+  } else if (!after.empty() && !absl::ConsumePrefix(&after, kPageTokenPrefix)) {
+    status = absl::InvalidArgumentError("page_token: not a token this server issued (pass next_page_token as it is)");
+  }
+  std::vector<ModelStatus> models = registry_->List();
+  std::sort(models.begin(), models.end(), [](const ModelStatus& a, const ModelStatus& b) { return a.name < b.name; });
+  for (const ModelStatus& m : models) {
+    if (!status.ok()) break;
+    if (!after.empty() && m.name <= after) continue;
+    if (response->models_size() == page_size) {
+      response->set_next_page_token(absl::StrCat(kPageTokenPrefix, response->models(page_size - 1).name()));
+      break;
+    }
     tnmt::v1::ModelInfo* info = response->add_models();
     info->set_name(m.name);
     info->set_path(m.path);
-    info->set_state(m.state);
+    info->set_state(StateOf(m.state));
     info->set_generation(m.generation);
-    info->set_loaded_at(Rfc3339(m.loaded_at));
+    if (m.loaded_at != absl::Time()) SetTimestamp(m.loaded_at, info->mutable_load_time());
     info->set_device(m.placement.ToString());
     info->set_compute_type(m.placement.ComputeType());
     if (m.model != nullptr) {
@@ -509,13 +532,14 @@ grpc::ServerUnaryReactor* TranslationServiceImpl::ListModels(grpc::CallbackServe
       info->set_target_language(c.target_language);
     }
   }
+  if (!status.ok()) response->Clear();
   if (metrics_ != nullptr) {
     metrics_->RequestStarted();
-    metrics_->RequestDone("", "ListModels", "OK", absl::ToDoubleSeconds(absl::Now() - start));
+    metrics_->RequestDone("", "ListModels", static_cast<int>(status.code()), absl::ToDoubleSeconds(absl::Now() - start));
   }
-  LogCall(request_log_, "ListModels", "", request_log_ != nullptr ? context->peer() : "", 0, absl::OkStatus(), start);
+  LogCall(request_log_, "ListModels", "", request_log_ != nullptr ? context->peer() : "", 0, status, start);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 

@@ -162,19 +162,19 @@ B=$(jobs_cmd submit --spec "$TMP/b.json")
 check "long job starts running" wait_step "$B" 4 120
 X=$(jobs_cmd submit --spec "$TMP/b.json")
 Y=$(jobs_cmd submit --spec "$TMP/b.json")
-check "one job runs per device; the next waits QUEUED" test "$(field "$X" state)" = QUEUED
+check "one job runs per device; the next waits QUEUED" test "$(field "$X" state)" = JOB_STATE_QUEUED
 check "a fourth unfinished job: RESOURCE_EXHAUSTED" refused RESOURCE_EXHAUSTED submit --spec "$TMP/b.json" --server "127.0.0.1:$PORT" --token-file "$TMP/token"
 jobs_cmd cancel "$Y" > /dev/null
-check "a queued job cancels at once" test "$(field "$Y" state)" = CANCELLED
+check "a queued job cancels at once" test "$(field "$Y" state)" = JOB_STATE_CANCELLED
 jobs_cmd cancel "$B" > /dev/null
 jobs_cmd watch "$B" > "$TMP/watch-b.txt"
 check "watch of a cancelled job exits 1" test $? -eq 1
-check "cancelled job is CANCELLED" test "$(field "$B" state)" = CANCELLED
+check "cancelled job is CANCELLED" test "$(field "$B" state)" = JOB_STATE_CANCELLED
 check "its trainer is gone" bash -c "! pgrep -f '[j]obs/$B/train_config.json' > /dev/null"
 check "SIGTERM made it write a final checkpoint" bash -c "ls $STATE/jobs/$B/train | grep -q step-"
-check "the queued job starts once the device is free" wait_field "$X" state RUNNING 30
+check "the queued job starts once the device is free" wait_field "$X" state JOB_STATE_RUNNING 30
 jobs_cmd cancel "$X" > /dev/null
-check "job x cancelled" wait_field "$X" state CANCELLED 30
+check "job x cancelled" wait_field "$X" state JOB_STATE_CANCELLED 30
 check "cancelling a finished job: FAILED_PRECONDITION" refused FAILED_PRECONDITION cancel "$B" --server "127.0.0.1:$PORT" --token-file "$TMP/token"
 
 # d. kill -9 the server mid-job; restart resumes it; same result as the straight run.
@@ -192,7 +192,7 @@ first_checkpoint() {
   return 1
 }
 check "job c passes its first checkpoint" first_checkpoint
-check "  and is held mid-run" test "$(field "$C" state)" = RUNNING
+check "  and is held mid-run" test "$(field "$C" state)" = JOB_STATE_RUNNING
 spec fragile e 100000 1000 | sed 's/"stop"/"on_interrupt": "ON_INTERRUPT_FAIL", "stop"/' > "$TMP/e.json"
 E=$(jobs_cmd submit --spec "$TMP/e.json")
 kill -KILL "$SERVER_PID"; wait "$SERVER_PID" 2> /dev/null
@@ -202,10 +202,10 @@ start_server server2.log
 check "restarted server is ready" test -n "$PORT"
 jobs_cmd watch "$C" > "$TMP/watch-c.txt"
 check "the interrupted job finishes after the restart" test $? -eq 0
-check "a job that never ran is unaffected by the crash (on_interrupt FAIL)" wait_field "$E" state RUNNING 30
+check "a job that never ran is unaffected by the crash (on_interrupt FAIL)" wait_field "$E" state JOB_STATE_RUNNING 30
 kill -KILL "$SERVER_PID"; wait "$SERVER_PID" 2> /dev/null
 start_server server2b.log
-check "on_interrupt FAIL: a crash mid-run fails the job" test "$(field "$E" state)" = FAILED
+check "on_interrupt FAIL: a crash mid-run fails the job" test "$(field "$E" state)" = JOB_STATE_FAILED
 check "  naming the interruption" bash -c "'$TNMT' jobs get $E --server 127.0.0.1:$PORT --token-file $TMP/token | grep -q 'interrupted'"
 check "it took a second attempt" test "$(field "$C" attempts)" = 2
 check "resumed from a checkpoint, not from scratch" grep -q "resumed from step" "$STATE/jobs/$C/train.log"
@@ -228,7 +228,7 @@ check "the trainer was stopped" bash -c "! pgrep -f '[j]obs/$D/train_config.json
 start_server server3.log
 check "server ready after the drain" test -n "$PORT"
 check "job d runs again, on its second attempt" wait_field "$D" attempts 2 30
-check "  (state RUNNING)" test "$(field "$D" state)" = RUNNING
+check "  (state RUNNING)" test "$(field "$D" state)" = JOB_STATE_RUNNING
 jobs_cmd cancel "$D" > /dev/null
 jobs_cmd watch "$D" > /dev/null
 

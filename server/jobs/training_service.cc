@@ -1,5 +1,6 @@
 // TrainingService; see training_service.h.
 #include "server/jobs/training_service.h"
+#include "server/proto_time.h"
 #include "server/status_mapping.h"
 
 #include <deque>
@@ -19,35 +20,35 @@ using tnmt::v1::JobUpdate;
 
 tnmt::v1::JobState ToProtoState(JobState s) {
   switch (s) {
-    case JobState::kQueued: return tnmt::v1::QUEUED;
-    case JobState::kRunning: return tnmt::v1::RUNNING;
-    case JobState::kCancelling: return tnmt::v1::CANCELLING;
-    case JobState::kPublishing: return tnmt::v1::PUBLISHING;
-    case JobState::kSucceeded: return tnmt::v1::SUCCEEDED;
-    case JobState::kFailed: return tnmt::v1::FAILED;
-    case JobState::kCancelled: return tnmt::v1::CANCELLED;
+    case JobState::kQueued: return tnmt::v1::JOB_STATE_QUEUED;
+    case JobState::kRunning: return tnmt::v1::JOB_STATE_RUNNING;
+    case JobState::kCancelling: return tnmt::v1::JOB_STATE_CANCELLING;
+    case JobState::kPublishing: return tnmt::v1::JOB_STATE_PUBLISHING;
+    case JobState::kSucceeded: return tnmt::v1::JOB_STATE_SUCCEEDED;
+    case JobState::kFailed: return tnmt::v1::JOB_STATE_FAILED;
+    case JobState::kCancelled: return tnmt::v1::JOB_STATE_CANCELLED;
   }
   return tnmt::v1::JOB_STATE_UNSPECIFIED;
 }
 
 absl::StatusOr<JobState> FromProtoState(int s) {
   switch (s) {
-    case tnmt::v1::QUEUED: return JobState::kQueued;
-    case tnmt::v1::RUNNING: return JobState::kRunning;
-    case tnmt::v1::CANCELLING: return JobState::kCancelling;
-    case tnmt::v1::PUBLISHING: return JobState::kPublishing;
-    case tnmt::v1::SUCCEEDED: return JobState::kSucceeded;
-    case tnmt::v1::FAILED: return JobState::kFailed;
-    case tnmt::v1::CANCELLED: return JobState::kCancelled;
+    case tnmt::v1::JOB_STATE_QUEUED: return JobState::kQueued;
+    case tnmt::v1::JOB_STATE_RUNNING: return JobState::kRunning;
+    case tnmt::v1::JOB_STATE_CANCELLING: return JobState::kCancelling;
+    case tnmt::v1::JOB_STATE_PUBLISHING: return JobState::kPublishing;
+    case tnmt::v1::JOB_STATE_SUCCEEDED: return JobState::kSucceeded;
+    case tnmt::v1::JOB_STATE_FAILED: return JobState::kFailed;
+    case tnmt::v1::JOB_STATE_CANCELLED: return JobState::kCancelled;
     default: return absl::InvalidArgumentError(absl::StrCat("states: ", s, " is not a job state"));
   }
 }
 
 JobUpdate::Kind ToKind(const std::string& kind) {
-  if (kind == "state") return JobUpdate::STATE;
-  if (kind == "progress") return JobUpdate::PROGRESS;
-  if (kind == "validation") return JobUpdate::VALIDATION;
-  if (kind == "checkpoint") return JobUpdate::CHECKPOINT;
+  if (kind == "state") return JobUpdate::KIND_STATE;
+  if (kind == "progress") return JobUpdate::KIND_PROGRESS;
+  if (kind == "validation") return JobUpdate::KIND_VALIDATION;
+  if (kind == "checkpoint") return JobUpdate::KIND_CHECKPOINT;
   return JobUpdate::KIND_UNSPECIFIED;
 }
 
@@ -77,9 +78,10 @@ Job ToProto(const JobRecord& job, bool with_spec, const std::string& work_dir) {
   if (with_spec) {
     (void)google::protobuf::util::JsonStringToMessage(job.spec_json, p.mutable_spec());
   }
-  p.set_create_time_ms(job.created_ms);
-  p.set_start_time_ms(job.started_ms);
-  p.set_finish_time_ms(job.finished_ms);
+  // Times are unix milliseconds in the store, 0 for "not yet".
+  if (job.created_ms > 0) SetTimestamp(absl::FromUnixMillis(job.created_ms), p.mutable_create_time());
+  if (job.started_ms > 0) SetTimestamp(absl::FromUnixMillis(job.started_ms), p.mutable_start_time());
+  if (job.finished_ms > 0) SetTimestamp(absl::FromUnixMillis(job.finished_ms), p.mutable_finish_time());
   p.set_attempts(job.attempts);
   p.set_step(job.step);
   p.set_max_steps(job.max_steps);
@@ -87,7 +89,7 @@ Job ToProto(const JobRecord& job, bool with_spec, const std::string& work_dir) {
   p.set_dev_bleu(job.dev_bleu);
   p.set_dev_bleu_signature(job.dev_bleu_signature);
   p.set_tokens_per_second(job.tokens_per_second);
-  p.set_eta_seconds(job.eta_seconds);
+  if (job.eta_seconds >= 0) SetDuration(job.eta_seconds, p.mutable_eta());  // -1: unknown
   p.set_last_checkpoint(job.last_checkpoint);
   p.set_published_model(job.published_model);
   p.set_error(job.error);
@@ -117,7 +119,7 @@ class TrainingServiceImpl::WatchCall final : public grpc::ServerWriteReactor<Job
       return;
     }
     JobUpdate u;
-    u.set_kind(JobUpdate::SNAPSHOT);
+    u.set_kind(JobUpdate::KIND_SNAPSHOT);
     *u.mutable_job() = ToProto(*job, true, service_->runner_->WorkDir(id));
     EnqueueLocked(std::move(u), IsTerminal(job->state));
   }

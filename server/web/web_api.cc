@@ -12,6 +12,7 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/time_util.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
@@ -19,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "proto/enum_names.h"
 #include "proto/google/rpc/error_details.pb.h"
 #include "proto/google/rpc/status.pb.h"
 #include "server/web/pages.h"
@@ -126,26 +128,32 @@ absl::StatusOr<int64_t> Integer(const json& value, absl::string_view field, int6
 
 const char* TypeName(const json& value) { return value.type_name(); }
 
+int64_t UnixMillis(const google::protobuf::Timestamp& t) { return t.seconds() * 1000 + t.nanos() / 1000000; }
+
+// The pages' job shape: states without the JOB_STATE_ prefix, times in unix milliseconds (0:
+// not yet), the ETA in seconds (-1: unknown).
 json JobToJson(const tnmt::v1::Job& job) {
   return json{
       {"id", job.id()},
       {"name", job.name()},
-      {"state", tnmt::v1::JobState_Name(job.state())},
+      {"state", tnmt::v1::JobStateWord(job.state())},
       {"step", job.step()},
       {"max_steps", job.max_steps()},
       {"loss", job.loss()},
       {"dev_bleu", job.dev_bleu()},
       {"dev_bleu_signature", job.dev_bleu_signature()},
       {"tokens_per_second", job.tokens_per_second()},
-      {"eta_seconds", job.eta_seconds()},
+      {"eta_seconds", job.has_eta() ? job.eta().seconds() + job.eta().nanos() * 1e-9 : -1.0},
       {"attempts", job.attempts()},
-      {"create_time_ms", job.create_time_ms()},
-      {"start_time_ms", job.start_time_ms()},
-      {"finish_time_ms", job.finish_time_ms()},
+      {"create_time_ms", job.has_create_time() ? UnixMillis(job.create_time()) : 0},
+      {"start_time_ms", job.has_start_time() ? UnixMillis(job.start_time()) : 0},
+      {"finish_time_ms", job.has_finish_time() ? UnixMillis(job.finish_time()) : 0},
       {"published_model", job.published_model()},
       {"error", job.error()},
   };
 }
+
+double Secs(const google::protobuf::Duration& d) { return d.seconds() + d.nanos() * 1e-9; }
 
 }  // namespace
 
@@ -369,9 +377,9 @@ std::string TranslateResponseToJson(const tnmt::v1::TranslateResponse& response)
   json out = {{"model", response.model()},
               {"translations", std::move(translations)},
               {"timing",
-               {{"queue_seconds", response.timing().queue_seconds()},
-                {"compute_seconds", response.timing().compute_seconds()},
-                {"total_seconds", response.timing().total_seconds()}}}};
+               {{"queue_seconds", Secs(response.timing().queue_time())},
+                {"compute_seconds", Secs(response.timing().compute_time())},
+                {"total_seconds", Secs(response.timing().total_time())}}}};
   if (response.seed() != 0) out["seed"] = std::to_string(response.seed());  // uint64: a string, as in proto3 JSON
   return Dump(out);
 }
@@ -408,26 +416,31 @@ HttpResponse WebApi::IndexPage(const HttpRequest&) const { return Page(kIndexHtm
 HttpResponse WebApi::JobsPage(const HttpRequest&) const { return Page(kJobsHtml); }
 
 HttpResponse WebApi::Models(const HttpRequest&) const {
-  grpc::ClientContext context;
-  context.set_deadline(Deadline(options_.lookup_timeout));
-  tnmt::v1::ListModelsResponse response;
-  const grpc::Status status = translation_->ListModels(&context, tnmt::v1::ListModelsRequest(), &response);
-  if (!status.ok()) return FromGrpc(status);
   json models = json::array();
-  for (const tnmt::v1::ModelInfo& m : response.models()) {
-    models.push_back({{"name", m.name()},
-                      {"state", m.state()},
-                      {"default_beam_size", m.default_beam_size()},
-                      {"parameters", m.parameters()},
-                      {"vocab_size", m.vocab_size()},
-                      {"d_model", m.d_model()},
-                      {"encoder_layers", m.encoder_layers()},
-                      {"decoder_layers", m.decoder_layers()},
-                      {"source_language", m.source_language()},
-                      {"target_language", m.target_language()},
-                      {"generation", m.generation()},
-                      {"loaded_at", m.loaded_at()}});
-  }
+  tnmt::v1::ListModelsRequest page;
+  page.set_page_size(1000);
+  do {
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(options_.lookup_timeout));
+    tnmt::v1::ListModelsResponse response;
+    const grpc::Status status = translation_->ListModels(&context, page, &response);
+    if (!status.ok()) return FromGrpc(status);
+    for (const tnmt::v1::ModelInfo& m : response.models()) {
+      models.push_back({{"name", m.name()},
+                        {"state", tnmt::v1::ModelStateWord(m.state())},
+                        {"default_beam_size", m.default_beam_size()},
+                        {"parameters", m.parameters()},
+                        {"vocab_size", m.vocab_size()},
+                        {"d_model", m.d_model()},
+                        {"encoder_layers", m.encoder_layers()},
+                        {"decoder_layers", m.decoder_layers()},
+                        {"source_language", m.source_language()},
+                        {"target_language", m.target_language()},
+                        {"generation", m.generation()},
+                        {"loaded_at", m.has_load_time() ? google::protobuf::util::TimeUtil::ToString(m.load_time()) : ""}});
+    }
+    page.set_page_token(response.next_page_token());
+  } while (!page.page_token().empty());
   return JsonReply(json{{"models", std::move(models)}, {"jobs", options_.job_store != nullptr}});
 }
 
@@ -494,7 +507,7 @@ HttpResponse WebApi::ListJobs(const HttpRequest& request) const {
       list.set_name_contains(value);
     } else if (key == "state") {
       tnmt::v1::JobState state;
-      if (!tnmt::v1::JobState_Parse(value, &state) || state == tnmt::v1::JOB_STATE_UNSPECIFIED) {
+      if (!tnmt::v1::ParseJobStateWord(value, &state)) {
         return JsonError(grpc::StatusCode::INVALID_ARGUMENT,
                          absl::StrCat("unknown job state \"", value.substr(0, 32), "\""));
       }

@@ -140,7 +140,7 @@ TEST(TranslateResponseToJson, Shape) {
   h->set_score(-0.5f);
   h->set_tokens(4);
   t->add_hypotheses()->set_text(std::string("bad \xff utf8"));
-  response.mutable_timing()->set_total_seconds(0.25);
+  response.mutable_timing()->mutable_total_time()->set_nanos(250000000);
   const json j = json::parse(TranslateResponseToJson(response));
   EXPECT_EQ(j["model"], "tiny");
   EXPECT_EQ(j["translations"][0]["source_tokens"], 3);

@@ -97,7 +97,7 @@ def main():
     tnmt, model, work = os.path.abspath(a.tnmt), os.path.abspath(a.model), a.work
     install(work)
     import grpc
-    from tnmt_client import Client, TnmtError, training_pb2
+    from tnmt_client import Client, TnmtError, training_pb2, translation_pb2
 
     # A server with the jobs service: a data root with a tiny corpus, a token.
     data = os.path.join(work, "data")
@@ -160,7 +160,7 @@ def main():
             check(all(abs(sum(s.token_scores) - s.score) < 1e-3 and len(s.token_scores) == s.target_tokens
                         for s in scores), "score: token scores sum to the score")
             models = cl.list_models()
-            check([(m.name, m.state) for m in models] == [("tiny", "ready")], "list_models: the tiny model, ready")
+            check([(m.name, m.state) for m in models] == [("tiny", translation_pb2.MODEL_STATE_READY)] and models[0].load_time.seconds > 0, "list_models: the tiny model, ready")
             # Errors: code, message naming the field, reason, raised at once (no retries).
             before = cl.retried
             for what, call, code, reason, mention in [
@@ -214,12 +214,12 @@ def main():
             check(job.id.startswith("job-"), "submit_job: a job id", job.id)
             check(jc.get_job(job.id).name == "client", "get_job: the same job")
             check([j.id for j in jc.list_jobs()] == [job.id], "list_jobs: lists it")
-            check(all(j.state in (training_pb2.QUEUED, training_pb2.RUNNING)
+            check(all(j.state in (training_pb2.JOB_STATE_QUEUED, training_pb2.JOB_STATE_RUNNING)
                                                    for j in jc.list_jobs(states=["QUEUED", "RUNNING"])), "list_jobs by state name")
             first = next(iter(jc.watch_job(job.id)))
-            check(first.kind == training_pb2.JobUpdate.SNAPSHOT and first.job.id == job.id, "watch_job: a snapshot first")
+            check(first.kind == training_pb2.JobUpdate.KIND_SNAPSHOT and first.job.id == job.id, "watch_job: a snapshot first")
             cancelled = jc.cancel_job(job.id)
-            check(cancelled.state in (training_pb2.CANCELLING, training_pb2.CANCELLED), "cancel_job: cancelling or cancelled", str(cancelled.state))
+            check(cancelled.state in (training_pb2.JOB_STATE_CANCELLING, training_pb2.JOB_STATE_CANCELLED), "cancel_job: cancelling or cancelled", str(cancelled.state))
             try:
                 jc.get_job("job-999999")
                 check(False, "get_job of an unknown id: refused")
@@ -236,10 +236,10 @@ def main():
             except Exception as e:  # json_format.ParseError
                 check("nmae" in str(e), "a dict that is not a JobSpec: a parse error naming the field", str(e))
             for _ in range(300):
-                if jc.get_job(job.id).state == training_pb2.CANCELLED:
+                if jc.get_job(job.id).state == training_pb2.JOB_STATE_CANCELLED:
                     break
                 time.sleep(0.1)
-            check(jc.get_job(job.id).state == training_pb2.CANCELLED, "the cancelled job ends CANCELLED")
+            check(jc.get_job(job.id).state == training_pb2.JOB_STATE_CANCELLED, "the cancelled job ends CANCELLED")
     finally:
         stop(server)
 

@@ -2,6 +2,8 @@
 // (for container health checks; Debian has no grpc_health_probe). See jobs_command.h.
 #include "tools/tnmt/jobs_command.h"
 
+#include "proto/enum_names.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -55,7 +57,7 @@ int RpcFailed(const grpc::Status& s) {
   return 1;
 }
 
-std::string StateName(int s) { return tnmt::v1::JobState_Name(static_cast<JobState>(s)); }
+std::string StateName(int s) { return tnmt::v1::JobStateWord(static_cast<JobState>(s)); }
 
 std::string Duration(double seconds) {
   if (seconds < 0) return "-";
@@ -70,8 +72,8 @@ std::string Summary(const Job& j) {
   std::string line = absl::StrFormat("%s %-10s step %d/%d", j.id(), StateName(j.state()), j.step(), j.max_steps());
   if (j.step() > 0) absl::StrAppendFormat(&line, "  loss %.4f", j.loss());
   if (j.dev_bleu() >= 0) absl::StrAppendFormat(&line, "  dev BLEU %.2f", j.dev_bleu());
-  if (j.state() == tnmt::v1::RUNNING) {
-    absl::StrAppendFormat(&line, "  %.0f tok/s  ETA %s", j.tokens_per_second(), Duration(j.eta_seconds()));
+  if (j.state() == tnmt::v1::JOB_STATE_RUNNING) {
+    absl::StrAppendFormat(&line, "  %.0f tok/s  ETA %s", j.tokens_per_second(), Duration(j.has_eta() ? j.eta().seconds() + j.eta().nanos() * 1e-9 : -1.0));
   }
   if (!j.published_model().empty()) absl::StrAppend(&line, "  model ", j.published_model());
   if (!j.error().empty()) absl::StrAppend(&line, "  error: ", j.error());
@@ -157,7 +159,7 @@ int Watch(const Client& c, const std::string& id, bool json) {
       std::cout << UpdateJson(u).dump() << std::endl;
     } else if (live) {
       std::cout << "\r\033[K" << Summary(last) << std::flush;
-    } else if (u.kind() != JobUpdate::PROGRESS || last.step() % 100 == 0) {
+    } else if (u.kind() != JobUpdate::KIND_PROGRESS || last.step() % 100 == 0) {
       print(Summary(last));
     }
   }
@@ -165,7 +167,7 @@ int Watch(const Client& c, const std::string& id, bool json) {
   grpc::Status s = reader->Finish();
   if (!s.ok()) return RpcFailed(s);
   if (!json && !live) print(Summary(last));
-  return last.state() == tnmt::v1::SUCCEEDED ? 0 : 1;
+  return last.state() == tnmt::v1::JOB_STATE_SUCCEEDED ? 0 : 1;
 }
 
 }  // namespace
@@ -259,7 +261,7 @@ int JobsCommand(int argc, char** argv) {
   tnmt::v1::ListJobsRequest req;
   for (absl::string_view name : absl::StrSplit(args.GetString("state"), ',', absl::SkipEmpty())) {
     JobState state;
-    if (!tnmt::v1::JobState_Parse(std::string(absl::StripAsciiWhitespace(name)), &state)) {
+    if (!tnmt::v1::ParseJobStateWord(std::string(absl::StripAsciiWhitespace(name)), &state)) {
       return Usage(absl::StrCat("--state: unknown state \"", name, "\" (QUEUED, RUNNING, CANCELLING, PUBLISHING, SUCCEEDED, FAILED, CANCELLED)"));
     }
     req.add_states(state);

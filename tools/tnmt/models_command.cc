@@ -1,6 +1,8 @@
 // `tnmt models`; see models_command.h. Exit status: 0, 1 if the call failed, 2 for a usage error.
 #include "tools/tnmt/models_command.h"
 
+#include "proto/enum_names.h"
+
 #include <chrono>
 #include <iostream>
 #include <string>
@@ -48,16 +50,25 @@ int ModelsCommand(int argc, char** argv) {
   }
   auto stub = tnmt::v1::TranslationService::NewStub(
       grpc::CreateChannel(args.GetString("server"), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(args.GetInt("timeout-seconds")));
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(args.GetInt("timeout-seconds"));
+  // Every page (a server lists at most 1000 models per call).
   tnmt::v1::ListModelsResponse resp;
-  grpc::Status s = stub->ListModels(&ctx, tnmt::v1::ListModelsRequest(), &resp);
-  if (!s.ok()) {
-    std::cerr << "tnmt models: " << args.GetString("server") << ": "
-              << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())) << ": " << s.error_message()
-              << "\n";
-    return 1;
-  }
+  tnmt::v1::ListModelsRequest page;
+  page.set_page_size(1000);
+  do {
+    tnmt::v1::ListModelsResponse one;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    grpc::Status s = stub->ListModels(&ctx, page, &one);
+    if (!s.ok()) {
+      std::cerr << "tnmt models: " << args.GetString("server") << ": "
+                << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())) << ": " << s.error_message()
+                << "\n";
+      return 1;
+    }
+    for (auto& m : *one.mutable_models()) *resp.add_models() = std::move(m);
+    page.set_page_token(one.next_page_token());
+  } while (!page.page_token().empty());
   if (args.GetBool("json")) {
     std::vector<nlohmann::ordered_json> list;
     for (const auto& m : resp.models()) list.push_back(ProtoToJson(m));
@@ -72,10 +83,11 @@ int ModelsCommand(int argc, char** argv) {
                                   ? "-"
                                   : absl::StrCat(m.source_language().empty() ? "?" : m.source_language(), "-",
                                                  m.target_language().empty() ? "?" : m.target_language());
-    std::cout << absl::StrFormat(kRow, m.name(), m.state(), langs, m.device().empty() ? "-" : m.device(), Dash(m.parameters()),
+    std::cout << absl::StrFormat(kRow, m.name(), tnmt::v1::ModelStateWord(m.state()), langs, m.device().empty() ? "-" : m.device(), Dash(m.parameters()),
                                  Dash(m.vocab_size()), Dash(m.d_model()), layers, Dash(m.default_beam_size()),
                                  Dash(static_cast<int64_t>(m.generation())),
-                                 m.loaded_at().empty() ? "-" : m.loaded_at(), m.path());
+                                 m.has_load_time() ? absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(m.load_time().seconds()), absl::UTCTimeZone()) : "-",
+                                 m.path());
   }
   return 0;
 }

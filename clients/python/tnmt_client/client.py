@@ -177,8 +177,16 @@ class Client:
         return [PairScore(s.score, s.target_tokens, list(s.token_scores)) for s in resp.scores]
 
     def list_models(self, *, timeout: Optional[float] = None) -> List["translation_pb2.ModelInfo"]:
-        """The server's models (name, state, languages, ...), as tnmt.v1.ModelInfo messages."""
-        return list(self._call(self._translation.ListModels, translation_pb2.ListModelsRequest(), timeout).models)
+        """The server's models (name, state, languages, ...), as tnmt.v1.ModelInfo messages,
+        every page of them."""
+        models: List["translation_pb2.ModelInfo"] = []
+        req = translation_pb2.ListModelsRequest(page_size=1000)
+        while True:
+            resp = self._call(self._translation.ListModels, req, timeout)
+            models.extend(resp.models)
+            if not resp.next_page_token:
+                return models
+            req.page_token = resp.next_page_token
 
     # -- training jobs -------------------------------------------------------------------
 
@@ -198,8 +206,9 @@ class Client:
     def list_jobs(self, *, states: Sequence[Union[int, str]] = (), name_contains: str = "", page_size: int = 0,
                   timeout: Optional[float] = None) -> Iterator["training_pb2.Job"]:
         """Every job matching the filters, newest first, fetching pages as needed. States are
-        tnmt.v1.JobState values or names ("RUNNING")."""
-        values = [training_pb2.JobState.Value(s) if isinstance(s, str) else s for s in states]
+        tnmt.v1.JobState values or names ("RUNNING" or "JOB_STATE_RUNNING")."""
+        values = [training_pb2.JobState.Value(s if s.upper().startswith("JOB_STATE_") else "JOB_STATE_" + s.upper())
+                  if isinstance(s, str) else s for s in states]
         token = ""
         while True:
             req = training_pb2.ListJobsRequest(states=values, name_contains=name_contains, page_size=page_size,
