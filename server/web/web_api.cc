@@ -253,9 +253,7 @@ bool SameSecret(absl::string_view presented, absl::string_view expected) {
   return diff == 0;
 }
 
-absl::StatusOr<ParsedTranslate> ParseTranslateRequest(absl::string_view body,
-                                                      absl::Duration default_timeout,
-                                                      absl::Duration max_timeout) {
+absl::StatusOr<tnmt::v1::TranslateRequest> ParseTranslateRequest(absl::string_view body) {
   json j;
   try {
     j = json::parse(body.begin(), body.end());
@@ -267,121 +265,72 @@ absl::StatusOr<ParsedTranslate> ParseTranslateRequest(absl::string_view body,
     return absl::InvalidArgumentError(
         absl::StrCat("the request body must be a JSON object, got ", TypeName(j)));
   }
-  ParsedTranslate parsed;
-  parsed.timeout = default_timeout;
-  tnmt::v1::TranslateRequest& request = parsed.request;
-  tnmt::v1::DecodingOptions& options = *request.mutable_options();
-  options.set_return_scores(true);
-  constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
-  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-  for (const auto& [key, value] : j.items()) {
-    if (value.is_null()) continue;  // as if absent: the model's default
-    if (key == "model") {
-      if (!value.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat("model must be a string, got ", TypeName(value)));
+  tnmt::v1::TranslateRequest request;
+  // The body is a tnmt.v1.TranslateRequest in the proto3 JSON mapping, except that the texts
+  // (bytes on the wire, for per-text UTF-8 errors) are JSON strings, not base64.
+  std::vector<std::string> texts, prefixes;
+  for (const char* key : {"texts", "target_prefixes", "targetPrefixes"}) {
+    auto it = j.find(key);
+    if (it == j.end()) continue;
+    std::vector<std::string>& out = std::string(key) == "texts" ? texts : prefixes;
+    if (!it->is_null()) {
+      if (!it->is_array()) {
+        return absl::InvalidArgumentError(absl::StrCat(key, " must be an array of strings, got ", TypeName(*it)));
       }
-      request.set_model(value.get<std::string>());
-    } else if (key == "texts") {
-      if (!value.is_array()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("texts must be an array of strings, got ", TypeName(value)));
-      }
-      for (size_t i = 0; i < value.size(); ++i) {
-        if (!value[i].is_string()) {
+      for (size_t i = 0; i < it->size(); ++i) {
+        if (!(*it)[i].is_string()) {
           return absl::InvalidArgumentError(
-              absl::StrCat("texts[", i, "] must be a string, got ", TypeName(value[i])));
+              absl::StrCat(key, "[", i, "] must be a string, got ", TypeName((*it)[i])));
         }
-        request.add_texts(value[i].get<std::string>());
+        out.push_back((*it)[i].get<std::string>());
       }
-    } else if (key == "beam_size" || key == "n_best" || key == "max_length") {
-      absl::StatusOr<int64_t> v = Integer(value, key, kInt32Min, kInt32Max);
-      if (!v.ok()) return v.status();
-      if (key == "beam_size") options.set_beam_size(static_cast<int32_t>(*v));
-      if (key == "n_best") options.set_n_best(static_cast<int32_t>(*v));
-      if (key == "max_length") options.set_max_length(static_cast<int32_t>(*v));
-    } else if (key == "length_penalty") {
-      if (!value.is_number()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("length_penalty must be a number, got ", TypeName(value)));
-      }
-      // Out of float's range: infinity (which the service refuses as not finite), not UB.
-      const double v = value.get<double>();
-      options.set_length_penalty(std::fabs(v) > FLT_MAX ? std::copysign(INFINITY, v)
-                                                        : static_cast<float>(v));
-    } else if (key == "length_penalty_style") {
-      if (!value.is_string()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("length_penalty_style must be a string, got ", TypeName(value)));
-      }
-      options.set_length_penalty_style(value.get<std::string>());  // the service checks the value
-    } else if (key == "return_scores") {
-      if (!value.is_boolean()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("return_scores must be true or false, got ", TypeName(value)));
-      }
-      options.set_return_scores(value.get<bool>());
-    } else if (key == "target_prefixes") {
-      if (!value.is_array()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("target_prefixes must be an array of strings, got ", TypeName(value)));
-      }
-      for (size_t i = 0; i < value.size(); ++i) {
-        if (!value[i].is_string()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("target_prefixes[", i, "] must be a string, got ", TypeName(value[i])));
-        }
-        request.add_target_prefixes(value[i].get<std::string>());
-      }
-    } else if (const google::protobuf::FieldDescriptor* field =
-                   tnmt::v1::DecodingOptions::descriptor()->FindFieldByName(key);
-               field != nullptr) {
-      // The other DecodingOptions fields, in the proto3 JSON mapping of the gRPC message.
-      tnmt::v1::DecodingOptions one;
-      const auto parsed_field = google::protobuf::util::JsonStringToMessage(Dump(json{{key, value}}), &one);
-      if (!parsed_field.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(key, ": ", TypeName(value), " ", value.dump().substr(0, 64),
-                                                       " is not a valid ", field->type_name(), " value"));
-      }
-      options.MergeFrom(one);
-    } else if (key == "timeout_ms") {
-      absl::StatusOr<int64_t> v = Integer(value, key, 1, absl::ToInt64Milliseconds(max_timeout));
-      if (!v.ok()) return v.status();
-      parsed.timeout = absl::Milliseconds(*v);
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown field \"", key.substr(0, 64),
-          "\" (expected model, texts, target_prefixes, timeout_ms or a DecodingOptions field: beam_size, n_best, "
-          "length_penalty, length_penalty_style, max_length, min_length, return_scores, no_repeat_ngram_size, "
-          "repetition_penalty, disable_unk, sampling_topk, sampling_topp, sampling_temperature, seed, "
-          "return_alignments, alignment_layer, return_token_scores)"));
     }
+    j.erase(it);
   }
-  return parsed;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status = google::protobuf::util::JsonStringToMessage(Dump(j), &request, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the request body is not a tnmt.v1.TranslateRequest: ",
+                                                   std::string(status.message()).substr(0, 300)));
+  }
+  for (std::string& t : texts) request.add_texts(std::move(t));
+  for (std::string& p : prefixes) request.add_target_prefixes(std::move(p));
+  return request;
+}
+
+absl::StatusOr<absl::Duration> TimeoutParam(const HttpRequest& request, absl::Duration default_timeout,
+                                            absl::Duration max_timeout) {
+  auto it = request.params.find("timeout_ms");
+  if (it == request.params.end()) return default_timeout;
+  int64_t ms = 0;
+  if (!absl::SimpleAtoi(it->second, &ms) || ms < 1 || ms > absl::ToInt64Milliseconds(max_timeout)) {
+    return absl::InvalidArgumentError(absl::StrCat("timeout_ms: \"", it->second.substr(0, 32), "\" is not in [1, ",
+                                                   absl::ToInt64Milliseconds(max_timeout), "]"));
+  }
+  return absl::Milliseconds(ms);
+}
+
+std::string MessageToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  o.always_print_primitive_fields = true;
+  std::string text;
+  (void)google::protobuf::util::MessageToJsonString(m, &text, o);
+  return text;
 }
 
 std::string TranslateResponseToJson(const tnmt::v1::TranslateResponse& response) {
-  json translations = json::array();
-  for (const tnmt::v1::Translation& t : response.translations()) {
-    json hypotheses = json::array();
-    for (const tnmt::v1::Hypothesis& h : t.hypotheses()) {
-      json one = {{"text", h.text()}, {"score", h.score()}, {"tokens", h.tokens()}};
-      if (h.pieces_size() > 0) one["pieces"] = std::vector<std::string>(h.pieces().begin(), h.pieces().end());
-      if (h.token_scores_size() > 0) one["token_scores"] = std::vector<float>(h.token_scores().begin(), h.token_scores().end());
-      if (h.alignments_size() > 0) one["alignments"] = std::vector<int32_t>(h.alignments().begin(), h.alignments().end());
-      hypotheses.push_back(std::move(one));
+  // Invalid UTF-8 in a text cannot reach here (the decoder writes pieces), but the JSON
+  // printer would refuse it: replace it as the other replies do.
+  tnmt::v1::TranslateResponse clean = response;
+  for (auto& t : *clean.mutable_translations()) {
+    for (auto& h : *t.mutable_hypotheses()) {
+      const std::string quoted = json(h.text()).dump(-1, ' ', false, json::error_handler_t::replace);
+      h.set_text(json::parse(quoted).get<std::string>());
     }
-    json tr = {{"hypotheses", std::move(hypotheses)}, {"source_tokens", t.source_tokens()}};
-    if (t.source_pieces_size() > 0) tr["source_pieces"] = std::vector<std::string>(t.source_pieces().begin(), t.source_pieces().end());
-    translations.push_back(std::move(tr));
   }
-  json out = {{"model", response.model()},
-              {"translations", std::move(translations)},
-              {"timing",
-               {{"queue_seconds", Secs(response.timing().queue_time())},
-                {"compute_seconds", Secs(response.timing().compute_time())},
-                {"total_seconds", Secs(response.timing().total_time())}}}};
-  if (response.seed() != 0) out["seed"] = std::to_string(response.seed());  // uint64: a string, as in proto3 JSON
-  return Dump(out);
+  return MessageToJson(clean);
 }
 
 WebApi::WebApi(WebOptions options) : options_(std::move(options)) {
@@ -416,7 +365,8 @@ HttpResponse WebApi::IndexPage(const HttpRequest&) const { return Page(kIndexHtm
 HttpResponse WebApi::JobsPage(const HttpRequest&) const { return Page(kJobsHtml); }
 
 HttpResponse WebApi::Models(const HttpRequest&) const {
-  json models = json::array();
+  // tnmt.v1.ListModelsResponse in the proto3 JSON mapping, every page merged into one.
+  tnmt::v1::ListModelsResponse all;
   tnmt::v1::ListModelsRequest page;
   page.set_page_size(1000);
   do {
@@ -425,23 +375,12 @@ HttpResponse WebApi::Models(const HttpRequest&) const {
     tnmt::v1::ListModelsResponse response;
     const grpc::Status status = translation_->ListModels(&context, page, &response);
     if (!status.ok()) return FromGrpc(status);
-    for (const tnmt::v1::ModelInfo& m : response.models()) {
-      models.push_back({{"name", m.name()},
-                        {"state", tnmt::v1::ModelStateWord(m.state())},
-                        {"default_beam_size", m.default_beam_size()},
-                        {"parameters", m.parameters()},
-                        {"vocab_size", m.vocab_size()},
-                        {"d_model", m.d_model()},
-                        {"encoder_layers", m.encoder_layers()},
-                        {"decoder_layers", m.decoder_layers()},
-                        {"source_language", m.source_language()},
-                        {"target_language", m.target_language()},
-                        {"generation", m.generation()},
-                        {"loaded_at", m.has_load_time() ? google::protobuf::util::TimeUtil::ToString(m.load_time()) : ""}});
-    }
+    for (auto& m : *response.mutable_models()) *all.add_models() = std::move(m);
     page.set_page_token(response.next_page_token());
   } while (!page.page_token().empty());
-  return JsonReply(json{{"models", std::move(models)}, {"jobs", options_.job_store != nullptr}});
+  HttpResponse reply = JsonReply(json::object());
+  reply.body = MessageToJson(all);
+  return reply;
 }
 
 HttpResponse WebApi::Translate(const HttpRequest& request) const {
@@ -456,13 +395,14 @@ HttpResponse WebApi::Translate(const HttpRequest& request) const {
                                   content_type.substr(0, 64), "\""),
                      415);
   }
-  absl::StatusOr<ParsedTranslate> parsed =
-      ParseTranslateRequest(request.body, options_.default_timeout, options_.max_timeout);
+  absl::StatusOr<tnmt::v1::TranslateRequest> parsed = ParseTranslateRequest(request.body);
   if (!parsed.ok()) return FromAbsl(parsed.status());
+  absl::StatusOr<absl::Duration> timeout = TimeoutParam(request, options_.default_timeout, options_.max_timeout);
+  if (!timeout.ok()) return FromAbsl(timeout.status());
   grpc::ClientContext context;
-  context.set_deadline(Deadline(parsed->timeout));
+  context.set_deadline(Deadline(*timeout));
   tnmt::v1::TranslateResponse response;
-  const grpc::Status status = translation_->Translate(&context, parsed->request, &response);
+  const grpc::Status status = translation_->Translate(&context, *parsed, &response);
   if (!status.ok()) return FromGrpc(status);
   HttpResponse reply = JsonReply(json::object());
   reply.body = TranslateResponseToJson(response);

@@ -80,14 +80,15 @@ bool SameSecret(absl::string_view presented, absl::string_view expected);
 // INVALID_ARGUMENT naming the problem for a body that is not a JSON object, a field of the
 // wrong type, an unknown field, or an integer out of range. The values themselves are left to
 // the TranslationService to judge.
-struct ParsedTranslate {
-  tnmt::v1::TranslateRequest request;
-  absl::Duration timeout;
-};
-absl::StatusOr<ParsedTranslate> ParseTranslateRequest(absl::string_view body,
-                                                      absl::Duration default_timeout,
-                                                      absl::Duration max_timeout);
-// The reply body for a TranslateResponse.
+// The body of POST /api/translate: a tnmt.v1.TranslateRequest in the proto3 JSON mapping
+// (field names as in the .proto or lowerCamelCase; unknown fields refused), except that texts
+// and target_prefixes are JSON strings (not base64, though they are bytes on the wire).
+absl::StatusOr<tnmt::v1::TranslateRequest> ParseTranslateRequest(absl::string_view body);
+// The call's deadline: ?timeout_ms=N (1 to max_timeout), else default_timeout.
+absl::StatusOr<absl::Duration> TimeoutParam(const HttpRequest& request, absl::Duration default_timeout,
+                                            absl::Duration max_timeout);
+// The reply body for a TranslateResponse: its proto3 JSON mapping (field names as in the
+// .proto, every field printed).
 std::string TranslateResponseToJson(const tnmt::v1::TranslateResponse& response);
 
 class WebApi {

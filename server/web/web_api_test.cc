@@ -19,49 +19,64 @@ namespace {
 
 using nlohmann::json;
 
-absl::StatusOr<ParsedTranslate> Parse(const std::string& body) {
-  return ParseTranslateRequest(body, absl::Seconds(30), absl::Minutes(10));
-}
+absl::StatusOr<tnmt::v1::TranslateRequest> Parse(const std::string& body) { return ParseTranslateRequest(body); }
 
 void ExpectInvalid(const std::string& body, const std::string& mentions) {
-  absl::StatusOr<ParsedTranslate> parsed = Parse(body);
+  absl::StatusOr<tnmt::v1::TranslateRequest> parsed = Parse(body);
   ASSERT_FALSE(parsed.ok()) << body;
   EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << body;
   EXPECT_NE(parsed.status().message().find(mentions), absl::string_view::npos)
       << body << " -> " << parsed.status();
 }
 
-TEST(ParseTranslateRequest, FullRequest) {
-  absl::StatusOr<ParsedTranslate> parsed = Parse(
-      R"({"model": "tiny", "texts": ["a b", "c"], "beam_size": 4, "n_best": 2.0,
-          "length_penalty": 0.6, "max_length": 20, "timeout_ms": 1500})");
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  const tnmt::v1::TranslateRequest& r = parsed->request;
-  EXPECT_EQ(r.model(), "tiny");
-  ASSERT_EQ(r.texts_size(), 2);
-  EXPECT_EQ(r.texts(0), "a b");
-  EXPECT_TRUE(r.options().has_beam_size());
-  EXPECT_EQ(r.options().beam_size(), 4);
-  EXPECT_EQ(r.options().n_best(), 2);
-  EXPECT_FLOAT_EQ(r.options().length_penalty(), 0.6f);
-  EXPECT_EQ(r.options().max_length(), 20);
-  EXPECT_TRUE(r.options().return_scores());
-  EXPECT_EQ(parsed->timeout, absl::Milliseconds(1500));
-}
-
-TEST(ParseTranslateRequest, DefaultsAndNulls) {
-  absl::StatusOr<ParsedTranslate> parsed =
-      Parse(R"({"texts": ["x"], "beam_size": null, "model": null})");
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_FALSE(parsed->request.options().has_beam_size()) << "null means the model's default";
-  EXPECT_FALSE(parsed->request.options().has_length_penalty());
-  EXPECT_EQ(parsed->request.model(), "");
-  EXPECT_EQ(parsed->timeout, absl::Seconds(30));
+// The body is the gRPC message in the proto3 JSON mapping: the same fields, nesting and
+// defaults (return_scores false unless asked for).
+TEST(ParseTranslateRequest, TheGrpcMessageInProto3Json) {
+  absl::StatusOr<tnmt::v1::TranslateRequest> r = Parse(
+      R"({"model": "tiny", "texts": ["a b", "c"], "target_prefixes": ["Ein", ""],
+          "options": {"beam_size": 4, "n_best": 2, "length_penalty": 0.6, "max_length": 20, "min_length": 3,
+                      "no_repeat_ngram_size": 2, "repetition_penalty": 1.2, "disable_unk": true,
+                      "length_penalty_style": "length", "return_token_scores": true,
+                      "return_alignments": true, "alignment_layer": 1}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model(), "tiny");
+  ASSERT_EQ(r->texts_size(), 2);
+  EXPECT_EQ(r->texts(0), "a b");
+  ASSERT_EQ(r->target_prefixes_size(), 2);
+  EXPECT_EQ(r->target_prefixes(0), "Ein");
+  const tnmt::v1::DecodingOptions& o = r->options();
+  EXPECT_TRUE(o.has_beam_size());
+  EXPECT_EQ(o.beam_size(), 4);
+  EXPECT_EQ(o.n_best(), 2);
+  EXPECT_FLOAT_EQ(o.length_penalty(), 0.6f);
+  EXPECT_EQ(o.max_length(), 20);
+  EXPECT_EQ(o.min_length(), 3);
+  EXPECT_EQ(o.no_repeat_ngram_size(), 2);
+  EXPECT_FLOAT_EQ(o.repetition_penalty(), 1.2f);
+  EXPECT_TRUE(o.disable_unk());
+  EXPECT_EQ(o.length_penalty_style(), "length");
+  EXPECT_TRUE(o.return_token_scores());
+  EXPECT_TRUE(o.return_alignments());
+  EXPECT_EQ(o.alignment_layer(), 1);
+  EXPECT_FALSE(o.return_scores()) << "the gRPC default";
+  // lowerCamelCase names, a 64-bit seed as a string, sampling.
+  absl::StatusOr<tnmt::v1::TranslateRequest> camel = Parse(
+      R"({"texts": ["x"], "targetPrefixes": ["y"],
+          "options": {"samplingTopk": 0, "samplingTopp": 0.9, "seed": "18446744073709551615", "returnScores": true}})");
+  ASSERT_TRUE(camel.ok()) << camel.status();
+  EXPECT_TRUE(camel->options().has_sampling_topk());
+  EXPECT_EQ(camel->options().sampling_topk(), 0);
+  EXPECT_EQ(camel->options().seed(), 18446744073709551615ull);
+  EXPECT_TRUE(camel->options().return_scores());
+  EXPECT_EQ(camel->target_prefixes(0), "y");
+  // Unset and null fields: the model's defaults.
+  absl::StatusOr<tnmt::v1::TranslateRequest> defaults = Parse(R"({"texts": ["x"], "model": null, "options": {"beam_size": null}})");
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_FALSE(defaults->options().has_beam_size());
+  EXPECT_EQ(defaults->model(), "");
   // Values are the service's to judge: beam 0, no texts, n_best > beam all pass through.
-  EXPECT_TRUE(Parse(R"({"texts": [], "beam_size": 0, "n_best": 99})").ok());
+  EXPECT_TRUE(Parse(R"({"texts": [], "options": {"beam_size": 0, "n_best": 99}})").ok());
   EXPECT_TRUE(Parse(R"({})").ok());
-  EXPECT_EQ(Parse(R"({"texts": ["x"], "return_scores": false})")->request.options().return_scores(),
-            false);
 }
 
 TEST(ParseTranslateRequest, RefusesGarbage) {
@@ -74,60 +89,38 @@ TEST(ParseTranslateRequest, RefusesGarbage) {
   ExpectInvalid("42", "must be a JSON object, got number");
   ExpectInvalid(R"({"texts": "a"})", "texts must be an array of strings, got string");
   ExpectInvalid(R"({"texts": ["a", 3]})", "texts[1] must be a string, got number");
-  ExpectInvalid(R"({"model": 7, "texts": ["a"]})", "model must be a string");
-  ExpectInvalid(R"({"texts": ["a"], "beam_size": "4"})", "beam_size must be an integer");
-  ExpectInvalid(R"({"texts": ["a"], "beam_size": 2.5})", "beam_size must be an integer");
-  ExpectInvalid(R"({"texts": ["a"], "beam_size": true})", "beam_size must be an integer");
-  ExpectInvalid(R"({"texts": ["a"], "n_best": 4294967297})", "n_best: 4294967297 is out of range");
-  ExpectInvalid(R"({"texts": ["a"], "max_length": -1e300})", "max_length: ");
-  ExpectInvalid(R"({"texts": ["a"], "n_best": 18446744073709551615})", "out of range");
-  ExpectInvalid(R"({"texts": ["a"], "length_penalty": "high"})", "length_penalty must be a number");
-  ExpectInvalid(R"({"texts": ["a"], "length_penalty_style": 1})", "length_penalty_style must be a string");
-  absl::StatusOr<ParsedTranslate> styled = Parse(R"({"texts": ["a"], "length_penalty_style": "length"})");
-  ASSERT_TRUE(styled.ok()) << styled.status();
-  EXPECT_EQ(styled->request.options().length_penalty_style(), "length");
-  ExpectInvalid(R"({"texts": ["a"], "return_scores": 1})", "return_scores must be true or false");
-  ExpectInvalid(R"({"texts": ["a"], "timeout_ms": 0})", "timeout_ms: 0 is out of range");
-  ExpectInvalid(R"({"texts": ["a"], "timeout_ms": 600001})", "timeout_ms: 600001 is out of range");
-  ExpectInvalid(R"({"texts": ["a"], "beamsize": 4})", "unknown field \"beamsize\"");
+  ExpectInvalid(R"({"texts": ["a"], "target_prefixes": "x"})", "target_prefixes must be an array of strings");
+  ExpectInvalid(R"({"texts": ["a"], "target_prefixes": [1]})", "target_prefixes[0] must be a string");
+  for (const char* body : {R"({"model": 7, "texts": ["a"]})", R"({"texts": ["a"], "options": {"beam_size": "four"}})",
+                           R"({"texts": ["a"], "options": {"beam_size": 2.5}})",
+                           R"({"texts": ["a"], "options": {"beam_size": true}})",
+                           R"({"texts": ["a"], "options": {"n_best": 4294967297}})",
+                           R"({"texts": ["a"], "options": {"length_penalty": "high"}})",
+                           R"({"texts": ["a"], "options": {"disable_unk": 1}})",
+                           R"({"texts": ["a"], "options": {"seed": -1}})",
+                           R"({"texts": ["a"], "options": 3})",
+                           R"({"texts": ["a"], "beam_size": 4})",
+                           R"({"texts": ["a"], "options": {"beamsize": 4}})"}) {
+    ExpectInvalid(body, "is not a tnmt.v1.TranslateRequest");
+  }
+  ExpectInvalid(R"({"texts": ["a"], "options": {"beamsize": 4}})", "beamsize");
   // Deep nesting neither overflows the stack parsing nor destroying.
   ExpectInvalid(std::string(500000, '['), "not valid JSON");
   ExpectInvalid(std::string(200000, '[') + std::string(200000, ']'), "must be a JSON object");
-  // Out of float's range: passed on as infinity for the service to refuse.
-  absl::StatusOr<ParsedTranslate> huge = Parse(R"({"texts": ["a"], "length_penalty": 1e300})");
-  ASSERT_TRUE(huge.ok());
-  EXPECT_TRUE(std::isinf(huge->request.options().length_penalty()));
 }
 
-TEST(ParseTranslateRequest, DecodingOptionsAndPrefixes) {
-  absl::StatusOr<ParsedTranslate> p = Parse(
-      R"({"texts": ["a", "b"], "target_prefixes": ["Ein", ""], "min_length": 3, "no_repeat_ngram_size": 2,
-          "repetition_penalty": 1.2, "disable_unk": true, "sampling_topk": 0, "sampling_topp": 0.9,
-          "sampling_temperature": 0.7, "seed": "18446744073709551615", "return_alignments": true,
-          "alignment_layer": 1, "return_token_scores": true})");
-  ASSERT_TRUE(p.ok()) << p.status();
-  const tnmt::v1::DecodingOptions& o = p->request.options();
-  ASSERT_EQ(p->request.target_prefixes_size(), 2);
-  EXPECT_EQ(p->request.target_prefixes(0), "Ein");
-  EXPECT_EQ(o.min_length(), 3);
-  EXPECT_EQ(o.no_repeat_ngram_size(), 2);
-  EXPECT_FLOAT_EQ(o.repetition_penalty(), 1.2f);
-  EXPECT_TRUE(o.disable_unk());
-  EXPECT_TRUE(o.has_sampling_topk());
-  EXPECT_EQ(o.sampling_topk(), 0);
-  EXPECT_FLOAT_EQ(o.sampling_topp(), 0.9f);
-  EXPECT_FLOAT_EQ(o.sampling_temperature(), 0.7f);
-  EXPECT_EQ(o.seed(), 18446744073709551615ull);
-  EXPECT_TRUE(o.return_alignments());
-  EXPECT_EQ(o.alignment_layer(), 1);
-  EXPECT_TRUE(o.return_token_scores());
-  EXPECT_TRUE(o.return_scores()) << "the web API's default stays";
-  EXPECT_EQ(Parse(R"({"texts": ["a"], "seed": 12})")->request.options().seed(), 12u);
-  ExpectInvalid(R"({"texts": ["a"], "sampling_topk": "many"})", "sampling_topk: string \"many\" is not a valid int32 value");
-  ExpectInvalid(R"({"texts": ["a"], "disable_unk": 1})", "disable_unk: number 1 is not a valid bool value");
-  ExpectInvalid(R"({"texts": ["a"], "seed": -1})", "seed: ");
-  ExpectInvalid(R"({"texts": ["a"], "target_prefixes": "x"})", "target_prefixes must be an array of strings");
-  ExpectInvalid(R"({"texts": ["a"], "target_prefixes": [1]})", "target_prefixes[0] must be a string");
+TEST(TimeoutParam, QueryParameter) {
+  HttpRequest r;
+  EXPECT_EQ(*TimeoutParam(r, absl::Seconds(30), absl::Minutes(10)), absl::Seconds(30));
+  r.params.emplace("timeout_ms", "1500");
+  EXPECT_EQ(*TimeoutParam(r, absl::Seconds(30), absl::Minutes(10)), absl::Milliseconds(1500));
+  for (const char* bad : {"0", "600001", "soon", "-5"}) {
+    HttpRequest b;
+    b.params.emplace("timeout_ms", bad);
+    absl::StatusOr<absl::Duration> t = TimeoutParam(b, absl::Seconds(30), absl::Minutes(10));
+    EXPECT_FALSE(t.ok()) << bad;
+    EXPECT_NE(t.status().message().find("timeout_ms"), absl::string_view::npos) << bad;
+  }
 }
 
 TEST(TranslateResponseToJson, Shape) {
@@ -149,9 +142,9 @@ TEST(TranslateResponseToJson, Shape) {
   EXPECT_EQ(j["translations"][0]["hypotheses"][0]["tokens"], 4);
   EXPECT_EQ(j["translations"][0]["hypotheses"][1]["text"], "bad \xEF\xBF\xBD utf8")
       << "invalid UTF-8 is replaced, never thrown on";
-  EXPECT_EQ(j["timing"]["total_seconds"], 0.25);
-  EXPECT_FALSE(j.contains("seed"));
-  EXPECT_FALSE(j["translations"][0]["hypotheses"][0].contains("pieces"));
+  EXPECT_EQ(j["timing"]["total_time"], "0.250s") << "a Duration in the proto3 JSON mapping";
+  EXPECT_EQ(j["seed"], "0") << "every field, 64-bit integers as strings";
+  EXPECT_EQ(j["translations"][0]["hypotheses"][0]["pieces"], json::array());
   // Pieces, token scores, alignments and the sampling seed when the request asked for them.
   h->add_pieces("\u2581der");
   h->add_token_scores(-0.25f);
@@ -252,7 +245,8 @@ TEST(WebApi, TranslateRefusesGarbageAndReportsAnUnreachableServer) {
   r = api.Translate(request);
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(json::parse(r.body)["code"], "INVALID_ARGUMENT");
-  request.body = R"({"texts": ["a"], "timeout_ms": 5000})";
+  request.body = R"({"texts": ["a"]})";
+  request.params.emplace("timeout_ms", "5000");
   r = api.Translate(request);
   EXPECT_EQ(r.status, 503) << r.body;
   EXPECT_EQ(json::parse(r.body)["code"], "UNAVAILABLE");

@@ -155,12 +155,14 @@ pids+=("$WATCH_PID")
 echo "== a. translation API"
 check "GET /api/models: 200 with tiny ready" bash -c \
   "[[ \$(curl -s -o '$TMP/models.json' -w '%{http_code}' http://127.0.0.1:$HTTP/api/models) == 200 ]] &&
-   grep -q '\"name\":\"tiny\"' '$TMP/models.json' && grep -q '\"state\":\"ready\"' '$TMP/models.json'"
-REQUEST='{"model": "tiny", "texts": ["the man runs", "a small dog sits on the ball"], "beam_size": 3, "n_best": 2}'
+   grep -q '\"name\":\"tiny\"' '$TMP/models.json' && grep -q '\"state\":\"MODEL_STATE_READY\"' '$TMP/models.json'"
+REQUEST='{"model": "tiny", "texts": ["the man runs", "a small dog sits on the ball"], "options": {"beam_size": 3, "n_best": 2, "return_scores": true}}'
 status=$(http POST /api/translate "$TMP/good.json" -H 'Content-Type: application/json' -d "$REQUEST")
 check "POST /api/translate: 200" test "$status" = 200
 check "  two translations of two hypotheses each, best first, scores <= 0" json_get "$TMP/good.json" \
   'len(r["translations"]) == 2 and all(len(t["hypotheses"]) == 2 and t["hypotheses"][0]["score"] >= t["hypotheses"][1]["score"] and all(h["score"] <= 0 and h["tokens"] >= 0 for h in t["hypotheses"]) for t in r["translations"]) or sys.exit(1)'
+check "  the proto3 JSON of TranslateResponse (Duration timing, every field)" json_get "$TMP/good.json" \
+  'r["timing"]["total_time"].endswith("s") and r["seed"] == "0" and r["model"] == "tiny" or sys.exit(1)'
 echo "  translations: $(json_get "$TMP/good.json" '[[h["text"][:40] for h in t["hypotheses"]] for t in r["translations"]]')"
 
 status=$(http POST /api/translate "$TMP/err.json" -d "$REQUEST")
@@ -170,9 +172,11 @@ check "not JSON: 400 INVALID_ARGUMENT" api_error 400 INVALID_ARGUMENT POST /api/
 check "a JSON array: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '["the man"]'
 check "texts not an array: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '{"texts": "the man"}'
 check "a number among the texts: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '{"texts": ["a", 1]}'
-check "beam_size as a string: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '{"texts": ["a"], "beam_size": "3"}'
-check "n_best beyond int32: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '{"texts": ["a"], "n_best": 1e20}'
-check "an unknown field: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '{"texts": ["a"], "beamsize": 3}'
+check "beam_size as a word: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '{"texts": ["a"], "options": {"beam_size": "three"}}'
+check "n_best beyond int32: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '{"texts": ["a"], "options": {"n_best": 1e20}}'
+check "an unknown field: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '{"texts": ["a"], "options": {"beamsize": 3}}'
+check "an option outside options: 400" api_error 400 INVALID_ARGUMENT POST /api/translate -d '{"texts": ["a"], "beam_size": 3}'
+check "a bad ?timeout_ms: 400" api_error 400 INVALID_ARGUMENT POST '/api/translate?timeout_ms=0' -d '{"texts": ["a"]}'
 printf '{"texts": ["\xff\xfe"]}' > "$TMP/badutf8.json"
 check "invalid UTF-8: 400" api_error 400 INVALID_ARGUMENT POST /api/translate --data-binary "@$TMP/badutf8.json"
 head -c 300000 /dev/zero | tr '\0' '[' > "$TMP/nested.json"
@@ -186,7 +190,7 @@ check "  naming the model" grep -q nope "$TMP/err.json"
 check "  with the gRPC error's details (ErrorInfo UNKNOWN_MODEL)" test "$(json_get "$TMP/err.json" \
   '[d["reason"] for d in r["details"] if d["@type"].endswith("google.rpc.ErrorInfo")]')" = "['UNKNOWN_MODEL']"
 check "beam_size 0: 400 from the gRPC service's validation" api_error 400 INVALID_ARGUMENT POST /api/translate \
-  -d '{"model": "tiny", "texts": ["a"], "beam_size": 0}'
+  -d '{"model": "tiny", "texts": ["a"], "options": {"beam_size": 0}}'
 check "  naming the field" grep -q beam_size "$TMP/err.json"
 check "  in a BadRequest field violation" test "$(json_get "$TMP/err.json" \
   '[v["field"] for d in r["details"] if d["@type"].endswith("google.rpc.BadRequest") for v in d["fieldViolations"]]')" = "['options.beam_size']"
