@@ -128,31 +128,6 @@ absl::StatusOr<int64_t> Integer(const json& value, absl::string_view field, int6
 
 const char* TypeName(const json& value) { return value.type_name(); }
 
-int64_t UnixMillis(const google::protobuf::Timestamp& t) { return t.seconds() * 1000 + t.nanos() / 1000000; }
-
-// The pages' job shape: states without the JOB_STATE_ prefix, times in unix milliseconds (0:
-// not yet), the ETA in seconds (-1: unknown).
-json JobToJson(const tnmt::v1::Job& job) {
-  return json{
-      {"id", job.id()},
-      {"name", job.name()},
-      {"state", tnmt::v1::JobStateWord(job.state())},
-      {"step", job.step()},
-      {"max_steps", job.max_steps()},
-      {"loss", job.loss()},
-      {"dev_bleu", job.dev_bleu()},
-      {"dev_bleu_signature", job.dev_bleu_signature()},
-      {"tokens_per_second", job.tokens_per_second()},
-      {"eta_seconds", job.has_eta() ? job.eta().seconds() + job.eta().nanos() * 1e-9 : -1.0},
-      {"attempts", job.attempts()},
-      {"create_time_ms", job.has_create_time() ? UnixMillis(job.create_time()) : 0},
-      {"start_time_ms", job.has_start_time() ? UnixMillis(job.start_time()) : 0},
-      {"finish_time_ms", job.has_finish_time() ? UnixMillis(job.finish_time()) : 0},
-      {"published_model", job.published_model()},
-      {"error", job.error()},
-  };
-}
-
 double Secs(const google::protobuf::Duration& d) { return d.seconds() + d.nanos() * 1e-9; }
 
 }  // namespace
@@ -460,9 +435,9 @@ HttpResponse WebApi::ListJobs(const HttpRequest& request) const {
   tnmt::v1::ListJobsResponse response;
   const grpc::Status status = training_->ListJobs(&context, list, &response);
   if (!status.ok()) return FromGrpc(status);
-  json jobs = json::array();
-  for (const tnmt::v1::Job& job : response.jobs()) jobs.push_back(JobToJson(job));
-  return JsonReply(json{{"jobs", std::move(jobs)}, {"next_page_token", response.next_page_token()}});
+  HttpResponse reply = JsonReply(json::object());
+  reply.body = MessageToJson(response);
+  return reply;
 }
 
 HttpResponse WebApi::JobRoute(const HttpRequest& request) const {
@@ -485,7 +460,9 @@ HttpResponse WebApi::GetJob(const HttpRequest& request, const std::string& id) c
   tnmt::v1::Job job;
   const grpc::Status status = training_->GetJob(&context, get, &job);
   if (!status.ok()) return FromGrpc(status);
-  return JsonReply(JobToJson(job));
+  HttpResponse reply = JsonReply(json::object());
+  reply.body = MessageToJson(job);
+  return reply;
 }
 
 HttpResponse WebApi::Events(const HttpRequest& request, const std::string& id) const {

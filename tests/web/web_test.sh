@@ -261,7 +261,7 @@ check "events without a token: 401" api_error 401 UNAUTHENTICATED GET "/api/jobs
 status=$(http GET /api/jobs "$TMP/jobs.json" -H "Authorization: Bearer $TOKEN")
 check "GET /api/jobs with the token: 200" test "$status" = 200
 check "  lists $JOB SUCCEEDED at step 300 with its model" json_get "$TMP/jobs.json" \
-  "any(j['id'] == '$JOB' and j['state'] == 'SUCCEEDED' and j['step'] == 300 and j['published_model'] == 'web-demo' for j in r['jobs']) or sys.exit(1)"
+  "any(j['id'] == '$JOB' and j['state'] == 'JOB_STATE_SUCCEEDED' and j['step'] == '300' and j['published_model'] == 'web-demo' and j['finish_time'].endswith('Z') for j in r['jobs']) or sys.exit(1)"
 status=$(http GET "/api/jobs/$JOB/events" "$TMP/events.json" -H "Authorization: Bearer $TOKEN")
 check "GET /api/jobs/$JOB/events: 200" test "$status" = 200
 check "  its progress (step, loss) and validation (dev_bleu) events" json_get "$TMP/events.json" \
