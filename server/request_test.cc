@@ -14,6 +14,7 @@
 #include "engine/runtime/translator.h"
 #include "server/metrics.h"
 #include "server/model_registry.h"
+#include "server/status_mapping.h"
 
 namespace tnmt::server {
 namespace {
@@ -72,6 +73,54 @@ TEST(RequestTest, ResubmittedAfterAReloadWithAnotherVocabulary) {
   }
   registry.DrainAll();
   fs::remove_all(tmpl);
+}
+
+// The registry's refusals carry their ErrorInfo reason: an unknown name, a model still
+// loading (with RetryInfo: worth retrying shortly), one whose load failed (no RetryInfo), and
+// a draining server.
+TEST(RequestTest, ModelStateReasons) {
+  ServerMetrics metrics{ServerMetricsOptions{}};
+  ModelRegistry registry(SchedulerOptions{}, &metrics);
+  ASSERT_TRUE(registry.Add("loading", "tests/golden/data/tiny"));
+  ASSERT_TRUE(registry.Add("broken", "/nonexistent/model"));
+  EXPECT_FALSE(registry.Load("broken").ok());
+  auto reason = [](const absl::Status& s) { return ReasonOf(s); };
+  auto unknown = registry.Get("nope");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(reason(unknown.status()), "UNKNOWN_MODEL");
+  auto loading = registry.Get("loading");
+  EXPECT_EQ(loading.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(reason(loading.status()), "MODEL_NOT_READY");
+  EXPECT_TRUE(loading.status().GetPayload("type.googleapis.com/google.rpc.RetryInfo").has_value());
+  auto broken = registry.Get("broken");
+  EXPECT_EQ(reason(broken.status()), "MODEL_FAILED");
+  EXPECT_FALSE(broken.status().GetPayload("type.googleapis.com/google.rpc.RetryInfo").has_value());
+  registry.DrainAll();
+  EXPECT_EQ(reason(registry.Get("loading").status()), "SHUTTING_DOWN");
+  // Through PrepareRequest, the same reasons reach the client.
+  google::protobuf::RepeatedPtrField<std::string> texts;
+  texts.Add("x");
+  EXPECT_EQ(ReasonOf(PrepareRequest(registry, ServiceLimits{}, "nope", {}, texts).status()), "UNKNOWN_MODEL");
+}
+
+// A text the tokenizer refuses for its bytes is INVALID_UTF8.
+TEST(RequestTest, InvalidUtf8Reason) {
+  ServerMetrics metrics{ServerMetricsOptions{}};
+  ModelRegistry registry(SchedulerOptions{}, &metrics);
+  ASSERT_TRUE(registry.Add("m", "tests/golden/data/tiny"));
+  ASSERT_TRUE(registry.Load("m").ok());
+  google::protobuf::RepeatedPtrField<std::string> texts;
+  texts.Add("fine");
+  texts.Add("bad \xc3\x28 bytes");
+  auto p = PrepareRequest(registry, ServiceLimits{}, "m", {}, texts);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReasonOf(p.status()), "INVALID_UTF8");
+  EXPECT_EQ(FieldOf(p.status().message()), "texts[1]");
+  EXPECT_EQ(FieldOf("options.beam_size: 0 is outside [1, 64]"), "options.beam_size");
+  EXPECT_EQ(FieldOf("target_prefixes[12]: bad"), "target_prefixes[12]");
+  EXPECT_EQ(FieldOf("no model named x"), "");
+  EXPECT_EQ(FieldOf("model \"a\": broken"), "");
+  EXPECT_EQ(FieldOf("texts[]: x"), "");
 }
 
 }  // namespace

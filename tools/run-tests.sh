@@ -7,7 +7,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh
-deploy/install-py-tools.sh  # pinned Python tools into build/py-tools and build/py-hf (tests/deploy, tests/convert)
+deploy/install-py-tools.sh  # pinned Python tools into build/py-tools, build/py-hf and build/py-client (tests/deploy, tests/convert, tests/clients)
 log=$(mktemp)
 # The image test builds and serves the CPU image (deploy/build-image.sh gpu builds the GPU images;
 # building them here too would add ~25 min on 2 cores).
