@@ -45,13 +45,14 @@ up_to_date() {
     (cd / && "$venv/bin/python3" -c "$imports") 2>/dev/null
 }
 
-# ---- build/py-tools -----------------------------------------------------------------------
-venv="${TNMT_PY_TOOLS:-$root/build/py-tools}"
-reqs="$root/deploy/py-tools-requirements.txt"
-imports='import kubernetes_validate, yaml, ctranslate2, numpy, sentencepiece'
-if up_to_date "$venv" "$reqs" "$imports"; then
-  echo "install-py-tools: $venv is up to date"
-else
+# plain_venv VENV REQS IMPORTS: a venv over Debian's python3 (else the first python3 on PATH)
+# with REQS installed from PyPI, unless it is up to date.
+plain_venv() {
+  local venv="$1" reqs="$2" imports="$3" python
+  if up_to_date "$venv" "$reqs" "$imports"; then
+    echo "install-py-tools: $venv is up to date"
+    return 0
+  fi
   python=/usr/bin/python3
   [[ -x $python ]] || python="$(command -v python3 || true)"
   if [[ -z $python ]] || ! "$python" -c 'import ensurepip, venv' 2>/dev/null; then
@@ -64,34 +65,18 @@ else
     mkdir -p "$(dirname "$venv")"
     "$python" -m venv "$venv"
   fi
-  echo "install-py-tools: pip install -r deploy/py-tools-requirements.txt"
+  echo "install-py-tools: pip install -r ${reqs#"$root"/}"
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check --no-input -r "$reqs"
   (cd / && "$venv/bin/python3" -c "$imports") # fails loudly if the install did not work
   sha256sum "$reqs" | cut -d' ' -f1 > "$venv/.requirements.sha256"
-  echo "install-py-tools: $venv ready (kubernetes-validate $("$venv/bin/python3" -c 'from kubernetes_validate.version import __version__ as v; print(v)'), ctranslate2 $("$venv/bin/python3" -c 'import ctranslate2; print(ctranslate2.__version__)'))"
-fi
+  echo "install-py-tools: $venv ready"
+}
 
-# ---- build/py-client ----------------------------------------------------------------------
-venv="${TNMT_PY_CLIENT:-$root/build/py-client}"
-reqs="$root/deploy/py-client-requirements.txt"
-imports='import grpc, grpc_tools, google.protobuf, setuptools'
-if up_to_date "$venv" "$reqs" "$imports"; then
-  echo "install-py-tools: $venv is up to date"
-else
-  python=/usr/bin/python3
-  [[ -x $python ]] || python="$(command -v python3)"
-  if [[ ! -x "$venv/bin/python3" ]]; then
-    echo "install-py-tools: creating $venv with $python ($("$python" --version 2>&1))"
-    rm -rf "$venv"
-    mkdir -p "$(dirname "$venv")"
-    "$python" -m venv "$venv"
-  fi
-  echo "install-py-tools: pip install -r deploy/py-client-requirements.txt"
-  "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check --no-input -r "$reqs"
-  (cd / && "$venv/bin/python3" -c "$imports") # fails loudly if the install did not work
-  sha256sum "$reqs" | cut -d' ' -f1 > "$venv/.requirements.sha256"
-  echo "install-py-tools: $venv ready (grpcio $("$venv/bin/python3" -c 'import grpc; print(grpc.__version__)'))"
-fi
+# ---- build/py-tools and build/py-client ---------------------------------------------------
+plain_venv "${TNMT_PY_TOOLS:-$root/build/py-tools}" "$root/deploy/py-tools-requirements.txt" \
+  'import kubernetes_validate, yaml, ctranslate2, numpy, sentencepiece'
+plain_venv "${TNMT_PY_CLIENT:-$root/build/py-client}" "$root/deploy/py-client-requirements.txt" \
+  'import grpc, grpc_tools, google.protobuf, setuptools'
 
 # ---- build/py-hf --------------------------------------------------------------------------
 venv="${TNMT_PY_HF:-$root/build/py-hf}"

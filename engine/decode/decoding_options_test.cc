@@ -175,6 +175,14 @@ absl::StatusOr<DecodeResult> Reference(const LoadedModel& m, const DecodeInput& 
   return r;
 }
 
+// Beam size (and n-best) `beam`, outputs up to the source length + `offset`.
+DecodeOptions Beam(int beam, int offset) {
+  DecodeOptions o;
+  o.beam_size = o.n_best = beam;
+  o.max_length_offset = offset;
+  return o;
+}
+
 class DecodingOptionsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -240,9 +248,7 @@ class DecodingOptionsTest : public ::testing::Test {
 
 TEST_F(DecodingOptionsTest, DefaultsMatchTheReference) {
   for (int beam : {1, 4}) {
-    DecodeOptions o;
-    o.beam_size = o.n_best = beam;
-    o.max_length_offset = 12;
+    DecodeOptions o = Beam(beam, 12);
     ExpectAsReference(o, "beam " + std::to_string(beam));
   }
 }
@@ -252,9 +258,7 @@ TEST_F(DecodingOptionsTest, TargetPrefixIsForcedThenSearched) {
   for (DecodeInput& in : inputs_) in.prefix = prefix;
   inputs_[2].prefix.clear();  // sentences with and without a prefix in one batch
   for (int beam : {1, 4}) {
-    DecodeOptions o;
-    o.beam_size = o.n_best = beam;
-    o.max_length_offset = 12;
+    DecodeOptions o = Beam(beam, 12);
     o.return_token_scores = true;
     const auto got = ExpectAsReference(o, "prefix beam " + std::to_string(beam));
     for (size_t i = 0; i < got.size(); ++i) {
@@ -309,9 +313,7 @@ TEST_F(DecodingOptionsTest, NoRepeatNgram) {
 TEST_F(DecodingOptionsTest, RepetitionPenalty) {
   for (float penalty : {1.8f, 0.6f}) {
     for (int beam : {1, 4}) {
-      DecodeOptions o;
-      o.beam_size = o.n_best = beam;
-      o.max_length_offset = 15;
+      DecodeOptions o = Beam(beam, 15);
       o.repetition_penalty = penalty;
       o.return_token_scores = true;
       ExpectAsReference(o, "repetition_penalty " + std::to_string(penalty) + " beam " + std::to_string(beam));
@@ -333,9 +335,7 @@ TEST_F(DecodingOptionsTest, DisableUnk) {
     return n;
   };
   for (int beam : {1, 4}) {
-    DecodeOptions o;
-    o.beam_size = o.n_best = beam;
-    o.max_length_offset = 12;
+    DecodeOptions o = Beam(beam, 12);
     o.repetition_penalty = 0.05f;
     const auto plain = ExpectAsReference(o, "unk encouraged beam " + std::to_string(beam));
     ASSERT_GT(unks_after_prefix(plain), 0) << "the test needs outputs with <unk> without the option";
@@ -393,9 +393,7 @@ TEST_F(DecodingOptionsTest, SamplingIsReproducibleAndMatchesTheReference) {
 
 TEST_F(DecodingOptionsTest, TokenScoresSumToTheScore) {
   for (int beam : {1, 4}) {
-    DecodeOptions o;
-    o.beam_size = o.n_best = beam;
-    o.max_length_offset = 10;
+    DecodeOptions o = Beam(beam, 10);
     o.return_token_scores = true;
     const auto got = ExpectAsReference(o, "token scores beam " + std::to_string(beam));
     for (const DecodeResult& r : got) {
