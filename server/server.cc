@@ -164,7 +164,7 @@ absl::Status TranslationServer::StartJobs() {
   training_ = std::make_unique<jobs::TrainingServiceImpl>(to, job_store_.get(), job_runner_.get());
   // Models published by earlier jobs are served again (the newest job of a name wins; they
   // all share the name's directory).
-  auto done = job_store_->ListByState({jobs::JobState::kSucceeded});
+  auto done = job_store_->ListByState({tnmt::v1::JOB_STATE_SUCCEEDED});
   if (!done.ok()) return done.status();
   for (const jobs::JobRecord& job : *done) {
     if (!job.published_model.empty()) {

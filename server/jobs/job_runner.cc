@@ -84,24 +84,24 @@ std::string JobRunner::ModelDir(const std::string& name) const { return options_
 absl::Status JobRunner::Start() {
   TNMT_RETURN_IF_ERROR(MakeDirs(options_.state_dir + "/jobs"));
   TNMT_RETURN_IF_ERROR(MakeDirs(options_.state_dir + "/models"));
-  auto interrupted = store_->ListByState({JobState::kRunning, JobState::kCancelling, JobState::kPublishing});
+  auto interrupted = store_->ListByState({tnmt::v1::JOB_STATE_RUNNING, tnmt::v1::JOB_STATE_CANCELLING, tnmt::v1::JOB_STATE_PUBLISHING});
   if (!interrupted.ok()) return interrupted.status();
   std::lock_guard<std::mutex> l(mu_);
   for (JobRecord& job : *interrupted) {
-    if (job.state == JobState::kCancelling) {
-      SetState(&job, JobState::kCancelled);
+    if (job.state == tnmt::v1::JOB_STATE_CANCELLING) {
+      SetState(&job, tnmt::v1::JOB_STATE_CANCELLED);
       continue;
     }
     auto spec = SpecOf(job);
     if (!spec.ok()) {
-      SetState(&job, JobState::kFailed, std::string(spec.status().message()));
-    } else if (job.state == JobState::kRunning && spec->on_interrupt() == tnmt::v1::ON_INTERRUPT_FAIL) {
-      SetState(&job, JobState::kFailed,
+      SetState(&job, tnmt::v1::JOB_STATE_FAILED, std::string(spec.status().message()));
+    } else if (job.state == tnmt::v1::JOB_STATE_RUNNING && spec->on_interrupt() == tnmt::v1::ON_INTERRUPT_FAIL) {
+      SetState(&job, tnmt::v1::JOB_STATE_FAILED,
                absl::StrCat("interrupted: the server stopped while the job was running (attempt ", job.attempts,
                             "); on_interrupt is FAIL"));
     } else {
       // Training resumes from the newest checkpoint (a finished one just re-publishes).
-      SetState(&job, JobState::kQueued);
+      SetState(&job, tnmt::v1::JOB_STATE_QUEUED);
     }
   }
   thread_ = std::thread([this] { Loop(); });
@@ -131,7 +131,7 @@ absl::StatusOr<JobRecord> JobRunner::Submit(const JobSpec& spec, const std::stri
   job.spec_json = json;
   job.device = DeviceKey(spec);
   job.max_steps = spec.stop().max_steps();
-  job.state = JobState::kQueued;
+  job.state = tnmt::v1::JOB_STATE_QUEUED;
   TNMT_ASSIGN_OR_RETURN(JobRecord stored, store_->Insert(std::move(job), created));
   if (!*created && stored.spec_json != json) {
     // A retry must repeat its request; the same request_id with another spec is a client bug
@@ -157,16 +157,16 @@ absl::StatusOr<JobRecord> JobRunner::Cancel(const std::string& id) {
     return absl::FailedPreconditionError(
         absl::StrCat(id, " already finished (", JobStateName(job.state), "); nothing to cancel"));
   }
-  if (job.state == JobState::kCancelling) return job;
+  if (job.state == tnmt::v1::JOB_STATE_CANCELLING) return job;
   job.cancel_requested = true;
   auto it = children_.find(id);
   if (it == children_.end()) {  // queued (or between states): nothing is running
-    SetState(&job, JobState::kCancelled);
+    SetState(&job, tnmt::v1::JOB_STATE_CANCELLED);
     return job;
   }
   ::kill(-it->second.pid, SIGTERM);
   it->second.kill_at = absl::Now() + options_.cancel_grace;
-  SetState(&job, JobState::kCancelling);
+  SetState(&job, tnmt::v1::JOB_STATE_CANCELLING);
   return job;
 }
 
@@ -193,7 +193,7 @@ void JobRunner::Notify(const std::string& kind, const JobRecord& job, double dev
 void JobRunner::SetState(JobRecord* job, JobState state, const std::string& error) {
   job->state = state;
   if (!error.empty()) job->error = error;
-  if (state == JobState::kRunning && job->started_ms == 0) job->started_ms = NowMs();
+  if (state == tnmt::v1::JOB_STATE_RUNNING && job->started_ms == 0) job->started_ms = NowMs();
   if (IsTerminal(state)) job->finished_ms = NowMs();
   absl::Status s = store_->Update(*job);
   if (!s.ok()) std::fprintf(stderr, "tnmt serve: jobs: %s: %s\n", job->id.c_str(), std::string(s.message()).c_str());
@@ -244,7 +244,7 @@ void JobRunner::Tick() {
 }
 
 void JobRunner::StartQueued() {
-  auto queued = store_->ListByState({JobState::kQueued});
+  auto queued = store_->ListByState({tnmt::v1::JOB_STATE_QUEUED});
   if (!queued.ok()) return;
   std::map<std::string, int> running;
   for (const auto& [id, child] : children_) ++running[child.device];
@@ -254,7 +254,7 @@ void JobRunner::StartQueued() {
     if (s.ok()) {
       ++running[job.device];
     } else if (!absl::IsUnavailable(s)) {  // UNAVAILABLE: an old trainer still holds the lock
-      SetState(&job, JobState::kFailed, std::string(s.message()));
+      SetState(&job, tnmt::v1::JOB_STATE_FAILED, std::string(s.message()));
     }
   }
 }
@@ -350,7 +350,7 @@ absl::Status JobRunner::Launch(JobRecord* job) {
   child.pid = pid;
   children_[job->id] = child;
   ++job->attempts;
-  SetState(job, JobState::kRunning);
+  SetState(job, tnmt::v1::JOB_STATE_RUNNING);
   return absl::OkStatus();
 }
 
@@ -401,17 +401,17 @@ void JobRunner::Finished(const std::string& id, const Child& child, int wait_sta
   auto spec = SpecOf(*job);
   const bool clean_exit = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
   if (job->cancel_requested) {
-    SetState(&*job, JobState::kCancelled);
+    SetState(&*job, tnmt::v1::JOB_STATE_CANCELLED);
   } else if (child.stopping_for_shutdown) {
-    SetState(&*job, JobState::kQueued);  // the next server resumes it from this checkpoint
+    SetState(&*job, tnmt::v1::JOB_STATE_QUEUED);  // the next server resumes it from this checkpoint
   } else if (!clean_exit) {
     const std::string last = LastLine(WorkDir(id) + "/train.log");
-    SetState(&*job, JobState::kFailed,
+    SetState(&*job, tnmt::v1::JOB_STATE_FAILED,
              absl::StrCat("tnmt train ", Describe(wait_status), last.empty() ? "" : ": ", last));
   } else if (!spec.ok()) {
-    SetState(&*job, JobState::kFailed, std::string(spec.status().message()));
+    SetState(&*job, tnmt::v1::JOB_STATE_FAILED, std::string(spec.status().message()));
   } else if (job->step < job->max_steps && spec->stop().max_epochs() == 0) {
-    SetState(&*job, JobState::kFailed,
+    SetState(&*job, tnmt::v1::JOB_STATE_FAILED,
              absl::StrCat("tnmt train stopped at step ", job->step, " of ", job->max_steps,
                           " without being asked to (signalled from outside the server?)"));
   } else {
@@ -420,12 +420,12 @@ void JobRunner::Finished(const std::string& id, const Child& child, int wait_sta
 }
 
 void JobRunner::Publish(JobRecord* job, const JobSpec& spec) {
-  SetState(job, JobState::kPublishing);
+  SetState(job, tnmt::v1::JOB_STATE_PUBLISHING);
   const std::string name = PublishedModelName(spec, job->id);
   const std::string dir = ModelDir(name);
   auto checkpoints = ListCheckpoints(TrainDir(job->id));
   if (!checkpoints.ok() || checkpoints->empty()) {
-    return SetState(job, JobState::kFailed, "publish: the trainer left no checkpoint");
+    return SetState(job, tnmt::v1::JOB_STATE_FAILED, "publish: the trainer left no checkpoint");
   }
   const int want = spec.publish().average_last() > 0 ? spec.publish().average_last() : 5;
   AverageOptions o;
@@ -449,11 +449,11 @@ void JobRunner::Publish(JobRecord* job, const JobSpec& spec) {
   if (!s.ok() && stopping_) {
     // The training finished as the server began to stop: nothing is lost, the next start
     // re-runs the (finished) trainer, which exits at once, and publishes then.
-    return SetState(job, JobState::kQueued);
+    return SetState(job, tnmt::v1::JOB_STATE_QUEUED);
   }
-  if (!s.ok()) return SetState(job, JobState::kFailed, absl::StrCat("publish: ", s.message()));
+  if (!s.ok()) return SetState(job, tnmt::v1::JOB_STATE_FAILED, absl::StrCat("publish: ", s.message()));
   job->published_model = name;
-  SetState(job, JobState::kSucceeded);
+  SetState(job, tnmt::v1::JOB_STATE_SUCCEEDED);
 }
 
 }  // namespace tnmt::server::jobs

@@ -222,22 +222,23 @@ absl::Status CheckJobExists(sqlite3* db, const std::string& id) {
 
 const char* JobStateName(JobState s) {
   switch (s) {
-    case JobState::kQueued:
+    case tnmt::v1::JOB_STATE_QUEUED:
       return "QUEUED";
-    case JobState::kRunning:
+    case tnmt::v1::JOB_STATE_RUNNING:
       return "RUNNING";
-    case JobState::kCancelling:
+    case tnmt::v1::JOB_STATE_CANCELLING:
       return "CANCELLING";
-    case JobState::kPublishing:
+    case tnmt::v1::JOB_STATE_PUBLISHING:
       return "PUBLISHING";
-    case JobState::kSucceeded:
+    case tnmt::v1::JOB_STATE_SUCCEEDED:
       return "SUCCEEDED";
-    case JobState::kFailed:
+    case tnmt::v1::JOB_STATE_FAILED:
       return "FAILED";
-    case JobState::kCancelled:
+    case tnmt::v1::JOB_STATE_CANCELLED:
       return "CANCELLED";
+    default:
+      return "UNKNOWN";
   }
-  return "UNKNOWN";
 }
 
 absl::StatusOr<JobState> ParseJobState(absl::string_view name) {
@@ -251,7 +252,7 @@ absl::StatusOr<JobState> ParseJobState(absl::string_view name) {
 }
 
 bool IsTerminal(JobState s) {
-  return s == JobState::kSucceeded || s == JobState::kFailed || s == JobState::kCancelled;
+  return s == tnmt::v1::JOB_STATE_SUCCEEDED || s == tnmt::v1::JOB_STATE_FAILED || s == tnmt::v1::JOB_STATE_CANCELLED;
 }
 
 int JobStore::LatestSchemaVersion() { return kLatestVersion; }

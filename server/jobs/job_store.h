@@ -16,22 +16,19 @@
 
 struct sqlite3;
 
+#include "proto/tnmt/v1/training.pb.h"
+
 namespace tnmt::server::jobs {
 
-enum class JobState {
-  kQueued,
-  kRunning,
-  kCancelling,
-  kPublishing,
-  kSucceeded,
-  kFailed,
-  kCancelled
-};
+// A job's state is the API's (tnmt.v1.JobState); the store writes it by name without the
+// JOB_STATE_ prefix ("QUEUED", ...), as every schema version has.
+using JobState = tnmt::v1::JobState;
 
 // Every state, in lifecycle order.
 inline constexpr JobState kAllJobStates[] = {
-    JobState::kQueued,    JobState::kRunning, JobState::kCancelling, JobState::kPublishing,
-    JobState::kSucceeded, JobState::kFailed,  JobState::kCancelled,
+    tnmt::v1::JOB_STATE_QUEUED,    tnmt::v1::JOB_STATE_RUNNING, tnmt::v1::JOB_STATE_CANCELLING,
+    tnmt::v1::JOB_STATE_PUBLISHING, tnmt::v1::JOB_STATE_SUCCEEDED, tnmt::v1::JOB_STATE_FAILED,
+    tnmt::v1::JOB_STATE_CANCELLED,
 };
 
 // "QUEUED", "RUNNING", "CANCELLING", "PUBLISHING", "SUCCEEDED", "FAILED", "CANCELLED".
@@ -47,7 +44,7 @@ struct JobRecord {
   std::string request_id;  // client idempotency key; "" = none
   std::string spec_json;   // the validated job spec (opaque text to the store)
   std::string device;      // e.g. "cpu" or "cuda:0"
-  JobState state = JobState::kQueued;
+  JobState state = tnmt::v1::JOB_STATE_QUEUED;
   int64_t created_ms = 0, started_ms = 0, finished_ms = 0, updated_ms = 0;  // unix ms; 0 = not yet
   int attempts = 0;  // trainer processes started for this job
   int64_t step = 0, max_steps = 0;

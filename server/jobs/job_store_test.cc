@@ -66,7 +66,7 @@ JobRecord FullRecord() {
   r.request_id = "req-1";
   r.spec_json = R"({"model":"base","max_steps":1000})";
   r.device = "cuda:0";
-  r.state = JobState::kRunning;
+  r.state = tnmt::v1::JOB_STATE_RUNNING;
   r.started_ms = 1700000000123;
   r.finished_ms = 1700000999456;
   r.attempts = 2;
@@ -127,7 +127,7 @@ class JobStoreTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
   }
-  JobRecord Add(const std::string& name, JobState state = JobState::kQueued,
+  JobRecord Add(const std::string& name, JobState state = tnmt::v1::JOB_STATE_QUEUED,
                 const std::string& request_id = "") {
     JobRecord r;
     r.name = name;
@@ -146,21 +146,21 @@ class JobStoreTest : public ::testing::Test {
 
 TEST(JobStateTest, NamesRoundTrip) {
   for (JobState s :
-       {JobState::kQueued, JobState::kRunning, JobState::kCancelling, JobState::kPublishing,
-        JobState::kSucceeded, JobState::kFailed, JobState::kCancelled}) {
+       {tnmt::v1::JOB_STATE_QUEUED, tnmt::v1::JOB_STATE_RUNNING, tnmt::v1::JOB_STATE_CANCELLING, tnmt::v1::JOB_STATE_PUBLISHING,
+        tnmt::v1::JOB_STATE_SUCCEEDED, tnmt::v1::JOB_STATE_FAILED, tnmt::v1::JOB_STATE_CANCELLED}) {
     absl::StatusOr<JobState> parsed = ParseJobState(JobStateName(s));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, s);
   }
-  EXPECT_STREQ(JobStateName(JobState::kCancelling), "CANCELLING");
+  EXPECT_STREQ(JobStateName(tnmt::v1::JOB_STATE_CANCELLING), "CANCELLING");
   absl::StatusOr<JobState> bad = ParseJobState("queued");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("\"queued\""));
-  EXPECT_TRUE(IsTerminal(JobState::kSucceeded));
-  EXPECT_TRUE(IsTerminal(JobState::kFailed));
-  EXPECT_TRUE(IsTerminal(JobState::kCancelled));
-  EXPECT_FALSE(IsTerminal(JobState::kCancelling));
-  EXPECT_FALSE(IsTerminal(JobState::kPublishing));
+  EXPECT_TRUE(IsTerminal(tnmt::v1::JOB_STATE_SUCCEEDED));
+  EXPECT_TRUE(IsTerminal(tnmt::v1::JOB_STATE_FAILED));
+  EXPECT_TRUE(IsTerminal(tnmt::v1::JOB_STATE_CANCELLED));
+  EXPECT_FALSE(IsTerminal(tnmt::v1::JOB_STATE_CANCELLING));
+  EXPECT_FALSE(IsTerminal(tnmt::v1::JOB_STATE_PUBLISHING));
 }
 
 TEST_F(JobStoreTest, InsertGetUpdateRoundTripEveryField) {
@@ -185,7 +185,7 @@ TEST_F(JobStoreTest, InsertGetUpdateRoundTripEveryField) {
   JobRecord changed = *got;
   changed.name = "renamed";
   changed.device = "cpu";
-  changed.state = JobState::kSucceeded;
+  changed.state = tnmt::v1::JOB_STATE_SUCCEEDED;
   changed.started_ms += 1;
   changed.finished_ms += 2;
   changed.attempts = 3;
@@ -236,7 +236,7 @@ TEST_F(JobStoreTest, IdsAreNeverReusedAfterDeletion) {
 }
 
 TEST_F(JobStoreTest, InsertIsIdempotentByRequestId) {
-  const JobRecord first = Add("first", JobState::kQueued, "client-key");
+  const JobRecord first = Add("first", tnmt::v1::JOB_STATE_QUEUED, "client-key");
   JobRecord again;
   again.name = "second";
   again.request_id = "client-key";
@@ -245,22 +245,22 @@ TEST_F(JobStoreTest, InsertIsIdempotentByRequestId) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_FALSE(created);
   ExpectSameJob(*got, first);
-  EXPECT_EQ(store_->CountInStates({JobState::kQueued}), 1);
+  EXPECT_EQ(store_->CountInStates({tnmt::v1::JOB_STATE_QUEUED}), 1);
 
   // No request id: never a collision.
   const JobRecord x = Add("x");
   const JobRecord y = Add("y");
   EXPECT_NE(x.id, y.id);
-  EXPECT_EQ(store_->CountInStates({JobState::kQueued}), 3);
+  EXPECT_EQ(store_->CountInStates({tnmt::v1::JOB_STATE_QUEUED}), 3);
 }
 
 TEST_F(JobStoreTest, ListFiltersByStateAndLiteralSubstring) {
-  Add("100% done", JobState::kSucceeded);    // 1
-  Add("a_b", JobState::kRunning);            // 2
-  Add("axb", JobState::kFailed);             // 3
-  Add("plain", JobState::kQueued);           // 4
-  Add("A_B upper", JobState::kRunning);      // 5
-  Add("back\\slash", JobState::kCancelled);  // 6
+  Add("100% done", tnmt::v1::JOB_STATE_SUCCEEDED);    // 1
+  Add("a_b", tnmt::v1::JOB_STATE_RUNNING);            // 2
+  Add("axb", tnmt::v1::JOB_STATE_FAILED);             // 3
+  Add("plain", tnmt::v1::JOB_STATE_QUEUED);           // 4
+  Add("A_B upper", tnmt::v1::JOB_STATE_RUNNING);      // 5
+  Add("back\\slash", tnmt::v1::JOB_STATE_CANCELLED);  // 6
   auto list = [this](ListFilter f) {
     std::string token = "unset";
     absl::StatusOr<std::vector<JobRecord>> jobs = store_->List(f, &token);
@@ -279,15 +279,15 @@ TEST_F(JobStoreTest, ListFiltersByStateAndLiteralSubstring) {
   f.name_contains = "\\";
   EXPECT_THAT(list(f), testing::ElementsAre("job-000006"));
   f.name_contains = "";
-  f.states = {JobState::kRunning, JobState::kFailed};
+  f.states = {tnmt::v1::JOB_STATE_RUNNING, tnmt::v1::JOB_STATE_FAILED};
   EXPECT_THAT(list(f), testing::ElementsAre("job-000005", "job-000003", "job-000002"));
   f.name_contains = "upper";
   EXPECT_THAT(list(f), testing::ElementsAre("job-000005"));
 
-  EXPECT_THAT(Ids(*store_->ListByState({JobState::kRunning, JobState::kQueued})),
+  EXPECT_THAT(Ids(*store_->ListByState({tnmt::v1::JOB_STATE_RUNNING, tnmt::v1::JOB_STATE_QUEUED})),
               testing::ElementsAre("job-000002", "job-000004", "job-000005"));
   EXPECT_TRUE(store_->ListByState({})->empty());
-  EXPECT_EQ(store_->CountInStates({JobState::kRunning, JobState::kSucceeded}), 3);
+  EXPECT_EQ(store_->CountInStates({tnmt::v1::JOB_STATE_RUNNING, tnmt::v1::JOB_STATE_SUCCEEDED}), 3);
   EXPECT_EQ(store_->CountInStates({}), 0);
 }
 
@@ -379,7 +379,7 @@ TEST_F(JobStoreTest, MigratesAVersion1DatabaseKeepingItsRows) {
   EXPECT_EQ(job->request_id, "req-old");
   EXPECT_EQ(job->spec_json, "{\"v\":1}");
   EXPECT_EQ(job->device, "cpu");
-  EXPECT_EQ(job->state, JobState::kRunning);
+  EXPECT_EQ(job->state, tnmt::v1::JOB_STATE_RUNNING);
   EXPECT_EQ(job->created_ms, 1000);
   EXPECT_EQ(job->updated_ms, 2000);
   EXPECT_EQ(job->step, 50);
@@ -504,7 +504,7 @@ TEST_F(JobStoreTest, ConcurrentInsertsAndUpdatesFromThreadsAndTwoConnections) {
           errors[t] = job.status().ToString();
           return;
         }
-        job->state = JobState::kRunning;
+        job->state = tnmt::v1::JOB_STATE_RUNNING;
         job->step = i;
         if (absl::Status s = store->Update(*job); !s.ok()) {
           errors[t] = s.ToString();
@@ -525,7 +525,7 @@ TEST_F(JobStoreTest, ConcurrentInsertsAndUpdatesFromThreadsAndTwoConnections) {
     all.insert(ids[t].begin(), ids[t].end());
   }
   EXPECT_EQ(all.size(), static_cast<size_t>(kThreads * kJobsPerThread));
-  EXPECT_EQ(store_->CountInStates({JobState::kRunning}), kThreads * kJobsPerThread);
+  EXPECT_EQ(store_->CountInStates({tnmt::v1::JOB_STATE_RUNNING}), kThreads * kJobsPerThread);
   for (int t = 0; t < kThreads; ++t) {
     for (int i = 0; i < static_cast<int>(ids[t].size()); ++i) {
       absl::StatusOr<JobRecord> job = store_->Get(ids[t][i]);

@@ -18,30 +18,12 @@ using tnmt::v1::Job;
 using tnmt::v1::JobUpdate;
 
 
-tnmt::v1::JobState ToProtoState(JobState s) {
-  switch (s) {
-    case JobState::kQueued: return tnmt::v1::JOB_STATE_QUEUED;
-    case JobState::kRunning: return tnmt::v1::JOB_STATE_RUNNING;
-    case JobState::kCancelling: return tnmt::v1::JOB_STATE_CANCELLING;
-    case JobState::kPublishing: return tnmt::v1::JOB_STATE_PUBLISHING;
-    case JobState::kSucceeded: return tnmt::v1::JOB_STATE_SUCCEEDED;
-    case JobState::kFailed: return tnmt::v1::JOB_STATE_FAILED;
-    case JobState::kCancelled: return tnmt::v1::JOB_STATE_CANCELLED;
-  }
-  return tnmt::v1::JOB_STATE_UNSPECIFIED;
-}
-
+// A JobState from a request: one of the lifecycle's states (not UNSPECIFIED, not an unknown number).
 absl::StatusOr<JobState> FromProtoState(int s) {
-  switch (s) {
-    case tnmt::v1::JOB_STATE_QUEUED: return JobState::kQueued;
-    case tnmt::v1::JOB_STATE_RUNNING: return JobState::kRunning;
-    case tnmt::v1::JOB_STATE_CANCELLING: return JobState::kCancelling;
-    case tnmt::v1::JOB_STATE_PUBLISHING: return JobState::kPublishing;
-    case tnmt::v1::JOB_STATE_SUCCEEDED: return JobState::kSucceeded;
-    case tnmt::v1::JOB_STATE_FAILED: return JobState::kFailed;
-    case tnmt::v1::JOB_STATE_CANCELLED: return JobState::kCancelled;
-    default: return absl::InvalidArgumentError(absl::StrCat("states: ", s, " is not a job state"));
+  for (JobState state : kAllJobStates) {
+    if (s == state) return state;
   }
+  return absl::InvalidArgumentError(absl::StrCat("states: ", s, " is not a job state"));
 }
 
 JobUpdate::Kind ToKind(const std::string& kind) {
@@ -74,7 +56,7 @@ Job ToProto(const JobRecord& job, bool with_spec, const std::string& work_dir) {
   Job p;
   p.set_id(job.id);
   p.set_name(job.name);
-  p.set_state(ToProtoState(job.state));
+  p.set_state(job.state);
   if (with_spec) {
     (void)google::protobuf::util::JsonStringToMessage(job.spec_json, p.mutable_spec());
   }
@@ -221,7 +203,7 @@ grpc::ServerUnaryReactor* TrainingServiceImpl::SubmitJob(grpc::CallbackServerCon
   if (absl::Status s = ValidateJobSpec(request->spec(), options_.policy); !s.ok()) return Done(context, s);
   std::lock_guard<std::mutex> l(submit_mu_);
   const int64_t unfinished =
-      store_->CountInStates({JobState::kQueued, JobState::kRunning, JobState::kCancelling, JobState::kPublishing});
+      store_->CountInStates({tnmt::v1::JOB_STATE_QUEUED, tnmt::v1::JOB_STATE_RUNNING, tnmt::v1::JOB_STATE_CANCELLING, tnmt::v1::JOB_STATE_PUBLISHING});
   if (unfinished < 0) return Done(context, absl::InternalError("job store unreadable"));
   bool created = false;
   if (unfinished >= options_.max_unfinished_jobs) {
