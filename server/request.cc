@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -92,7 +90,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
   if (d.sampling() && !o.has_beam_size()) d.beam_size = 1;  // sampling replaces the search
   if (d.sampling()) {
     d.seed = o.seed();
-    while (d.seed == 0) d.seed = (static_cast<uint64_t>(std::random_device()()) << 32) ^ std::random_device()();
+    if (d.seed == 0) d.seed = DrawSeed();
     p.seed = d.seed;
   }
   d.return_alignments = o.return_alignments();
@@ -172,8 +170,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
         return WithReason(absl::InvalidArgumentError(absl::StrCat("target_prefixes[", i, "]: ", pieces.status().message())),
                           TextReason(pieces.status()));
       }
-      int max_out = d.max_length > 0 ? d.max_length : static_cast<int>(ids->size()) + d.max_length_offset;
-      max_out = std::min(max_out, MaxPositions(m.config));
+      const int max_out = MaxOutputLength(d, static_cast<int>(ids->size()), m.config);
       if (static_cast<int>(pieces->size()) >= max_out) {
         return WithReason(absl::InvalidArgumentError(absl::StrCat("target_prefixes[", i, "]: ", pieces->size(),
                                                                     " pieces leave no room within the maximum output length of ",

@@ -328,9 +328,7 @@ void Scheduler::Run() {
           *model_->tokenizer, std::move(d.result), task.options.return_token_scores || task.options.return_alignments);
       if (text.ok()) {
         r.hypotheses = *std::move(text);
-        if (task.options.return_alignments) {
-          for (size_t j = 0; j + 1 < task.ids.size(); ++j) r.source_pieces.push_back(model_->tokenizer->Piece(task.ids[j]));
-        }
+        if (task.options.return_alignments) r.source_pieces = SourcePieces(*model_->tokenizer, task.ids);
       } else {
         r.status = text.status();
       }

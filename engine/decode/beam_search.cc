@@ -172,6 +172,23 @@ size_t Sample(const std::vector<Candidate>& cands, const DecodeOptions& o, doubl
   return keep - 1;
 }
 
+// Sources without prefixes, each sampling from the stream of its index.
+std::vector<DecodeInput> InputsOf(const std::vector<std::vector<int32_t>>& sources) {
+  std::vector<DecodeInput> inputs(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    inputs[i].source = sources[i];
+    inputs[i].stream = i;
+  }
+  return inputs;
+}
+
+// Candidates one hypothesis contributes per step, before exclusions: the beam's 2K, greedy
+// search's 1, or sampling's top-k (0: every token of a `vocab`-token vocabulary).
+int CandidatesWanted(const DecodeOptions& o, int vocab) {
+  if (o.sampling()) return o.sampling_topk == 0 ? vocab : o.sampling_topk;
+  return o.beam_size == 1 ? 1 : 2 * o.beam_size;
+}
+
 }  // namespace
 
 double LengthPenalty(int length, double alpha, LengthPenaltyStyle style) {
@@ -224,12 +241,7 @@ int BeamDecoder::live_rows() const {
 
 absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(
     const std::vector<std::vector<int32_t>>& sources, const DecodeOptions& opt) {
-  std::vector<DecodeInput> inputs(sources.size());
-  for (size_t i = 0; i < sources.size(); ++i) {
-    inputs[i].source = sources[i];
-    inputs[i].stream = i;
-  }
-  return Add(inputs, opt);
+  return Add(InputsOf(sources), opt);
 }
 
 absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(const std::vector<DecodeInput>& inputs,
@@ -268,9 +280,7 @@ absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(const std::vector<DecodeIn
   }
   std::vector<int> max_lens(batch);
   for (int b = 0; b < batch; ++b) {
-    const int len = static_cast<int>(inputs[b].source.size());
-    const int max_len = opt.max_length > 0 ? opt.max_length : len + opt.max_length_offset;
-    max_lens[b] = std::max(1, std::min(max_len, MaxPositions(c)));
+    max_lens[b] = MaxOutputLength(opt, static_cast<int>(inputs[b].source.size()), c);
     if (static_cast<int>(inputs[b].prefix.size()) >= max_lens[b]) {
       return absl::InvalidArgumentError(absl::StrCat("target prefix of ", inputs[b].prefix.size(),
                                                      " tokens leaves no room for </s> within the maximum output length of ",
@@ -360,8 +370,7 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
   std::vector<int32_t> layers;
   for (const auto& s : live_) {
     const DecodeOptions& o = s->opt;
-    int want = o.sampling() ? (o.sampling_topk == 0 ? V : o.sampling_topk) : o.beam_size == 1 ? 1 : 2 * o.beam_size;
-    want += o.disable_unk ? 1 : 0;
+    int want = CandidatesWanted(o, V) + (o.disable_unk ? 1 : 0);
     if (o.no_repeat_ngram_size > 0 || o.repetition_penalty != 1.0f) {
       size_t most = 0;
       for (const Live& l : s->live) most = std::max(most, l.ids.size());
@@ -416,7 +425,7 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
     } else {
       for (int h = 0; h < static_cast<int>(s.live.size()); ++h) {
         const Live& l = s.live[h];
-        const int want = o.sampling() ? (o.sampling_topk == 0 ? V : o.sampling_topk) : greedy ? 1 : 2 * K;
+        const int want = CandidatesWanted(o, V);
         if (changed) {
           const float* gathered = scores_.gather_offsets.empty() ? nullptr
                                                                  : scores_.gather_logit.data() + scores_.gather_offsets[l.row];
@@ -505,12 +514,7 @@ absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const Mod
 absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder,
                                                  const std::vector<std::vector<int32_t>>& sources,
                                                  const DecodeOptions& opt) {
-  std::vector<DecodeInput> inputs(sources.size());
-  for (size_t i = 0; i < sources.size(); ++i) {
-    inputs[i].source = sources[i];
-    inputs[i].stream = i;
-  }
-  return Decode(decoder, inputs, opt);
+  return Decode(decoder, InputsOf(sources), opt);
 }
 
 absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder, const std::vector<DecodeInput>& inputs,

@@ -1,11 +1,26 @@
 // DecodeOptions defaults and validation; see options.h.
 #include "engine/decode/options.h"
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/weights.h"
 
 namespace tnmt {
+
+int MaxOutputLength(const DecodeOptions& o, int source_length, const ModelConfig& c) {
+  const int max_len = o.max_length > 0 ? o.max_length : source_length + o.max_length_offset;
+  return std::max(1, std::min(max_len, MaxPositions(c)));
+}
+
+uint64_t DrawSeed() {
+  std::random_device device;
+  uint64_t seed = 0;
+  while (seed == 0) seed = (static_cast<uint64_t>(device()) << 32) ^ device();
+  return seed;
+}
 
 DecodeOptions DecodeOptions::FromConfig(const ModelConfig& c) {
   DecodeOptions o;

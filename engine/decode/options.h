@@ -79,6 +79,13 @@ struct DecodeResult {
   std::vector<Hypothesis> hypotheses;  // best first, at most n_best
 };
 
+// A sentence's maximum output length (</s> included): max_length, else the source length plus
+// max_length_offset; at least 1 and at most the model's positions.
+int MaxOutputLength(const DecodeOptions& o, int source_length, const ModelConfig& c);
+
+// A nonzero sampling seed from the system's random source (for requests that give none).
+uint64_t DrawSeed();
+
 // Largest beam accepted (memory grows with it).
 constexpr int kMaxBeamSize = 64;
 

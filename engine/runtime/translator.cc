@@ -26,6 +26,12 @@ absl::StatusOr<std::vector<TextHypothesis>> ToTextHypotheses(const Tokenizer& to
   return out;
 }
 
+std::vector<std::string> SourcePieces(const Tokenizer& tokenizer, const std::vector<int32_t>& source) {
+  std::vector<std::string> pieces;
+  for (size_t j = 0; j + 1 < source.size(); ++j) pieces.push_back(tokenizer.Piece(source[j]));
+  return pieces;
+}
+
 absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Translate(
     const std::vector<std::string>& lines, const TranslationOptions& opt, const Progress& progress,
     const std::vector<std::string>* target_prefixes) {
@@ -67,9 +73,7 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
         out[i] = absl::InvalidArgumentError(absl::StrCat("line ", i + 1, ": target prefix: ", prefix.status().message()));
         continue;
       }
-      int max_out = opt.decode.max_length > 0 ? opt.decode.max_length
-                                              : static_cast<int>(ids->size()) + opt.decode.max_length_offset;
-      max_out = std::min(max_out, MaxPositions(c));
+      const int max_out = MaxOutputLength(opt.decode, static_cast<int>(ids->size()), c);
       if (static_cast<int>(prefix->size()) >= max_out) {
         out[i] = absl::InvalidArgumentError(absl::StrCat("line ", i + 1, ": target prefix of ", prefix->size(),
                                                          " pieces leaves no room within the maximum output length of ",
@@ -104,9 +108,7 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
     for (size_t k = 0; k < count; ++k) {
       const int i = todo[pos + k];
       TNMT_ASSIGN_OR_RETURN(out[i]->hypotheses, ToTextHypotheses(*model_->tokenizer, std::move(results[k]), pieces));
-      if (opt.decode.return_alignments) {
-        for (size_t j = 0; j + 1 < sources[i].size(); ++j) out[i]->source_pieces.push_back(model_->tokenizer->Piece(sources[i][j]));
-      }
+      if (opt.decode.return_alignments) out[i]->source_pieces = SourcePieces(*model_->tokenizer, sources[i]);
     }
     pos += count;
     done += static_cast<int>(count);

@@ -46,6 +46,9 @@ struct LineTranslation {
 absl::StatusOr<std::vector<TextHypothesis>> ToTextHypotheses(const Tokenizer& tokenizer,
                                                               DecodeResult result, bool with_pieces = false);
 
+// The pieces of a source (ids ending with </s>), </s> excluded: what alignments index.
+std::vector<std::string> SourcePieces(const Tokenizer& tokenizer, const std::vector<int32_t>& source);
+
 class Translator {
  public:
   explicit Translator(std::shared_ptr<const LoadedModel> model) : model_(std::move(model)) {}

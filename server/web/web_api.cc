@@ -2,17 +2,12 @@
 #include "server/web/web_api.h"
 
 #include <algorithm>
-#include <cfloat>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
-#include <limits>
 #include <utility>
 #include <vector>
 
-#include <google/protobuf/descriptor.h>
 #include <google/protobuf/util/json_util.h>
-#include <google/protobuf/util/time_util.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
@@ -98,37 +93,7 @@ std::string JsonMessage(const json::exception& e) {
   return std::string(what);
 }
 
-// An integral JSON number within [lo, hi] (an integral float such as 4.0 counts), else an
-// error naming `field`.
-absl::StatusOr<int64_t> Integer(const json& value, absl::string_view field, int64_t lo, int64_t hi) {
-  const auto out_of_range = [&] {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": ", Dump(value), " is out of range (", lo, " to ", hi, ")"));
-  };
-  if (value.is_number_unsigned()) {
-    const uint64_t v = value.get<uint64_t>();
-    if (v > static_cast<uint64_t>(hi) || (lo > 0 && v < static_cast<uint64_t>(lo))) return out_of_range();
-    return static_cast<int64_t>(v);
-  }
-  if (value.is_number_integer()) {
-    const int64_t v = value.get<int64_t>();
-    if (v < lo || v > hi) return out_of_range();
-    return v;
-  }
-  if (value.is_number_float()) {
-    const double v = value.get<double>();
-    if (std::isfinite(v) && v == std::floor(v)) {
-      if (v < static_cast<double>(lo) || v > static_cast<double>(hi)) return out_of_range();
-      return static_cast<int64_t>(v);
-    }
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat(field, " must be an integer, got ", Dump(value).substr(0, 64)));
-}
-
 const char* TypeName(const json& value) { return value.type_name(); }
-
-double Secs(const google::protobuf::Duration& d) { return d.seconds() + d.nanos() * 1e-9; }
 
 }  // namespace
 

@@ -99,19 +99,17 @@ int TranslateRemote(const RemoteTranslateOptions& o, std::istream& in, std::ostr
     lines.clear();
     prefixes.clear();
     while (static_cast<int>(lines.size()) < o.chunk_lines) {
-      if (!std::getline(in, line)) {
+      if (!ReadLine(in, &line)) {
         eof = true;
         break;
       }
-      if (!line.empty() && line.back() == '\r') line.pop_back();
       lines.push_back(line);
       if (o.prefixes != nullptr) {
-        if (!std::getline(*o.prefixes, line)) {
+        if (!ReadLine(*o.prefixes, &line)) {
           std::cerr << "tnmt translate: --target-prefix has fewer lines than the input (" << line_base + lines.size() - 1
                     << ")\n";
           return 2;
         }
-        if (!line.empty() && line.back() == '\r') line.pop_back();
         prefixes.push_back(line);
       }
     }

@@ -33,12 +33,6 @@ int Fail(const std::string& message) {
   return 2;
 }
 
-bool ReadLine(std::istream& in, std::string* line) {
-  if (!std::getline(in, *line)) return false;
-  if (!line->empty() && line->back() == '\r') line->pop_back();
-  return true;
-}
-
 // Scores through a running `tnmt serve` (the Score RPC), in requests of kRemoteBatch pairs; a
 // request refused for one bad pair is retried pair by pair, so every other pair is scored.
 class RemoteScorer {

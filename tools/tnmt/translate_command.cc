@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <random>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -157,7 +156,7 @@ int TranslateCommand(int argc, char** argv) {
   if (args.given("seed")) {
     (void)absl::SimpleAtoi(args.GetString("seed"), &seed);  // checked by CheckDecodingFlags
   } else if (args.given("sampling-topk") && args.GetInt("sampling-topk") != 1) {
-    while (seed == 0) seed = (static_cast<uint64_t>(std::random_device()()) << 32) ^ std::random_device()();
+    seed = DrawSeed();
     std::cerr << "tnmt translate: sampling with --seed " << seed << "\n";
   }
   // Target prefixes, one per input line, read along with the input.
@@ -255,17 +254,15 @@ int TranslateCommand(int argc, char** argv) {
     lines.clear();
     prefix_lines.clear();
     while (static_cast<int>(lines.size()) < kChunkLines) {
-      if (!std::getline(*in, line)) {
+      if (!ReadLine(*in, &line)) {
         eof = true;
         break;
       }
-      if (!line.empty() && line.back() == '\r') line.pop_back();
       lines.push_back(line);
       if (prefixes != nullptr) {
-        if (!std::getline(*prefixes, line)) {
+        if (!ReadLine(*prefixes, &line)) {
           return Fail(absl::StrCat("--target-prefix has fewer lines than the input (", line_base + lines.size() - 1, ")"));
         }
-        if (!line.empty() && line.back() == '\r') line.pop_back();
         prefix_lines.push_back(line);
       }
     }

@@ -62,6 +62,12 @@ void WriteFailedLine(const OutputFormat& format, int64_t line_no, std::ostream& 
   out << "\n";
 }
 
+bool ReadLine(std::istream& in, std::string* line) {
+  if (!std::getline(in, *line)) return false;
+  if (!line->empty() && line->back() == '\r') line->pop_back();
+  return true;
+}
+
 bool IsBlankLine(const std::string& line) { return absl::StripAsciiWhitespace(line).empty(); }
 
 void LineErrors::Report(int64_t line_no, const std::string& message) {

@@ -49,6 +49,9 @@ void WriteTranslation(const OutputFormat& format, int64_t line_no, bool blank,
 // Writes the place holder of input line `line_no` that could not be translated.
 void WriteFailedLine(const OutputFormat& format, int64_t line_no, std::ostream& out);
 
+// Reads one input line without its line ending ("\n" or "\r\n"); false at the end.
+bool ReadLine(std::istream& in, std::string* line);
+
 // True if `line` has nothing to translate (empty or whitespace only).
 bool IsBlankLine(const std::string& line);
 
