@@ -2,8 +2,8 @@
 // GemmPacked).
 //
 // Quantization (symmetric, no zero points):
-//   weights      per output column j: s_w[j] = max_k |w[j,k]| / 127, q_w = rint(w / s_w) in
-//                [-127, 127], once at pack time;
+//   weights      per output column j: s_w[j] = max_k |w[j,k]| / 63, q_w = rint(w / s_w) in
+//                [-63, 63] (7 bits), once at pack time;
 //   activations  per row i, on every call: s_a[i] = max_k |a[i,k]| / 127,
 //                q_a = rint(a[i,k] * (127 / max)) in [-127, 127].
 // Then c[i,j] = fma(float(sum_k q_a[i,k] q_w[j,k]), s_a[i] * s_w[j], init) with init =
@@ -11,21 +11,25 @@
 // the same few operations, so the three kernels below give bit-identical results, and a row's
 // result depends only on that row (not on the batch or on the thread count).
 //
+// Why 7-bit weights: the x86 byte dot products multiply an unsigned byte by a signed one, so
+// activations are stored as u = q_a + 128 in [1, 255] and 128 * sum_k q_w[j,k] is subtracted at
+// the end (stored per column at pack time). AVX2's vpmaddubsw adds two such products in a
+// saturating 16-bit lane: 2 * 255 * 63 = 32130 < 2^15 never saturates, so the AVX2 kernel is
+// two multiply instructions per 32 products (vpmaddubsw, vpmaddwd) like VNNI's one, with the
+// same integers. (8-bit weights would need the activations' sign moved onto the weights first,
+// a third instruction that left AVX2 int8 no faster than float32.)
+//
 // Layout: panels of 32 output columns; in a panel, k runs in groups of 4 (k padded with zero
 // weights to a multiple of 4), each group 32 columns x 4 bytes = 128 bytes, column-major in
 // the group: byte g*128 + 4j + r is w[col j][4g + r]. That is what one VNNI dot-product
 // instruction consumes (16 columns x 4 k per zmm) and what the AVX2 kernel reads 8 columns at
 // a time.
 //
-// Kernels:
-//   avx512 + VNNI  vpdpbusd multiplies unsigned by signed bytes, so activations are stored as
-//                  q_a + 128 (q_a xor 0x80) and 128 * sum_k q_w[j,k] is subtracted at the end
-//                  (stored per column at pack time). Tiles of up to 12 rows x 32 columns.
-//   avx2           vpmaddubsw on |q_a| (unsigned) and q_w with q_a's sign applied (vpsignb):
-//                  each pair of products is at most 2 * 127 * 127 < 2^15, so the saturating
-//                  16-bit sums never saturate; vpmaddwd widens to 32 bits. Tiles of up to 4
-//                  rows x 16 columns. Also the path of AVX-512 CPUs without VNNI.
-//   portable       plain integer loops.
+// Kernels (activations as q_a + 128 on both vector paths):
+//   avx512 + VNNI  vpdpbusd; tiles of up to 12 rows x 32 columns.
+//   avx2           vpmaddubsw + vpmaddwd; tiles of up to 4 rows x 16 columns. Also the path of
+//                  AVX-512 CPUs without VNNI.
+//   portable       plain integer loops on q_a.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -77,7 +81,7 @@ int RoundUp4(int k) { return (k + 3) / 4 * 4; }
 struct Epilogue {
   const float* row_scale;   // s_a of the tile's first row
   const float* col_scale;   // s_w of the panel's first column
-  const int32_t* col_comp;  // 128 * sum_k q_w (VNNI only)
+  const int32_t* col_comp;  // 128 * sum_k q_w (vector paths)
   const float* bias;        // of the panel's first column, or null
   bool accumulate;
   float* c;
@@ -88,6 +92,11 @@ struct Epilogue {
 // round(x * inv) clamped to [-127, 127] (round half to even, the default rounding mode).
 inline int QuantizeOne(float x, float inv) {
   return static_cast<int>(std::min(127.0f, std::max(-127.0f, std::nearbyint(x * inv))));
+}
+
+// round(x * inv) clamped to [-63, 63], for weights.
+inline int QuantizeWeight(float x, float inv) {
+  return static_cast<int>(std::min(63.0f, std::max(-63.0f, std::nearbyint(x * inv))));
 }
 
 // Quantizes one row: q[0, kp) (k..kp zero-padded), returns s_a. `flip` stores q xor 0x80.
@@ -133,6 +142,7 @@ TNMT_VNNI_TARGET float QuantizeRowAvx512(const float* a, int k, int kp, bool fli
   return amax / 127.0f;
 }
 
+// QuantizeRowPortable with AVX2, flip = true.
 TNMT_AVX2_TARGET float QuantizeRowAvx2(const float* a, int k, int kp, int8_t* q) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 vmax = _mm256_setzero_ps();
@@ -143,19 +153,20 @@ TNMT_AVX2_TARGET float QuantizeRowAvx2(const float* a, int k, int kp, int8_t* q)
   float amax = 0.0f;
   for (float l : lanes) amax = std::max(amax, l);
   for (; p < k; ++p) amax = std::max(amax, std::fabs(a[p]));
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return QuantizeRowPortable(a, k, kp, false, q);
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return QuantizeRowPortable(a, k, kp, /*flip=*/true, q);
   const float inv = 127.0f / amax;
   const __m256 vinv = _mm256_set1_ps(inv);
   const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  const __m128i x = _mm_set1_epi8(static_cast<char>(0x80));
   for (p = 0; p + 8 <= k; p += 8) {
     __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(a + p), vinv));
     v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
     // 8 int32 -> 8 int8 (values fit, so the saturating packs are exact).
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + p), _mm_packs_epi16(w, w));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + p), _mm_xor_si128(_mm_packs_epi16(w, w), x));
   }
-  for (; p < k; ++p) q[p] = static_cast<int8_t>(QuantizeOne(a[p], inv));
-  for (; p < kp; ++p) q[p] = 0;
+  for (; p < k; ++p) q[p] = static_cast<int8_t>(static_cast<uint8_t>(QuantizeOne(a[p], inv)) ^ 0x80);
+  for (; p < kp; ++p) q[p] = static_cast<int8_t>(0x80);
   return amax / 127.0f;
 }
 
@@ -215,48 +226,122 @@ constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeVnni(std::integer_sequence
 constexpr auto kVnni = MakeVnni(std::make_integer_sequence<int, kMaxMrVnni>{});
 
 
-// AVX2: c[MR, 16 columns of the panel starting at half*16] from a (q_a, signed) and the panel.
+// One row of the AVX2 kernel for one group of 4 k: pairs of u8 x s7 products (at most
+// 2 * 255 * 63 in magnitude: no saturation), pairs of those to 32 bits, added to the row's
+// accumulators of the two 8-column blocks.
+TNMT_AVX2_TARGET inline void Avx2Row(const int8_t* a, __m256i b0, __m256i b1, __m256i ones,
+                                     __m256i& acc0, __m256i& acc1) {
+  int32_t word;
+  std::memcpy(&word, a, 4);
+  const __m256i ai = _mm256_set1_epi32(word);
+  acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(_mm256_maddubs_epi16(ai, b0), ones));
+  acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(ai, b1), ones));
+}
+
+// AVX2: c[MR, 16 columns of the panel starting at 16 * half] from a (q_a ^ 0x80) and the
+// panel (e describes the whole panel; the half's columns are bytes [64 half, 64 half + 64) of
+// each 128-byte group).
 template <int MR>
 TNMT_AVX2_TARGET void KernelAvx2(int groups, const int8_t* a, int64_t lda, const int8_t* b,
-                                 const Epilogue& e) {
-  __m256i c0[MR], c1[MR];
-#pragma GCC unroll 4
-  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_si256();
+                                 const Epilogue& e, int half) {
+  const int nvalid = e.nvalid - 16 * half;
+  const float* col_scale = e.col_scale + 16 * half;
+  const int32_t* col_comp = e.col_comp + 16 * half;
+  const float* bias = e.bias != nullptr ? e.bias + 16 * half : nullptr;
+  float* c = e.c + 16 * half;
+  b += 64 * half;
+  // Accumulators as named variables, not arrays: GCC keeps arrays of them in memory here
+  // (spilling and copying them in the inner loop).
+  static_assert(MR >= 1 && MR <= 4, "AVX2 int8 tiles have 1 to 4 rows");
+  __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
+          c30 = c00, c31 = c00;
   const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (MR == 4) {
+    // The hot tile as asm: GCC copies the accumulators around the intrinsics below each
+    // iteration and stores one of them (as KernelVnni explains), which costs a fifth of the
+    // kernel's time. The same instructions, with the registers kept.
+    const int8_t* a0 = a;
+    const int8_t* a3 = a + 3 * lda;
+    const int8_t* bp = b;
+    int64_t g = groups;
+    __m256i t0, t1, t2, t3;
+    asm volatile(
+        "1:\n\t"
+        "vmovdqa (%[b]), %[t0]\n\t"
+        "vmovdqa 32(%[b]), %[t1]\n\t"
+        "vpbroadcastd (%[a0]), %[t2]\n\t"
+        "vpmaddubsw %[t0], %[t2], %[t3]\n\t"
+        "vpmaddubsw %[t1], %[t2], %[t2]\n\t"
+        "vpmaddwd %[ones], %[t3], %[t3]\n\t"
+        "vpmaddwd %[ones], %[t2], %[t2]\n\t"
+        "vpaddd %[t3], %[c00], %[c00]\n\t"
+        "vpaddd %[t2], %[c01], %[c01]\n\t"
+        "vpbroadcastd (%[a0],%[lda],1), %[t2]\n\t"
+        "vpmaddubsw %[t0], %[t2], %[t3]\n\t"
+        "vpmaddubsw %[t1], %[t2], %[t2]\n\t"
+        "vpmaddwd %[ones], %[t3], %[t3]\n\t"
+        "vpmaddwd %[ones], %[t2], %[t2]\n\t"
+        "vpaddd %[t3], %[c10], %[c10]\n\t"
+        "vpaddd %[t2], %[c11], %[c11]\n\t"
+        "vpbroadcastd (%[a0],%[lda],2), %[t2]\n\t"
+        "vpmaddubsw %[t0], %[t2], %[t3]\n\t"
+        "vpmaddubsw %[t1], %[t2], %[t2]\n\t"
+        "vpmaddwd %[ones], %[t3], %[t3]\n\t"
+        "vpmaddwd %[ones], %[t2], %[t2]\n\t"
+        "vpaddd %[t3], %[c20], %[c20]\n\t"
+        "vpaddd %[t2], %[c21], %[c21]\n\t"
+        "vpbroadcastd (%[a3]), %[t2]\n\t"
+        "vpmaddubsw %[t0], %[t2], %[t3]\n\t"
+        "vpmaddubsw %[t1], %[t2], %[t2]\n\t"
+        "vpmaddwd %[ones], %[t3], %[t3]\n\t"
+        "vpmaddwd %[ones], %[t2], %[t2]\n\t"
+        "vpaddd %[t3], %[c30], %[c30]\n\t"
+        "vpaddd %[t2], %[c31], %[c31]\n\t"
+        "add $4, %[a0]\n\t"
+        "add $4, %[a3]\n\t"
+        "sub $-128, %[b]\n\t"
+        "dec %[g]\n\t"
+        "jnz 1b"
+        : [c00] "+x"(c00), [c01] "+x"(c01), [c10] "+x"(c10), [c11] "+x"(c11), [c20] "+x"(c20),
+          [c21] "+x"(c21), [c30] "+x"(c30), [c31] "+x"(c31), [t0] "=&x"(t0), [t1] "=&x"(t1),
+          [t2] "=&x"(t2), [t3] "=&x"(t3), [a0] "+r"(a0), [a3] "+r"(a3), [b] "+r"(bp), [g] "+r"(g)
+        : [lda] "r"(lda), [ones] "x"(ones)
+        : "cc", "memory");
+    static_assert(kGroupBytes == 128, "the asm steps b by 128 bytes");
+  } else {
   for (int g = 0; g < groups; ++g) {
     const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
     const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
-#pragma GCC unroll 4
-    for (int i = 0; i < MR; ++i) {
-      int32_t word;
-      std::memcpy(&word, a + i * lda + 4 * g, 4);
-      const __m256i ai = _mm256_set1_epi32(word);
-      const __m256i abs_a = _mm256_abs_epi8(ai);
-      const __m256i p0 = _mm256_maddubs_epi16(abs_a, _mm256_sign_epi8(b0, ai));
-      const __m256i p1 = _mm256_maddubs_epi16(abs_a, _mm256_sign_epi8(b1, ai));
-      c0[i] = _mm256_add_epi32(c0[i], _mm256_madd_epi16(p0, ones));
-      c1[i] = _mm256_add_epi32(c1[i], _mm256_madd_epi16(p1, ones));
-    }
+    const int8_t* ag = a + 4 * g;
+    Avx2Row(ag, b0, b1, ones, c00, c01);
+    if constexpr (MR > 1) Avx2Row(ag + lda, b0, b1, ones, c10, c11);
+    if constexpr (MR > 2) Avx2Row(ag + 2 * lda, b0, b1, ones, c20, c21);
     b += kGroupBytes;
   }
-  const int valid0 = std::min(e.nvalid, 8), valid1 = std::max(0, std::min(e.nvalid - 8, 8));
+  }
+  const __m256i c0[4] = {c00, c10, c20, c30}, c1[4] = {c01, c11, c21, c31};
+  const int valid0 = std::min(nvalid, 8), valid1 = std::max(0, std::min(nvalid - 8, 8));
   const __m256i m0 = Avx2LaneMask(valid0), m1 = Avx2LaneMask(valid1);
-  const __m256 s0 = _mm256_loadu_ps(e.col_scale), s1 = _mm256_loadu_ps(e.col_scale + 8);
-  const __m256 bias0 = e.bias ? _mm256_maskload_ps(e.bias, m0) : _mm256_setzero_ps();
-  const __m256 bias1 = e.bias ? _mm256_maskload_ps(e.bias + 8, m1) : _mm256_setzero_ps();
+  const __m256i comp0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col_comp));
+  const __m256i comp1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col_comp + 8));
+  const __m256 s0 = _mm256_loadu_ps(col_scale), s1 = _mm256_loadu_ps(col_scale + 8);
+  const __m256 bias0 = bias ? _mm256_maskload_ps(bias, m0) : _mm256_setzero_ps();
+  const __m256 bias1 = bias ? _mm256_maskload_ps(bias + 8, m1) : _mm256_setzero_ps();
 #pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
-    float* ci = e.c + i * e.ldc;
+    float* ci = c + i * e.ldc;
     const __m256 ra = _mm256_set1_ps(e.row_scale[i]);
     const __m256 init0 = _mm256_add_ps(e.accumulate ? _mm256_maskload_ps(ci, m0) : _mm256_setzero_ps(), bias0);
     const __m256 init1 = _mm256_add_ps(e.accumulate ? _mm256_maskload_ps(ci + 8, m1) : _mm256_setzero_ps(), bias1);
-    _mm256_maskstore_ps(ci, m0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(c0[i]), _mm256_mul_ps(ra, s0), init0));
-    _mm256_maskstore_ps(ci + 8, m1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(c1[i]), _mm256_mul_ps(ra, s1), init1));
+    _mm256_maskstore_ps(ci, m0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c0[i], comp0)), _mm256_mul_ps(ra, s0), init0));
+    _mm256_maskstore_ps(ci + 8, m1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c1[i], comp1)), _mm256_mul_ps(ra, s1), init1));
   }
 }
 
+using KernelAvx2Fn = void (*)(int, const int8_t*, int64_t, const int8_t*, const Epilogue&, int);
+
 template <int... MR>
-constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeAvx2(std::integer_sequence<int, MR...>) {
+constexpr std::array<KernelAvx2Fn, sizeof...(MR) + 1> MakeAvx2(std::integer_sequence<int, MR...>) {
   return {nullptr, &KernelAvx2<MR + 1>...};
 }
 constexpr auto kAvx2 = MakeAvx2(std::make_integer_sequence<int, kMaxMrAvx2>{});
@@ -292,7 +377,7 @@ void KernelPortable(int mr, int groups, const int8_t* a, int64_t lda, const int8
 struct PackedInt8 {
   int8_t* panels = nullptr;  // panels x groups x 128 bytes, 64-byte aligned
   std::vector<float> scale;  // s_w per column, padded to whole panels with 0
-  std::vector<int32_t> comp; // 128 * sum_k q_w per column, padded with 0
+  std::vector<int32_t> comp; // 128 * sum_k q_w per column, padded with 0 (vector paths)
   int kp = 0;                // k rounded up to a multiple of 4
   ~PackedInt8() { std::free(panels); }
 };
@@ -320,13 +405,13 @@ PackedMatrix PackedMatrix::PackInt8(int n, int k, const float* b, int ldb) {
     float amax = 0.0f;
     for (int p = 0; p < k; ++p) amax = std::max(amax, std::fabs(w[p]));
     if (!(amax > 0.0f) || !std::isfinite(amax)) continue;  // an all-zero column stays zero
-    const float inv = 127.0f / amax;
-    q->scale[col] = amax / 127.0f;
+    const float inv = 63.0f / amax;
+    q->scale[col] = amax / 63.0f;
     int8_t* panel = q->panels + static_cast<int64_t>(col / kNr) * groups * kGroupBytes;
     const int j = col % kNr;
     int32_t sum = 0;
     for (int p = 0; p < k; ++p) {
-      const int v = QuantizeOne(w[p], inv);
+      const int v = QuantizeWeight(w[p], inv);
       panel[static_cast<int64_t>(p / 4) * kGroupBytes + 4 * j + p % 4] = static_cast<int8_t>(v);
       sum += v;
     }
@@ -383,16 +468,8 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
           continue;
         }
         if (path == Path::kAvx2) {
-          for (int h = 0; h < 2; ++h) {
-            Epilogue eh = e;
-            eh.nvalid = e.nvalid - 16 * h;
-            if (eh.nvalid <= 0) break;
-            eh.col_scale += 16 * h;
-            if (eh.bias != nullptr) eh.bias += 16 * h;
-            eh.c += 16 * h;
-            // The half's 16 columns are bytes [64h, 64h + 64) of each 128-byte group.
-            kAvx2[mr](groups, ta, kp, pb + 64 * h, eh);
-          }
+          kAvx2[mr](groups, ta, kp, pb, e, 0);
+          if (e.nvalid > 16) kAvx2[mr](groups, ta, kp, pb, e, 1);
           continue;
         }
 #endif

@@ -311,8 +311,8 @@ TEST_F(GemmPackedTest, EmptyShapes) {
 }
 
 // GemmPacked with int8 weights (PackedMatrix::PackInt8). The reference quantizes exactly as
-// documented in gemm.h (per output column for b, per row for a, round to nearest even, clamp
-// to +-127), sums the integer products in 64 bits and applies fma(sum, s_a * s_w, init): every
+// documented in gemm.h (per output column for b to +-63, per row for a to +-127, round to
+// nearest even), sums the integer products in 64 bits and applies fma(sum, s_a * s_w, init): every
 // kernel the CPU has (avx512-vnni, avx2, portable) must give that result bit for bit, and it
 // must be close to the float product.
 struct Int8Quantized {
@@ -320,17 +320,18 @@ struct Int8Quantized {
   std::vector<float> scale;
 };
 
-Int8Quantized QuantizeRowsForTest(const std::vector<float>& x, int rows, int k, int ld) {
+// levels: 127 for activations (8 bits), 63 for weights (7 bits).
+Int8Quantized QuantizeRowsForTest(const std::vector<float>& x, int rows, int k, int ld, float levels) {
   Int8Quantized out{std::vector<int32_t>(static_cast<size_t>(rows) * k), std::vector<float>(rows)};
   for (int r = 0; r < rows; ++r) {
     float amax = 0.0f;
     for (int p = 0; p < k; ++p) amax = std::max(amax, std::fabs(x[static_cast<size_t>(r) * ld + p]));
     if (amax == 0.0f) continue;
-    out.scale[r] = amax / 127.0f;
-    const float inv = 127.0f / amax;
+    out.scale[r] = amax / levels;
+    const float inv = levels / amax;
     for (int p = 0; p < k; ++p) {
       const float v = std::nearbyint(x[static_cast<size_t>(r) * ld + p] * inv);
-      out.q[static_cast<size_t>(r) * k + p] = static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, v)));
+      out.q[static_cast<size_t>(r) * k + p] = static_cast<int32_t>(std::min(levels, std::max(-levels, v)));
     }
   }
   return out;
@@ -351,8 +352,8 @@ void CheckPackedInt8(PackedCase s, bool with_bias, bool accumulate, int pad, std
   EXPECT_EQ(packed.k(), s.k);
   EXPECT_GE(packed.bytes(), static_cast<int64_t>(s.n) * s.k);
   EXPECT_LT(packed.bytes(), static_cast<int64_t>(s.n + 32) * (s.k + 4) + 8 * (s.n + 32));
-  const Int8Quantized qa = QuantizeRowsForTest(a, s.m, s.k, lda);
-  const Int8Quantized qb = QuantizeRowsForTest(b, s.n, s.k, s.k + 1);
+  const Int8Quantized qa = QuantizeRowsForTest(a, s.m, s.k, lda, 127.0f);
+  const Int8Quantized qb = QuantizeRowsForTest(b, s.n, s.k, s.k + 1, 63.0f);
   std::vector<float> want = c0;
   for (int i = 0; i < s.m; ++i) {
     for (int j = 0; j < s.n; ++j) {
