@@ -2,16 +2,18 @@
 // for a few query rows at a time, never for a whole [q_len, k_len] matrix. A fully masked row
 // (cannot happen with valid inputs) yields zeros.
 //
-// Two implementations with the same semantics:
-// - AVX-512 (when cpu_features.h allows it): query rows are processed in blocks of up to
-//   kBlockRows rows that start at the same key row (the beams of one sentence, which share the
+// Implementations with the same semantics:
+// - Blocked (AVX-512, and AVX2 + FMA): query rows are processed in blocks of up to kBlockRows
+//   rows that start at the same key row (the beams of one sentence, which share the
 //   cross-attention K/V and the self-attention cache slots of their common prefix; or the
 //   queries of one group). Keys are walked once per block and head, so a K/V row that several
 //   rows of the block read is fetched from memory once and then hit in L1. Scores are computed
 //   16 keys at a time with one transposing reduction (no horizontal sum per key and head), the
-//   softmax runs over vectors of keys, and P·V accumulates up to 4 rows x 64 columns in
+//   softmax runs over vectors of keys, and P·V accumulates several rows x columns in
 //   registers. Each row's arithmetic does not depend on the other rows of its block, so
-//   results do not depend on batching.
+//   results do not depend on batching. The AVX2 kernels hold each 16-lane vector of the
+//   AVX-512 ones as two 8-lane halves and perform the same operations per lane, with the same
+//   reduction trees (sums and maxima over the 16 lanes), so the two give bit-identical results.
 // - Portable (other CPUs, and tests): one query row at a time, keys outer and heads inner.
 #include "kernels/cpu/attention.h"
 
@@ -31,6 +33,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #define TNMT_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+#define TNMT_AVX2_TARGET __attribute__((target("avx2,fma")))
 #endif
 
 namespace tnmt::kernels::cpu {
@@ -104,8 +107,8 @@ TNMT_VECTORIZE void AttentionGroupsPortable(float* out, int64_t ld_out, const fl
 #if defined(__x86_64__)
 
 constexpr int kBlockRows = 8;  // query rows per block (beams of a sentence, up to beam 8)
-constexpr int kPvRows = 4;     // rows accumulated together in P·V (4 x 4 zmm accumulators)
-constexpr int kPvChunks = 4;   // 16-column chunks per P·V pass (64 columns)
+
+namespace avx512 {
 
 // ExpApprox (simd.h) on 16 lanes: same reduction and polynomial.
 TNMT_AVX512_TARGET inline __m512 Exp16(__m512 x) {
@@ -308,21 +311,286 @@ ProbsTimesVFn PickPv(int r, int c) {
   }
 }
 
-// Per-thread buffers of the AVX-512 path, reused across calls.
-struct Avx512Scratch {
+// What AttentionGroupsBlocked needs of a vector ISA.
+struct Isa {
+  using Mask = __mmask16;  // lanes of a 16-float chunk
+  static constexpr int kPvRows = 4;    // rows accumulated together in P·V (4 x 4 zmm)
+  static constexpr int kPvChunks = 4;  // 16-column chunks per P·V pass (64 columns)
+  static Mask Full() { return static_cast<Mask>(0xFFFF); }
+  static Mask Tail(int n) { return TailMask(n); }
+  static Scores16Fn Scores(int dh) { return PickScores(dh); }
+  static float Softmax(float* s, int n) { return SoftmaxNumerators(s, n); }
+  static ProbsTimesVFn Pv(int r, int c) { return PickPv(r, c); }
+};
+
+}  // namespace avx512
+
+namespace avx2 {
+
+// The AVX-512 kernels above on two 8-lane halves (lo = lanes 0-7, hi = lanes 8-15 of each
+// 16-float chunk): the same operation per lane, the same reduction trees.
+
+// Lanes of a 16-float chunk: the first n (0 to 16).
+using Mask = int;
+
+TNMT_AVX2_TARGET inline __m256i LoMask(Mask m) { return Avx2LaneMask(m); }
+TNMT_AVX2_TARGET inline __m256i HiMask(Mask m) { return Avx2LaneMask(m - 8); }
+
+// Keeps GCC from contracting a product into a following sum (the AVX-512 kernel rounds the
+// product, then adds).
+TNMT_AVX2_TARGET inline __m256 Rounded(__m256 x) {
+  asm("" : "+x"(x));
+  return x;
+}
+
+// avx512::Exp16 on 8 lanes.
+TNMT_AVX2_TARGET inline __m256 Exp8(__m256 x) {
+  const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_GE_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654f));
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.72283f));
+  const __m256 shifter = _mm256_set1_ps(12582912.0f);
+  const __m256 n =
+      _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), shifter), shifter);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(Rounded(_mm256_mul_ps(p, _mm256_castsi256_ps(bits))), keep);
+}
+
+// Lane t of the result = the sum of the 8 lanes of v[t], each v[t] being lanes l + lanes l+8
+// of a 16-lane vector (avx512::Reduce16's first step): the rest of Reduce16's tree,
+// (v0 + v4) + (v2 + v6) + ((v1 + v5) + (v3 + v7)) per vector.
+TNMT_AVX2_TARGET inline __m256 Reduce8(const __m256* v) {
+  __m256 t[4], u[2];
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[i], v[i + 4], 0x20),
+                         _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[i] = _mm256_add_ps(_mm256_unpacklo_ps(t[i], t[i + 2]), _mm256_unpackhi_ps(t[i], t[i + 2]));
+  }
+  const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // Lane 4L+s of r holds v[4L + {0,2,1,3}[s]].
+  return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7));
+}
+
+// _mm512_reduce_add_ps and _mm512_reduce_max_ps of the 16 lanes (lo, hi), in their order.
+TNMT_AVX2_TARGET inline float ReduceAdd16(__m256 lo, __m256 hi) {
+  const __m256 t3 = _mm256_add_ps(hi, lo);
+  const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+  const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1)));
+}
+
+TNMT_AVX2_TARGET inline float ReduceMax16(__m256 lo, __m256 hi) {
+  const __m256 t3 = _mm256_max_ps(hi, lo);
+  const __m128 t6 = _mm_max_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+  const __m128 t8 = _mm_max_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m128 t10 = _mm_max_ps(t8, _mm_shuffle_ps(t8, t8, _MM_SHUFFLE(0, 1, 0, 1)));
+  return _mm_cvtss_f32(t10);
+}
+
+// avx512::Scores16: s[t] = scale * (q · k[off[t]]) for 16 keys.
+template <int kChunks>
+TNMT_AVX2_TARGET void Scores16(float* s, const float* q, const float* k, const int64_t* off,
+                               int dh, float scale) {
+  __m256 p1[16];  // per key: the products' lanes l + lanes l+8
+  const Mask tail = dh % 16 != 0 ? dh % 16 : 16;
+  const __m256i tlo = LoMask(tail), thi = HiMask(tail);
+  if constexpr (kChunks > 0) {
+    __m256 qlo[kChunks], qhi[kChunks];
+#pragma GCC unroll 4
+    for (int c = 0; c < kChunks; ++c) {
+      const __m256i mlo = c == kChunks - 1 ? tlo : _mm256_set1_epi32(-1);
+      const __m256i mhi = c == kChunks - 1 ? thi : _mm256_set1_epi32(-1);
+      qlo[c] = _mm256_maskload_ps(q + 16 * c, mlo);
+      qhi[c] = _mm256_maskload_ps(q + 16 * c + 8, mhi);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) {
+      const float* kt = k + off[t];
+      __m256 xlo, xhi;
+      if constexpr (kChunks == 1) {
+        xlo = _mm256_mul_ps(qlo[0], _mm256_maskload_ps(kt, tlo));
+        xhi = _mm256_mul_ps(qhi[0], _mm256_maskload_ps(kt + 8, thi));
+      } else {
+        xlo = _mm256_mul_ps(qlo[0], _mm256_loadu_ps(kt));
+        xhi = _mm256_mul_ps(qhi[0], _mm256_loadu_ps(kt + 8));
+#pragma GCC unroll 4
+        for (int c = 1; c < kChunks - 1; ++c) {
+          xlo = _mm256_fmadd_ps(qlo[c], _mm256_loadu_ps(kt + 16 * c), xlo);
+          xhi = _mm256_fmadd_ps(qhi[c], _mm256_loadu_ps(kt + 16 * c + 8), xhi);
+        }
+        constexpr int c = kChunks - 1;
+        xlo = _mm256_fmadd_ps(qlo[c], _mm256_maskload_ps(kt + 16 * c, tlo), xlo);
+        xhi = _mm256_fmadd_ps(qhi[c], _mm256_maskload_ps(kt + 16 * c + 8, thi), xhi);
+      }
+      p1[t] = _mm256_add_ps(Rounded(xlo), Rounded(xhi));
+    }
+  } else {
+    __m256 alo[16], ahi[16];
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) alo[t] = ahi[t] = _mm256_setzero_ps();
+    const int full = dh / 16;
+    for (int c = 0; c < full; ++c) {
+      const __m256 qlo = _mm256_loadu_ps(q + 16 * c), qhi = _mm256_loadu_ps(q + 16 * c + 8);
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) {
+        alo[t] = _mm256_fmadd_ps(qlo, _mm256_loadu_ps(k + off[t] + 16 * c), alo[t]);
+        ahi[t] = _mm256_fmadd_ps(qhi, _mm256_loadu_ps(k + off[t] + 16 * c + 8), ahi[t]);
+      }
+    }
+    if (dh % 16 != 0) {
+      const __m256 qlo = _mm256_maskload_ps(q + 16 * full, tlo);
+      const __m256 qhi = _mm256_maskload_ps(q + 16 * full + 8, thi);
+#pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) {
+        alo[t] = _mm256_fmadd_ps(qlo, _mm256_maskload_ps(k + off[t] + 16 * full, tlo), alo[t]);
+        ahi[t] = _mm256_fmadd_ps(qhi, _mm256_maskload_ps(k + off[t] + 16 * full + 8, thi), ahi[t]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < 16; ++t) p1[t] = _mm256_add_ps(alo[t], ahi[t]);
+  }
+  const __m256 vscale = _mm256_set1_ps(scale);
+  _mm256_storeu_ps(s, _mm256_mul_ps(Reduce8(p1), vscale));
+  _mm256_storeu_ps(s + 8, _mm256_mul_ps(Reduce8(p1 + 8), vscale));
+}
+
+using Scores16Fn = void (*)(float*, const float*, const float*, const int64_t*, int, float);
+
+Scores16Fn PickScores(int dh) {
+  switch ((dh + 15) / 16) {
+    case 1: return &Scores16<1>;
+    case 2: return &Scores16<2>;
+    case 3: return &Scores16<3>;
+    case 4: return &Scores16<4>;
+    default: return &Scores16<0>;
+  }
+}
+
+// avx512::SoftmaxNumerators: in place s[0, n) = exp(s - max(s)); returns 1 / sum.
+TNMT_AVX2_TARGET float SoftmaxNumerators(float* s, int n) {
+  __m256 mlo = _mm256_set1_ps(-INFINITY), mhi = mlo;
+  for (int j = 0; j < n; j += 16) {
+    const Mask m = std::min(16, n - j);
+    const __m256 klo = _mm256_castsi256_ps(LoMask(m)), khi = _mm256_castsi256_ps(HiMask(m));
+    mlo = _mm256_blendv_ps(mlo, _mm256_max_ps(mlo, _mm256_maskload_ps(s + j, LoMask(m))), klo);
+    mhi = _mm256_blendv_ps(mhi, _mm256_max_ps(mhi, _mm256_maskload_ps(s + j + 8, HiMask(m))), khi);
+  }
+  const __m256 vmax = _mm256_set1_ps(ReduceMax16(mlo, mhi));
+  __m256 slo = _mm256_setzero_ps(), shi = slo;
+  for (int j = 0; j < n; j += 16) {
+    const Mask m = std::min(16, n - j);
+    const __m256 elo = _mm256_and_ps(_mm256_castsi256_ps(LoMask(m)),
+                                     Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmax)));
+    const __m256 ehi = _mm256_and_ps(_mm256_castsi256_ps(HiMask(m)),
+                                     Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vmax)));
+    _mm256_storeu_ps(s + j, elo);  // s is padded to a multiple of 16
+    _mm256_storeu_ps(s + j + 8, ehi);
+    slo = _mm256_add_ps(slo, elo);
+    shi = _mm256_add_ps(shi, ehi);
+  }
+  return 1.0f / ReduceAdd16(slo, shi);
+}
+
+// avx512::ProbsTimesV with C 16-column chunks of R rows (2C ymm accumulators per row).
+template <int R, int C>
+TNMT_AVX2_TARGET void ProbsTimesV(float* const* out, const float* const* p,
+                                  const int64_t* const* off, const int* limit, int jmin, int jmax,
+                                  const float* v, const Mask* mask, const float* inv) {
+  __m256 acc[R][2 * C];
+  __m256i lanes[2 * C];
+#pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) {
+    lanes[2 * c] = LoMask(mask[c]);
+    lanes[2 * c + 1] = HiMask(mask[c]);
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * C; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
+  for (int j = 0; j < jmin; ++j) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m256 pr = _mm256_set1_ps(p[r][j]);
+      const float* vr = v + off[r][j];
+#pragma GCC unroll 8
+      for (int c = 0; c < 2 * C; ++c) {
+        acc[r][c] = _mm256_fmadd_ps(pr, _mm256_maskload_ps(vr + 8 * c, lanes[c]), acc[r][c]);
+      }
+    }
+  }
+  for (int j = jmin; j < jmax; ++j) {
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      if (j >= limit[r]) continue;
+      const __m256 pr = _mm256_set1_ps(p[r][j]);
+      const float* vr = v + off[r][j];
+#pragma GCC unroll 8
+      for (int c = 0; c < 2 * C; ++c) {
+        acc[r][c] = _mm256_fmadd_ps(pr, _mm256_maskload_ps(vr + 8 * c, lanes[c]), acc[r][c]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m256 sc = _mm256_set1_ps(inv[r]);
+#pragma GCC unroll 8
+    for (int c = 0; c < 2 * C; ++c) _mm256_maskstore_ps(out[r] + 8 * c, lanes[c], _mm256_mul_ps(acc[r][c], sc));
+  }
+}
+
+using ProbsTimesVFn = void (*)(float* const*, const float* const*, const int64_t* const*,
+                               const int*, int, int, const float*, const Mask*, const float*);
+
+ProbsTimesVFn PickPv(int r, int c) {
+  if (r == 1) return c == 1 ? &ProbsTimesV<1, 1> : &ProbsTimesV<1, 2>;
+  return c == 1 ? &ProbsTimesV<2, 1> : &ProbsTimesV<2, 2>;
+}
+
+struct Isa {
+  using Mask = avx2::Mask;
+  static constexpr int kPvRows = 2;    // rows accumulated together in P·V
+  static constexpr int kPvChunks = 2;  // 16-column chunks per P·V pass (2 x 4 ymm accumulators)
+  static Mask Full() { return 16; }
+  static Mask Tail(int n) { return n; }
+  static Scores16Fn Scores(int dh) { return PickScores(dh); }
+  static float Softmax(float* s, int n) { return SoftmaxNumerators(s, n); }
+  static ProbsTimesVFn Pv(int r, int c) { return PickPv(r, c); }
+};
+
+}  // namespace avx2
+
+// Per-thread buffers of the blocked path, reused across calls.
+template <class Isa>
+struct BlockedScratch {
   std::vector<float> scores;  // [kBlockRows, num_heads, k_pad]
   // [kBlockRows, k_pad]: element offset of key j in k and v; past the row's limit, the
   // offset of its last key (so that score chunks are always 16 keys).
   std::vector<int64_t> offsets;
   std::vector<float> inv;     // [kBlockRows, num_heads]
-  std::vector<__mmask16> masks;  // [chunks]: column mask of each 16-column chunk of a head
+  std::vector<typename Isa::Mask> masks;  // [chunks]: column mask of each 16-column chunk of a head
 };
 
-TNMT_AVX512_TARGET void AttentionGroupsAvx512(float* out, int64_t ld_out, const float* q,
-                                              int64_t ld_q, const float* k, const float* v,
-                                              int64_t ld_kv, int64_t kv_group_stride,
-                                              const AttentionArgs& a, int b_begin, int b_end,
-                                              Avx512Scratch* scratch) {
+// Query groups [b_begin, b_end) of MultiHeadAttention on a vector ISA (avx512::Isa or
+// avx2::Isa). Scalar bookkeeping only; the arithmetic is in the ISA's kernels.
+template <class Isa>
+void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t ld_q,
+                            const float* k, const float* v, int64_t ld_kv, int64_t kv_group_stride,
+                            const AttentionArgs& a, int b_begin, int b_end,
+                            BlockedScratch<Isa>* scratch) {
+  constexpr int kPvRows = Isa::kPvRows, kPvChunks = Isa::kPvChunks;
   const int dh = a.d_head, heads = a.num_heads;
   const int k_pad = (std::max(a.k_len, 1) + 15) / 16 * 16;
   scratch->scores.resize(static_cast<size_t>(kBlockRows) * heads * k_pad);
@@ -341,9 +609,9 @@ TNMT_AVX512_TARGET void AttentionGroupsAvx512(float* out, int64_t ld_out, const 
   };
   // Column chunks of one head for P·V: 16 columns each, the last one masked.
   const int chunks = (dh + 15) / 16;
-  std::vector<__mmask16>& masks = scratch->masks;
-  masks.assign(chunks, static_cast<__mmask16>(0xFFFF));
-  if (dh % 16 != 0) masks[chunks - 1] = TailMask(dh % 16);
+  auto& masks = scratch->masks;
+  masks.assign(chunks, Isa::Full());
+  if (dh % 16 != 0) masks[chunks - 1] = Isa::Tail(dh % 16);
 
   const int64_t row_end = static_cast<int64_t>(b_end) * a.q_len;
   int64_t row = static_cast<int64_t>(b_begin) * a.q_len;
@@ -382,7 +650,7 @@ TNMT_AVX512_TARGET void AttentionGroupsAvx512(float* out, int64_t ld_out, const 
     };
     auto offsets = [&](int r) { return scratch->offsets.data() + static_cast<int64_t>(r) * k_pad; };
     // Scores: per 16 keys and head, every row of the block (the keys' head slices stay in L1).
-    const Scores16Fn scores16 = PickScores(dh);
+    const auto scores16 = Isa::Scores(dh);
     for (int j0 = 0; j0 < jmax; j0 += 16) {
       for (int h = 0; h < heads; ++h) {
         for (int r = 0; r < n; ++r) {
@@ -395,7 +663,7 @@ TNMT_AVX512_TARGET void AttentionGroupsAvx512(float* out, int64_t ld_out, const 
     for (int r = 0; r < n; ++r) {
       if (limit[r] == 0) continue;
       for (int h = 0; h < heads; ++h) {
-        scratch->inv[static_cast<size_t>(r) * heads + h] = SoftmaxNumerators(scores(r, h), limit[r]);
+        scratch->inv[static_cast<size_t>(r) * heads + h] = Isa::Softmax(scores(r, h), limit[r]);
       }
     }
     // P·V: up to kPvRows rows (with keys) x kPvChunks column chunks at a time.
@@ -426,7 +694,7 @@ TNMT_AVX512_TARGET void AttentionGroupsAvx512(float* out, int64_t ld_out, const 
           const int cn = std::min(kPvChunks, chunks - c0);
           float* dst[kPvRows];
           for (int x = 0; x < rn; ++x) dst[x] = orow[active[r0 + x]] + h * dh + 16 * c0;
-          PickPv(rn, cn)(dst, probs, offs, lim, jmin, jhi, v + h * dh + 16 * c0,
+          Isa::Pv(rn, cn)(dst, probs, offs, lim, jmin, jhi, v + h * dh + 16 * c0,
                          masks.data() + c0, inv);
         }
       }
@@ -445,9 +713,17 @@ void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q
 #if defined(__x86_64__)
   if (UseAvx512()) {
     ParallelFor(a.batch, [&](int64_t begin, int64_t end) {
-      thread_local Avx512Scratch scratch;  // per thread, reused: no allocation per call
-      AttentionGroupsAvx512(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a,
-                            static_cast<int>(begin), static_cast<int>(end), &scratch);
+      thread_local BlockedScratch<avx512::Isa> scratch;  // per thread, reused: no allocation per call
+      AttentionGroupsBlocked(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a,
+                             static_cast<int>(begin), static_cast<int>(end), &scratch);
+    });
+    return;
+  }
+  if (UseAvx2()) {
+    ParallelFor(a.batch, [&](int64_t begin, int64_t end) {
+      thread_local BlockedScratch<avx2::Isa> scratch;
+      AttentionGroupsBlocked(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a,
+                             static_cast<int>(begin), static_cast<int>(end), &scratch);
     });
     return;
   }

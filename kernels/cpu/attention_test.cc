@@ -1,6 +1,6 @@
 // Checks MultiHeadAttention against a naive per-head softmax(QK^T*scale + mask)V in double.
-// Every test runs twice: on the portable path and on the AVX-512 path (skipped on CPUs
-// without AVX-512).
+// Every test runs on each path: portable, AVX2 and AVX-512 (skipped on CPUs without them);
+// the AVX2 and AVX-512 paths must also agree bit for bit.
 #include "kernels/cpu/attention.h"
 
 #include <gtest/gtest.h>
@@ -142,19 +142,22 @@ std::string Name(const Problem& p) {
          " d_head=" + std::to_string(a.d_head) + " causal=" + std::to_string(a.causal_offset);
 }
 
-// Runs every test on both implementations.
-class MultiHeadAttentionTest : public ::testing::TestWithParam<bool> {
+// Runs every test on each implementation.
+class MultiHeadAttentionTest : public ::testing::TestWithParam<CpuIsa> {
  protected:
   void SetUp() override {
-    SetAvx512ForTesting(GetParam());
-    if (GetParam() && !UseAvx512()) GTEST_SKIP() << "no AVX-512 on this CPU";
+    if (GetParam() > DetectedIsa()) GTEST_SKIP() << IsaName(GetParam()) << " not on this CPU";
+    SetIsaForTesting(GetParam());
   }
-  void TearDown() override { SetAvx512ForTesting(true); }
+  void TearDown() override { SetIsaForTesting(CpuIsa::kAvx512); }
 };
 
-INSTANTIATE_TEST_SUITE_P(Paths, MultiHeadAttentionTest, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return std::string(info.param ? "Avx512" : "Portable");
+INSTANTIATE_TEST_SUITE_P(Paths, MultiHeadAttentionTest,
+                         ::testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         [](const ::testing::TestParamInfo<CpuIsa>& info) {
+                           return std::string(info.param == CpuIsa::kAvx512 ? "Avx512"
+                                              : info.param == CpuIsa::kAvx2 ? "Avx2"
+                                                                            : "Portable");
                          });
 
 struct Dims {
@@ -516,6 +519,41 @@ TEST_P(MultiHeadAttentionTest, OddHeadSizesAndKeyCounts) {
       ExpectMatchesReference(p, "odd " + Name(p));
     }
   }
+}
+
+// The AVX2 path computes what the AVX-512 path computes, bit for bit: head widths around the
+// 16-float chunks (each of the score kernels), key counts around the 16-key chunks, padding,
+// causal masks, beams sharing K/V, rows of a block with different key counts.
+TEST(AttentionPathsTest, Avx2EqualsAvx512BitForBit) {
+  if (DetectedIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "needs a CPU with AVX-512 (and so AVX2)";
+  uint32_t seed = 5000;
+  int compared = 0;
+  for (int dh : {1, 8, 15, 16, 17, 32, 33, 48, 64, 65, 96, 128}) {
+    for (int k_len : {1, 7, 16, 17, 31, 64, 100}) {
+      for (int causal : {-1, 0, 5}) {
+        Problem p = Make(6, causal >= 0 ? 3 : 2, k_len, 3, dh);
+        p.args.causal_offset = causal;
+        p.kv_groups = 2;
+        p.kv_index = {0, 0, 0, 1, 1, 1};
+        p.k_valid = {k_len, std::max(1, k_len / 2)};
+        Prepare(p, seed++);
+        SetIsaForTesting(CpuIsa::kAvx512);
+        const std::vector<float> want = RunKernel(p);
+        SetIsaForTesting(CpuIsa::kAvx2);
+        const std::vector<float> got = RunKernel(p);
+        SetIsaForTesting(CpuIsa::kAvx512);
+        int failures = 0;
+        for (size_t i = 0; i < got.size() && failures < 3; ++i) {
+          if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+            ++failures;
+            ADD_FAILURE() << Name(p) << ": element " << i << " avx2 " << got[i] << ", avx512 " << want[i];
+          }
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 12 * 7 * 3);
 }
 
 // AttentionArgmax against the naive reference's probabilities (averaged over the heads, the
