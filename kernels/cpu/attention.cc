@@ -20,21 +20,14 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/vec16.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which -W(maybe-)uninitialized
-// reports at every inlined use (a known false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#define TNMT_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
-#define TNMT_AVX2_TARGET __attribute__((target("avx2,fma")))
-#endif
+
 
 namespace tnmt::kernels::cpu {
 
@@ -110,27 +103,8 @@ constexpr int kBlockRows = 8;  // query rows per block (beams of a sentence, up 
 
 namespace avx512 {
 
-// ExpApprox (simd.h) on 16 lanes: same reduction and polynomial.
-TNMT_AVX512_TARGET inline __m512 Exp16(__m512 x) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_GE_OQ);
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
-  x = _mm512_min_ps(x, _mm512_set1_ps(88.72283f));
-  const __m512 shifter = _mm512_set1_ps(12582912.0f);
-  const __m512 n =
-      _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shifter), shifter);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  const __m512i bits =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(bits));
-}
+using vec16::avx512::Exp16;
+using vec16::avx512::TailMask;
 
 // Lane t of the result = sum of the 16 lanes of a[t]: a transposing reduction tree
 // (15 adds, 30 shuffles, one permute for 16 sums).
@@ -155,8 +129,6 @@ TNMT_AVX512_TARGET inline __m512 Reduce16(const __m512* a) {
   const __m512i perm = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
   return _mm512_permutexvar_ps(perm, r);
 }
-
-inline __mmask16 TailMask(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
 
 // 16 floats from p, or only the lanes of `tail` when `last` (never reading past them).
 TNMT_AVX512_TARGET inline __m512 LoadChunk(const float* p, bool last, __mmask16 tail) {
@@ -232,7 +204,7 @@ TNMT_AVX512_TARGET float SoftmaxNumerators(float* s, int n) {
     const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : TailMask(n - j);
     mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, s + j));
   }
-  const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  const __m512 vmax = _mm512_set1_ps(vec16::avx512::ReduceMax(mx));
   __m512 sum = _mm512_setzero_ps();
   for (int j = 0; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : TailMask(n - j);
@@ -240,7 +212,7 @@ TNMT_AVX512_TARGET float SoftmaxNumerators(float* s, int n) {
     _mm512_storeu_ps(s + j, e);  // s is padded to a multiple of 16
     sum = _mm512_add_ps(sum, e);
   }
-  return 1.0f / _mm512_reduce_add_ps(sum);
+  return 1.0f / vec16::avx512::ReduceAdd(sum);
 }
 
 // Rows r < R: out[r][chunk c] = inv[r] * sum over j < limit[r] of p[r][j] * v[off[r][j]]
@@ -332,38 +304,10 @@ namespace avx2 {
 
 // Lanes of a 16-float chunk: the first n (0 to 16).
 using Mask = int;
-
-TNMT_AVX2_TARGET inline __m256i LoMask(Mask m) { return Avx2LaneMask(m); }
-TNMT_AVX2_TARGET inline __m256i HiMask(Mask m) { return Avx2LaneMask(m - 8); }
-
-// Keeps GCC from contracting a product into a following sum (the AVX-512 kernel rounds the
-// product, then adds).
-TNMT_AVX2_TARGET inline __m256 Rounded(__m256 x) {
-  asm("" : "+x"(x));
-  return x;
-}
-
-// avx512::Exp16 on 8 lanes.
-TNMT_AVX2_TARGET inline __m256 Exp8(__m256 x) {
-  const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_GE_OQ);
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654f));
-  x = _mm256_min_ps(x, _mm256_set1_ps(88.72283f));
-  const __m256 shifter = _mm256_set1_ps(12582912.0f);
-  const __m256 n =
-      _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), shifter), shifter);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(Rounded(_mm256_mul_ps(p, _mm256_castsi256_ps(bits))), keep);
-}
+using vec16::avx2::Exp8;
+using vec16::avx2::HiMask;
+using vec16::avx2::LoMask;
+using vec16::avx2::Rounded;
 
 // Lane t of the result = the sum of the 8 lanes of v[t], each v[t] being lanes l + lanes l+8
 // of a 16-lane vector (avx512::Reduce16's first step): the rest of Reduce16's tree,
@@ -381,22 +325,6 @@ TNMT_AVX2_TARGET inline __m256 Reduce8(const __m256* v) {
                                  _mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 2, 3, 2)));
   // Lane 4L+s of r holds v[4L + {0,2,1,3}[s]].
   return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7));
-}
-
-// _mm512_reduce_add_ps and _mm512_reduce_max_ps of the 16 lanes (lo, hi), in their order.
-TNMT_AVX2_TARGET inline float ReduceAdd16(__m256 lo, __m256 hi) {
-  const __m256 t3 = _mm256_add_ps(hi, lo);
-  const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
-  const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
-  return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1)));
-}
-
-TNMT_AVX2_TARGET inline float ReduceMax16(__m256 lo, __m256 hi) {
-  const __m256 t3 = _mm256_max_ps(hi, lo);
-  const __m128 t6 = _mm_max_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
-  const __m128 t8 = _mm_max_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
-  const __m128 t10 = _mm_max_ps(t8, _mm_shuffle_ps(t8, t8, _MM_SHUFFLE(0, 1, 0, 1)));
-  return _mm_cvtss_f32(t10);
 }
 
 // avx512::Scores16: s[t] = scale * (q · k[off[t]]) for 16 keys.
@@ -487,7 +415,7 @@ TNMT_AVX2_TARGET float SoftmaxNumerators(float* s, int n) {
     mlo = _mm256_blendv_ps(mlo, _mm256_max_ps(mlo, _mm256_maskload_ps(s + j, LoMask(m))), klo);
     mhi = _mm256_blendv_ps(mhi, _mm256_max_ps(mhi, _mm256_maskload_ps(s + j + 8, HiMask(m))), khi);
   }
-  const __m256 vmax = _mm256_set1_ps(ReduceMax16(mlo, mhi));
+  const __m256 vmax = _mm256_set1_ps(vec16::avx2::ReduceMax(mlo, mhi));
   __m256 slo = _mm256_setzero_ps(), shi = slo;
   for (int j = 0; j < n; j += 16) {
     const Mask m = std::min(16, n - j);
@@ -500,7 +428,7 @@ TNMT_AVX2_TARGET float SoftmaxNumerators(float* s, int n) {
     slo = _mm256_add_ps(slo, elo);
     shi = _mm256_add_ps(shi, ehi);
   }
-  return 1.0f / ReduceAdd16(slo, shi);
+  return 1.0f / vec16::avx2::ReduceAdd(slo, shi);
 }
 
 // avx512::ProbsTimesV with C 16-column chunks of R rows (2C ymm accumulators per row).
