@@ -1,10 +1,18 @@
 // Elementwise and row-wise CPU kernels; see elementwise.h. Loops are written so that the
 // compiler vectorizes them; each row is processed in a fixed index order, so a row's result
 // never depends on which other rows are in the batch.
+//
+// LayerNorm and LogSumExp, on the decoding path, also have explicit AVX-512 and AVX2 kernels
+// (vec16.h): each row's sums run over 16 lanes (lane l adds elements l, l + 16, ... in order)
+// and end in one fixed tree, and products are fused exactly where written, so the two ISAs give
+// bit-identical rows and a sentence's scores do not depend on whether the CPU has AVX-512. The
+// portable loops (CPUs without AVX2, TNMT_CPU_ISA=portable) compute the same values to rounding.
 #include "kernels/cpu/elementwise.h"
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/vec16.h"
 
 #include <cmath>
 #include <cstring>
@@ -72,8 +80,143 @@ TNMT_VECTORIZE void Add(float* out, const float* x, const float* r, int64_t coun
   for (int64_t i = 0; i < count; ++i) out[i] = x[i] + r[i];
 }
 
-TNMT_VECTORIZE void LayerNorm(float* out, const float* x, const float* r, const float* gamma, const float* beta,
-               int64_t rows, int d, float eps) {
+namespace {
+
+#if defined(__x86_64__)
+
+namespace avx512 {
+
+using vec16::avx512::Exp16;
+using vec16::avx512::ReduceAdd;
+using vec16::avx512::ReduceMax;
+using vec16::avx512::TailMask;
+
+inline __mmask16 ChunkMask(int n, int j) {
+  return n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : TailMask(n - j);
+}
+
+// One row of LayerNorm (out may alias x).
+TNMT_AVX512_TARGET void LayerNormRow(float* o, const float* x, const float* r, const float* gamma,
+                                     const float* beta, int d, float eps) {
+  if (r != nullptr) {
+    for (int j = 0; j < d; j += 16) {
+      const __mmask16 m = ChunkMask(d, j);
+      _mm512_mask_storeu_ps(o + j, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + j), _mm512_maskz_loadu_ps(m, r + j)));
+    }
+    x = o;
+  }
+  __m512 acc = _mm512_setzero_ps();
+  for (int j = 0; j < d; j += 16) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(ChunkMask(d, j), x + j));
+  const float mean = ReduceAdd(acc) / d;
+  const __m512 vmean = _mm512_set1_ps(mean);
+  acc = _mm512_setzero_ps();
+  for (int j = 0; j < d; j += 16) {
+    const __mmask16 m = ChunkMask(d, j);
+    const __m512 c = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, x + j), vmean);
+    acc = _mm512_fmadd_ps(c, c, acc);
+  }
+  const __m512 vinv = _mm512_set1_ps(1.0f / std::sqrt(ReduceAdd(acc) / d + eps));
+  for (int j = 0; j < d; j += 16) {
+    const __mmask16 m = ChunkMask(d, j);
+    const __m512 c = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), vmean);
+    const __m512 y = _mm512_fmadd_ps(_mm512_mul_ps(c, vinv), _mm512_maskz_loadu_ps(m, gamma + j),
+                                     _mm512_maskz_loadu_ps(m, beta + j));
+    _mm512_mask_storeu_ps(o + j, m, y);
+  }
+}
+
+// max + log(sum exp(x - max)) of one row.
+TNMT_AVX512_TARGET float LogSumExpRow(const float* x, int n) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 m = ChunkMask(n, j);
+    mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, x + j));
+  }
+  const float vmx = ReduceMax(mx);
+  const __m512 vmax = _mm512_set1_ps(vmx);
+  __m512 sum = _mm512_setzero_ps();
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 m = ChunkMask(n, j);
+    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), vmax))));
+  }
+  return vmx + std::log(ReduceAdd(sum));
+}
+
+}  // namespace avx512
+
+namespace avx2 {
+
+using vec16::avx2::Exp8;
+using vec16::avx2::HiMask;
+using vec16::avx2::LoMask;
+using vec16::avx2::ReduceAdd;
+using vec16::avx2::ReduceMax;
+
+// avx512::LayerNormRow on halves.
+TNMT_AVX2_TARGET void LayerNormRow(float* o, const float* x, const float* r, const float* gamma,
+                                   const float* beta, int d, float eps) {
+  if (r != nullptr) {
+    for (int j = 0; j < d; j += 16) {
+      const int n = d - j;
+      const __m256i ml = LoMask(n), mh = HiMask(n);
+      _mm256_maskstore_ps(o + j, ml, _mm256_add_ps(_mm256_maskload_ps(x + j, ml), _mm256_maskload_ps(r + j, ml)));
+      _mm256_maskstore_ps(o + j + 8, mh, _mm256_add_ps(_mm256_maskload_ps(x + j + 8, mh), _mm256_maskload_ps(r + j + 8, mh)));
+    }
+    x = o;
+  }
+  __m256 lo = _mm256_setzero_ps(), hi = lo;
+  for (int j = 0; j < d; j += 16) {
+    lo = _mm256_add_ps(lo, _mm256_maskload_ps(x + j, LoMask(d - j)));
+    hi = _mm256_add_ps(hi, _mm256_maskload_ps(x + j + 8, HiMask(d - j)));
+  }
+  const float mean = ReduceAdd(lo, hi) / d;
+  const __m256 vmean = _mm256_set1_ps(mean);
+  lo = hi = _mm256_setzero_ps();
+  for (int j = 0; j < d; j += 16) {
+    const __m256i ml = LoMask(d - j), mh = HiMask(d - j);
+    const __m256 cl = _mm256_and_ps(_mm256_sub_ps(_mm256_maskload_ps(x + j, ml), vmean), _mm256_castsi256_ps(ml));
+    const __m256 ch = _mm256_and_ps(_mm256_sub_ps(_mm256_maskload_ps(x + j + 8, mh), vmean), _mm256_castsi256_ps(mh));
+    lo = _mm256_fmadd_ps(cl, cl, lo);
+    hi = _mm256_fmadd_ps(ch, ch, hi);
+  }
+  const __m256 vinv = _mm256_set1_ps(1.0f / std::sqrt(ReduceAdd(lo, hi) / d + eps));
+  for (int j = 0; j < d; j += 16) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i m = h == 0 ? LoMask(d - j) : HiMask(d - j);
+      const int k = j + 8 * h;
+      const __m256 c = _mm256_sub_ps(_mm256_maskload_ps(x + k, m), vmean);
+      const __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(c, vinv), _mm256_maskload_ps(gamma + k, m),
+                                       _mm256_maskload_ps(beta + k, m));
+      _mm256_maskstore_ps(o + k, m, y);
+    }
+  }
+}
+
+// avx512::LogSumExpRow on halves.
+TNMT_AVX2_TARGET float LogSumExpRow(const float* x, int n) {
+  __m256 ml = _mm256_set1_ps(-INFINITY), mh = ml;
+  for (int j = 0; j < n; j += 16) {
+    const __m256i kl = LoMask(n - j), kh = HiMask(n - j);
+    ml = _mm256_blendv_ps(ml, _mm256_max_ps(ml, _mm256_maskload_ps(x + j, kl)), _mm256_castsi256_ps(kl));
+    mh = _mm256_blendv_ps(mh, _mm256_max_ps(mh, _mm256_maskload_ps(x + j + 8, kh)), _mm256_castsi256_ps(kh));
+  }
+  const float vmx = ReduceMax(ml, mh);
+  const __m256 vmax = _mm256_set1_ps(vmx);
+  __m256 sl = _mm256_setzero_ps(), sh = sl;
+  for (int j = 0; j < n; j += 16) {
+    const __m256i kl = LoMask(n - j), kh = HiMask(n - j);
+    sl = _mm256_add_ps(sl, _mm256_and_ps(_mm256_castsi256_ps(kl), Exp8(_mm256_sub_ps(_mm256_maskload_ps(x + j, kl), vmax))));
+    sh = _mm256_add_ps(sh, _mm256_and_ps(_mm256_castsi256_ps(kh), Exp8(_mm256_sub_ps(_mm256_maskload_ps(x + j + 8, kh), vmax))));
+  }
+  return vmx + std::log(ReduceAdd(sl, sh));
+}
+
+}  // namespace avx2
+
+#endif  // __x86_64__
+
+TNMT_VECTORIZE void LayerNormPortable(float* out, const float* x, const float* r, const float* gamma,
+                                      const float* beta, int64_t rows, int d, float eps) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* xr = x + i * d;
     float* o = out + i * d;
@@ -95,6 +238,28 @@ TNMT_VECTORIZE void LayerNorm(float* out, const float* x, const float* r, const 
     const float inv = 1.0f / std::sqrt(sq / d + eps);
     for (int j = 0; j < d; ++j) o[j] = (xr[j] - mean) * inv * gamma[j] + beta[j];
   }
+}
+
+}  // namespace
+
+void LayerNorm(float* out, const float* x, const float* r, const float* gamma, const float* beta,
+               int64_t rows, int d, float eps) {
+#if defined(__x86_64__)
+  if (UseAvx2() && d > 0) {
+    const bool avx512 = UseAvx512();
+    for (int64_t i = 0; i < rows; ++i) {
+      float* o = out + i * d;
+      const float* ri = r != nullptr ? r + i * d : nullptr;
+      if (avx512) {
+        avx512::LayerNormRow(o, x + i * d, ri, gamma, beta, d, eps);
+      } else {
+        avx2::LayerNormRow(o, x + i * d, ri, gamma, beta, d, eps);
+      }
+    }
+    return;
+  }
+#endif
+  LayerNormPortable(out, x, r, gamma, beta, rows, d, eps);
 }
 
 TNMT_VECTORIZE void Softmax(float* x, int64_t rows, int n) {
@@ -136,6 +301,17 @@ TNMT_VECTORIZE void LogSumExpRows(float* lse, const float* x, int64_t begin, int
 }  // namespace
 
 void LogSumExp(float* lse, const float* x, int64_t rows, int n) {
+#if defined(__x86_64__)
+  if (UseAvx2() && n > 0) {
+    const bool avx512 = UseAvx512();
+    ParallelFor(rows, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        lse[i] = avx512 ? avx512::LogSumExpRow(x + i * n, n) : avx2::LogSumExpRow(x + i * n, n);
+      }
+    });
+    return;
+  }
+#endif
   ParallelFor(rows, [&](int64_t begin, int64_t end) { LogSumExpRows(lse, x, begin, end, n); });
 }
 

@@ -1,7 +1,11 @@
 // Checks the elementwise/row-wise CPU kernels against naive double-precision reference loops.
+// LayerNorm and LogSumExp run on every kernel path the CPU has (portable, AVX2, AVX-512), and
+// the AVX2 and AVX-512 paths must agree bit for bit.
 #include "kernels/cpu/elementwise.h"
 
 #include <gtest/gtest.h>
+
+#include "kernels/cpu/cpu_features.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -169,7 +173,28 @@ std::vector<double> RefLayerNorm(const std::vector<float>& x, const std::vector<
   return out;
 }
 
+// The kernel paths this CPU has.
+std::vector<CpuIsa> Paths() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (isa <= DetectedIsa()) out.push_back(isa);
+  }
+  return out;
+}
+
+void CheckLayerNorm();
+void CheckLogSumExp();
+
 TEST(LayerNorm, WithAndWithoutResidualAndInPlace) {
+  for (CpuIsa isa : Paths()) {
+    SCOPED_TRACE(IsaName(isa));
+    SetIsaForTesting(isa);
+    CheckLayerNorm();
+  }
+  SetIsaForTesting(CpuIsa::kAvx512);
+}
+
+void CheckLayerNorm() {
   std::mt19937 rng(4);
   for (const Dim& s : kDims) {
     for (float eps : {1e-5f, 1e-6f, 0.5f}) {  // 0.5 makes a misplaced eps obvious
@@ -268,6 +293,15 @@ TEST(Softmax, MaskedEntriesAndFullyMaskedRow) {
 }
 
 TEST(LogSumExp, RandomRowsAndLargeMagnitudes) {
+  for (CpuIsa isa : Paths()) {
+    SCOPED_TRACE(IsaName(isa));
+    SetIsaForTesting(isa);
+    CheckLogSumExp();
+  }
+  SetIsaForTesting(CpuIsa::kAvx512);
+}
+
+void CheckLogSumExp() {
   std::mt19937 rng(7);
   for (const Dim& s : kDims) {
     for (float offset : {0.0f, 1000.0f, -1000.0f, 30000.0f}) {
@@ -293,10 +327,47 @@ TEST(LogSumExp, RandomRowsAndLargeMagnitudes) {
 TEST(LogSumExp, KnownValuesAndMaskedEntries) {
   const float x[8] = {0.0f, 0.0f, 0.0f, 0.0f,  // log(4)
                       -kInf, 2.0f, -kInf, -kInf};  // masked entries contribute nothing
-  float lse[2];
-  LogSumExp(lse, x, 2, 4);
-  EXPECT_NEAR(lse[0], std::log(4.0), 1e-6);
-  EXPECT_EQ(lse[1], 2.0f);
+  for (CpuIsa isa : Paths()) {
+    SetIsaForTesting(isa);
+    float lse[2];
+    LogSumExp(lse, x, 2, 4);
+    EXPECT_NEAR(lse[0], std::log(4.0), 1e-6) << IsaName(isa);
+    EXPECT_EQ(lse[1], 2.0f) << IsaName(isa);
+  }
+  SetIsaForTesting(CpuIsa::kAvx512);
+}
+
+// The AVX2 kernels compute what the AVX-512 ones compute, bit for bit, at widths around the
+// 16-lane chunks (with and without a residual, in place, and over large offsets).
+TEST(RowKernelPaths, Avx2EqualsAvx512BitForBit) {
+  if (DetectedIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "needs a CPU with AVX-512 (and so AVX2)";
+  std::mt19937 rng(99);
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
+  };
+  for (int n : {1, 5, 8, 15, 16, 17, 31, 33, 64, 100, 256, 257, 512, 1000, 8000}) {
+    const int64_t rows = 3;
+    const std::vector<float> x = Random(rows * n, rng, -6.0f, 9.0f);
+    const std::vector<float> r = Random(rows * n, rng, -2.0f, 2.0f);
+    const std::vector<float> gamma = Random(n, rng, 0.5f, 1.5f);
+    const std::vector<float> beta = Random(n, rng, -0.5f, 0.5f);
+    std::vector<float> out[2], inplace[2], lse[2];
+    for (int p = 0; p < 2; ++p) {
+      SetIsaForTesting(p == 0 ? CpuIsa::kAvx512 : CpuIsa::kAvx2);
+      out[p].assign(rows * n, 0.0f);
+      LayerNorm(out[p].data(), x.data(), r.data(), gamma.data(), beta.data(), rows, n, 1e-6f);
+      inplace[p] = x;
+      LayerNorm(inplace[p].data(), inplace[p].data(), nullptr, gamma.data(), beta.data(), rows, n, 1e-5f);
+      lse[p].assign(rows, 0.0f);
+      std::vector<float> shifted = x;
+      for (float& v : shifted) v = 40.0f * v - 100.0f;
+      LogSumExp(lse[p].data(), shifted.data(), rows, n);
+    }
+    SetIsaForTesting(CpuIsa::kAvx512);
+    EXPECT_TRUE(same(out[0], out[1])) << "LayerNorm with residual, n=" << n;
+    EXPECT_TRUE(same(inplace[0], inplace[1])) << "LayerNorm in place, n=" << n;
+    EXPECT_TRUE(same(lse[0], lse[1])) << "LogSumExp, n=" << n;
+  }
 }
 
 // ---------------------------------------------------------------- EmbedTokens / positions
