@@ -120,8 +120,9 @@ int ScoreCommand(int argc, char** argv) {
   args.AddString("target", "", "target sentences, line-aligned with --source (required)");
   args.AddString("output", "", "output file", "stdout");
   args.AddBool("token-scores", false, "also write each token's log-probability");
-  args.AddInt("max-batch-tokens", 4096, "tokens per batch (the longer side of each pair), padding included");
-  args.AddInt("max-input-length", 1024, "longer sources (in pieces) are an error for that pair");
+  const TranslationOptions defaults;
+  args.AddInt("max-batch-tokens", defaults.max_batch_tokens, "tokens per batch (the longer side of each pair), padding included");
+  args.AddInt("max-input-length", defaults.max_input_length, "longer sources (in pieces) are an error for that pair");
   args.AddInt("threads", 0, "compute threads", "all cores");
   args.AddString("compute-type", "float32", "float32, or int8 (linears quantized at load)");
   args.AddString("server", "", "score through a running `tnmt serve` at HOST:PORT instead of --model");
