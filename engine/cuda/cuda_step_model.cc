@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
-#include "engine/cuda/step_kernels.h"
+#include "kernels/cuda/step_ops.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/decode_ops.h"
@@ -265,7 +265,7 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
     // Cross-attention K/V of every valid source position, into its slot.
     for (size_t li = 0; li < w_->decoder.size(); ++li) {
       TNMT_RETURN_IF_ERROR(layers_.Linear(a.qkv, a.x, R, w_->decoder[li].cross_kv, a.half));
-      TNMT_RETURN_IF_ERROR(cuda_engine::ScatterRows(cross_.layers[li].as<float>(), cross_.width,
+      TNMT_RETURN_IF_ERROR(kernels::cuda::ScatterRows(cross_.layers[li].as<float>(), cross_.width,
                                                     d_slots, a.qkv, cross_.width, d_rows, total,
                                                     static_cast<int>(cross_.width), ctx_->stream()));
     }
@@ -436,7 +436,7 @@ absl::Status CudaStepModel::EnqueueStep(int B, int k, int32_t* tables, const int
   const int32_t* d = step_in_.as<int32_t>();
   const int32_t *d_ids = d, *d_pos = d + B, *d_slot = d + 2 * B, *d_src = d + 3 * B,
                 *d_valid = d + 4 * B, *d_map = d + 5 * B;
-  TNMT_RETURN_IF_ERROR(cuda_engine::ReorderSlotTables(tables, from, max_steps_, d_map, d_pos,
+  TNMT_RETURN_IF_ERROR(kernels::cuda::ReorderSlotTables(tables, from, max_steps_, d_map, d_pos,
                                                       d_slot, B, stream));
   TNMT_RETURN_IF_ERROR(Forward(B, d_ids, d_pos, d_slot, d_src, d_valid, tables));
   float* res = results_.as<float>();
@@ -445,7 +445,7 @@ absl::Status CudaStepModel::EnqueueStep(int B, int k, int32_t* tables, const int
   float* values = res + 2 * static_cast<int64_t>(B);
   int32_t* top_ids = reinterpret_cast<int32_t*>(values + static_cast<int64_t>(B) * k);
   const float* logits = act_.get().logits;
-  TNMT_RETURN_IF_ERROR(cuda_engine::LogSumExpAndPick(lse, eos, logits, B, c_.vocab_size, c_.eos_id,
+  TNMT_RETURN_IF_ERROR(kernels::cuda::LogSumExpAndPick(lse, eos, logits, B, c_.vocab_size, c_.eos_id,
                                                      stream));
   return kc::TopK(values, top_ids, logits, B, c_.vocab_size, k, c_.pad_id, stream);
 }
@@ -485,7 +485,7 @@ absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* 
     TNMT_RETURN_IF_ERROR(layers_.Linear(a.qkv, in, n, l.self_qkv, a.half));
     float* cache = self_.layers[li].as<float>();
     // This step's K/V (columns d:3d of qkv) into the rows' new slots, then attend.
-    TNMT_RETURN_IF_ERROR(cuda_engine::ScatterRows(cache, self_.width, d_slot, a.qkv + d, 3 * d,
+    TNMT_RETURN_IF_ERROR(kernels::cuda::ScatterRows(cache, self_.width, d_slot, a.qkv + d, 3 * d,
                                                   nullptr, n, 2 * d, stream));
     TNMT_RETURN_IF_ERROR(kc::MultiHeadAttention(a.attn, d, a.qkv, 3 * d, cache, cache + d, 0,
                                                 self_.width, self_args, stream));

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
-#include "engine/cuda/step_kernels.h"
+#include "kernels/cuda/step_ops.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/decode_ops.h"

@@ -1,6 +1,6 @@
-// The CUDA engine's small kernels; see step_kernels.h. One block per row for the row-wise
+// Small kernels of the CUDA decoder step; see step_ops.h. One block per row for the row-wise
 // ones; grid-stride loops elsewhere. Every index that can pass 2^31 is int64.
-#include "engine/cuda/step_kernels.h"
+#include "kernels/cuda/step_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 
-namespace tnmt::cuda_engine {
+namespace tnmt::kernels::cuda {
 
 namespace {
 
@@ -124,4 +124,4 @@ absl::Status LogSumExpAndPick(float* lse, float* picked, const float* x, int64_t
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
-}  // namespace tnmt::cuda_engine
+}  // namespace tnmt::kernels::cuda

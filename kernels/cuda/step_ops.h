@@ -1,5 +1,5 @@
-// The CUDA engine's own small kernels, for what kernels/cuda lacks: the decoder's slot-table
-// reorder, row scatters into the KV slot pools and the per-row log-sum-exp with the eos logit.
+// Small kernels of the CUDA decoder step: the decoder's slot-table reorder, row scatters into
+// the KV slot pools and the per-row log-sum-exp with the eos logit.
 // Device pointers, outputs first, queued on `stream`; each returns a Status naming the failing
 // launch. Shapes in the comments; all offsets int64.
 #pragma once
@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 
-namespace tnmt::cuda_engine {
+namespace tnmt::kernels::cuda {
 
 // The decoder's slot tables after a reorder plus this step's new slot, in one pass:
 // for each row r < rows: dst[r, 0:positions[r]) = src[map[r], 0:positions[r]) when map[r] >= 0
@@ -33,4 +33,4 @@ absl::Status ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows
 absl::Status LogSumExpAndPick(float* lse, float* picked, const float* x, int64_t rows, int n,
                               int32_t pick, cudaStream_t stream);
 
-}  // namespace tnmt::cuda_engine
+}  // namespace tnmt::kernels::cuda

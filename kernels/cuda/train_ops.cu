@@ -223,4 +223,27 @@ absl::Status AdamUpdate(Context& ctx, float* w, float* m, float* v, const float*
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
+namespace {
+
+__global__ void AddDoublesKernel(double* acc, const double* x, int count) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) acc[i] += x[i];
+}
+
+__global__ void StoreDoubleKernel(double* dst, double value) { *dst = value; }
+
+}  // namespace
+
+absl::Status AddDoubles(double* acc, const double* x, int count, cudaStream_t stream) {
+  if (count <= 0) return absl::OkStatus();
+  constexpr int kBlock = 128;
+  AddDoublesKernel<<<(count + kBlock - 1) / kBlock, kBlock, 0, stream>>>(acc, x, count);
+  return TNMT_CUDA_LAUNCH_CHECK();
+}
+
+absl::Status StoreDouble(double* dst, double value, cudaStream_t stream) {
+  StoreDoubleKernel<<<1, 1, 0, stream>>>(dst, value);
+  return TNMT_CUDA_LAUNCH_CHECK();
+}
+
 }  // namespace tnmt::kernels::cuda

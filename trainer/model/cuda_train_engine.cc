@@ -29,7 +29,6 @@
 #include "kernels/cuda/train_backward.h"
 #include "kernels/cuda/train_ops.h"
 #include "trainer/collective/nccl_collective.h"
-#include "trainer/model/cuda_train_kernels.h"
 #include "trainer/model/cuda_train_model.h"
 #include "trainer/model/flat_layout.h"
 #include "trainer/model/parameters.h"
@@ -137,15 +136,15 @@ class CudaTrainEngine : public TrainEngine {
     if (overlap) done = [this](int stage) { return LaunchBuckets(stage); };
     TNMT_RETURN_IF_ERROR(model_.Run(batch, options, Arrays(), static_cast<float>(loss_scale_), /*backward=*/true,
                                     sums_.as<double>(), done));
-    TNMT_RETURN_IF_ERROR(cuda::AddDoubles(totals_.as<double>(), sums_.as<double>(), 3, ctx_->stream()));
+    TNMT_RETURN_IF_ERROR(kernels::cuda::AddDoubles(totals_.as<double>(), sums_.as<double>(), 3, ctx_->stream()));
     ++micro_done_;
     return absl::OkStatus();
   }
 
   absl::StatusOr<StepTotals> AllReduce(bool stop, bool save) override {
     double* totals = totals_.as<double>();
-    TNMT_RETURN_IF_ERROR(cuda::StoreDouble(totals + 3, stop ? 1.0 : 0.0, ctx_->stream()));
-    TNMT_RETURN_IF_ERROR(cuda::StoreDouble(totals + 4, save ? 1.0 : 0.0, ctx_->stream()));
+    TNMT_RETURN_IF_ERROR(kernels::cuda::StoreDouble(totals + 3, stop ? 1.0 : 0.0, ctx_->stream()));
+    TNMT_RETURN_IF_ERROR(kernels::cuda::StoreDouble(totals + 4, save ? 1.0 : 0.0, ctx_->stream()));
     if (nccl_ != nullptr) {
       TNMT_RETURN_IF_ERROR(LaunchBuckets(INT_MAX));  // any not started during a backward
       TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaEventRecord(totals_ready_, ctx_->stream())));

@@ -1,0 +1,92 @@
+// The decoder step's small kernels against host loops: slot-table reorder (rows copied from
+// their parents, new rows empty, this step's slot appended), row scatters into a slot pool
+// (with and without a source row map), and the per-row log-sum-exp with a picked logit against
+// kernels/cpu LogSumExp. Plus the training engine's AddDoubles / StoreDouble.
+#include "kernels/cuda/step_ops.h"
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cuda/test_util.h"
+#include "kernels/cuda/train_ops.h"
+
+namespace tnmt::kernels::cuda {
+namespace {
+
+using testing::CudaTest;
+
+class StepOpsTest : public CudaTest {};
+
+TEST_F(StepOpsTest, ReorderSlotTablesMatchesHostLoop) {
+  const int rows = 5, stride = 9;
+  std::vector<int32_t> src(rows * stride);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<int32_t>(1000 + i);
+  const std::vector<int32_t> map = {2, 2, -1, 0, 4};  // beams 0 and 1 continue row 2; row 2 is new
+  const std::vector<int32_t> positions = {3, 3, 0, 8, 1};
+  const std::vector<int32_t> slots = {70, 71, 72, 73, 74};
+  std::vector<int32_t> want(rows * stride, -7);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < positions[r]; ++j) want[r * stride + j] = src[map[r] * stride + j];
+    want[r * stride + positions[r]] = slots[r];
+  }
+  int32_t* d_dst = ToDevice(std::vector<int32_t>(rows * stride, -7));
+  ASSERT_TRUE(ReorderSlotTables(d_dst, ToDevice(src), stride, ToDevice(map), ToDevice(positions),
+                                ToDevice(slots), rows, stream())
+                  .ok());
+  EXPECT_EQ(ToHost(d_dst, rows * stride), want);
+  EXPECT_FALSE(ReorderSlotTables(d_dst, d_dst, 0, nullptr, nullptr, nullptr, 1, stream()).ok());
+}
+
+TEST_F(StepOpsTest, ScatterRowsMatchesHostLoop) {
+  const int width = 300, src_stride = 310, dst_stride = 305, pool = 7, count = 4;
+  const std::vector<float> src = Random(6 * src_stride);
+  const std::vector<int32_t> dst_rows = {6, 0, 3, 5};
+  for (bool with_map : {false, true}) {
+    const std::vector<int32_t> src_rows = {5, 1, 1, 0};
+    std::vector<float> want(pool * dst_stride, -1.0f);
+    for (int i = 0; i < count; ++i) {
+      const int from = with_map ? src_rows[i] : i;
+      for (int c = 0; c < width; ++c) want[dst_rows[i] * dst_stride + c] = src[from * src_stride + c];
+    }
+    float* d_dst = ToDevice(std::vector<float>(pool * dst_stride, -1.0f));
+    ASSERT_TRUE(ScatterRows(d_dst, dst_stride, ToDevice(dst_rows), ToDevice(src), src_stride,
+                            with_map ? ToDevice(src_rows) : nullptr, count, width, stream())
+                    .ok());
+    EXPECT_EQ(ToHost(d_dst, pool * dst_stride), want) << "with_map " << with_map;
+  }
+}
+
+TEST_F(StepOpsTest, LogSumExpAndPickMatchesCpu) {
+  for (int n : {1, 31, 257, 8000}) {
+    const int rows = 6;
+    std::vector<float> x = Random(static_cast<size_t>(rows) * n, 0.0f, 4.0f);
+    x[n - 1] = 60.0f;  // a dominant logit
+    std::vector<float> want(rows);
+    cpu::LogSumExp(want.data(), x.data(), rows, n);
+    const int32_t pick = n / 2;
+    float* d_lse = Alloc<float>(rows);
+    float* d_pick = Alloc<float>(rows);
+    ASSERT_TRUE(LogSumExpAndPick(d_lse, d_pick, ToDevice(x), rows, n, pick, stream()).ok());
+    const std::vector<float> lse = ToHost(d_lse, rows), picked = ToHost(d_pick, rows);
+    for (int r = 0; r < rows; ++r) {
+      EXPECT_NEAR(lse[r], want[r], 1e-5 * (1.0 + std::fabs(want[r]))) << "n " << n << " row " << r;
+      EXPECT_EQ(picked[r], x[static_cast<size_t>(r) * n + pick]) << "n " << n << " row " << r;
+    }
+  }
+  EXPECT_FALSE(LogSumExpAndPick(nullptr, nullptr, nullptr, 1, 4, 4, stream()).ok());
+}
+
+TEST_F(StepOpsTest, AddDoublesAndStoreDouble) {
+  const std::vector<double> acc = {1.5, -2.0, 1e300, 0.25}, x = {0.25, 2.0, 1e300, -0.25};
+  double* d_acc = ToDevice(acc);
+  ASSERT_TRUE(AddDoubles(d_acc, ToDevice(x), 3, stream()).ok());
+  ASSERT_TRUE(StoreDouble(d_acc + 3, 7.0, stream()).ok());
+  EXPECT_EQ(ToHost(d_acc, 4), (std::vector<double>{1.75, 0.0, 2e300, 7.0}));
+}
+
+}  // namespace
+}  // namespace tnmt::kernels::cuda
