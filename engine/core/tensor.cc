@@ -82,10 +82,7 @@ int64_t Tensor::numel() const {
 
 std::string Tensor::ShapeString() const { return absl::StrCat("[", absl::StrJoin(shape_, ", "), "]"); }
 
-absl::StatusOr<Tensor> Tensor::Empty(std::vector<int64_t> shape, DType dtype, Device device) {
-  if (device != Device::kCpu) {
-    return absl::UnimplementedError("this build allocates tensors on the CPU only");
-  }
+absl::StatusOr<Tensor> Tensor::Empty(std::vector<int64_t> shape, DType dtype) {
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) return absl::InvalidArgumentError("negative tensor dimension");
@@ -97,7 +94,6 @@ absl::StatusOr<Tensor> Tensor::Empty(std::vector<int64_t> shape, DType dtype, De
   t.storage_ = *std::move(storage);
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
-  t.device_ = device;
   return t;
 }
 

@@ -1,4 +1,5 @@
-// Tensor: a shaped view over device memory. Compute is float32; float16 and bfloat16 exist as
+// Tensor: a shaped view over host memory (device memory is kernels/cuda's DeviceBuffer, held
+// by the CUDA engine and trainer). Compute is float32; float16 and bfloat16 exist as
 // stored types (converted on load). Storage is reference-counted and 64-byte aligned, so views
 // (Reshape, Slice) are cheap and never copy.
 // Invariant: data() points at numel() contiguous elements of dtype() (row-major).
@@ -54,8 +55,7 @@ class Tensor {
  public:
   Tensor() = default;
   // Allocates an uninitialized tensor; fails (no throw) when memory is exhausted.
-  static absl::StatusOr<Tensor> Empty(std::vector<int64_t> shape, DType dtype = DType::kFloat32,
-                                      Device device = Device::kCpu);
+  static absl::StatusOr<Tensor> Empty(std::vector<int64_t> shape, DType dtype = DType::kFloat32);
   static absl::StatusOr<Tensor> Zeros(std::vector<int64_t> shape, DType dtype = DType::kFloat32);
   // Copies `values` into a new float32 tensor of `shape` (sizes must agree).
   static absl::StatusOr<Tensor> FromVector(std::vector<int64_t> shape,
@@ -66,7 +66,6 @@ class Tensor {
   int64_t dim(int i) const { return shape_[i < 0 ? i + rank() : i]; }
   int64_t numel() const;
   DType dtype() const { return dtype_; }
-  Device device() const { return device_; }
   bool empty() const { return storage_ == nullptr; }
   std::string ShapeString() const;
 
@@ -86,7 +85,6 @@ class Tensor {
   int64_t offset_bytes_ = 0;
   std::vector<int64_t> shape_;
   DType dtype_ = DType::kFloat32;
-  Device device_ = Device::kCpu;
 };
 
 }  // namespace tnmt

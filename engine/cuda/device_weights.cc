@@ -31,7 +31,7 @@ class UploadPlan {
   // address once uploaded.
   void Add(const Tensor& t, kc::DType type, const char* what, std::function<void(const void*)> set) {
     if (!status_.ok()) return;
-    if (t.empty() || t.dtype() != DType::kFloat32 || t.device() != Device::kCpu) {
+    if (t.empty() || t.dtype() != DType::kFloat32) {
       status_ = absl::InvalidArgumentError(
           absl::StrCat("weight ", what, " is not a host float32 tensor"));
       return;

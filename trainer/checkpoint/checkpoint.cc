@@ -71,7 +71,7 @@ absl::Status CheckParams(const ModelConfig& config, const std::map<std::string, 
                          const std::string& source) {
   TensorMap stored;
   for (const auto& [name, t] : params) {
-    if (t.empty() || t.dtype() != DType::kFloat32 || t.device() != Device::kCpu) {
+    if (t.empty() || t.dtype() != DType::kFloat32) {
       return absl::InvalidArgumentError(absl::StrCat(
           source, ": parameter \"", name, "\" must be a non-empty float32 CPU tensor"));
     }
