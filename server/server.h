@@ -36,8 +36,8 @@ struct JobsServerOptions {
   std::string data_root;        // job specs may only read under here (required with state_dir)
   std::string token_file;       // bearer token (required with state_dir)
   std::string trainer_binary;   // the tnmt executable that runs `tnmt train`
-  int max_running_jobs = 1;     // per device
-  int max_unfinished_jobs = 16;
+  int max_running_jobs = jobs::RunnerOptions{}.max_running_jobs;  // per device
+  int max_unfinished_jobs = jobs::TrainingServiceOptions{}.max_unfinished_jobs;
   int job_threads = 1;          // trainer threads when a spec gives none
   size_t max_spec_bytes = 64 << 10;
 };
