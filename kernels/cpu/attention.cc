@@ -103,7 +103,6 @@ constexpr int kBlockRows = 8;  // query rows per block (beams of a sentence, up 
 
 namespace avx512 {
 
-using vec16::avx512::Exp16;
 using vec16::avx512::TailMask;
 
 // Lane t of the result = sum of the 16 lanes of a[t]: a transposing reduction tree
@@ -199,20 +198,9 @@ Scores16Fn PickScores(int dh) {
 
 // In place: s[0, n) = exp(s - max(s)); returns 1 / sum.
 TNMT_AVX512_TARGET float SoftmaxNumerators(float* s, int n) {
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : TailMask(n - j);
-    mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, s + j));
-  }
-  const __m512 vmax = _mm512_set1_ps(vec16::avx512::ReduceMax(mx));
-  __m512 sum = _mm512_setzero_ps();
-  for (int j = 0; j < n; j += 16) {
-    const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : TailMask(n - j);
-    const __m512 e = _mm512_maskz_mov_ps(m, Exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vmax)));
-    _mm512_storeu_ps(s + j, e);  // s is padded to a multiple of 16
-    sum = _mm512_add_ps(sum, e);
-  }
-  return 1.0f / vec16::avx512::ReduceAdd(sum);
+  float sum;
+  vec16::avx512::MaxAndExpSum(s, n, s, &sum);
+  return 1.0f / sum;
 }
 
 // Rows r < R: out[r][chunk c] = inv[r] * sum over j < limit[r] of p[r][j] * v[off[r][j]]
@@ -304,7 +292,6 @@ namespace avx2 {
 
 // Lanes of a 16-float chunk: the first n (0 to 16).
 using Mask = int;
-using vec16::avx2::Exp8;
 using vec16::avx2::HiMask;
 using vec16::avx2::LoMask;
 using vec16::avx2::Rounded;
@@ -408,27 +395,9 @@ Scores16Fn PickScores(int dh) {
 
 // avx512::SoftmaxNumerators: in place s[0, n) = exp(s - max(s)); returns 1 / sum.
 TNMT_AVX2_TARGET float SoftmaxNumerators(float* s, int n) {
-  __m256 mlo = _mm256_set1_ps(-INFINITY), mhi = mlo;
-  for (int j = 0; j < n; j += 16) {
-    const Mask m = std::min(16, n - j);
-    const __m256 klo = _mm256_castsi256_ps(LoMask(m)), khi = _mm256_castsi256_ps(HiMask(m));
-    mlo = _mm256_blendv_ps(mlo, _mm256_max_ps(mlo, _mm256_maskload_ps(s + j, LoMask(m))), klo);
-    mhi = _mm256_blendv_ps(mhi, _mm256_max_ps(mhi, _mm256_maskload_ps(s + j + 8, HiMask(m))), khi);
-  }
-  const __m256 vmax = _mm256_set1_ps(vec16::avx2::ReduceMax(mlo, mhi));
-  __m256 slo = _mm256_setzero_ps(), shi = slo;
-  for (int j = 0; j < n; j += 16) {
-    const Mask m = std::min(16, n - j);
-    const __m256 elo = _mm256_and_ps(_mm256_castsi256_ps(LoMask(m)),
-                                     Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmax)));
-    const __m256 ehi = _mm256_and_ps(_mm256_castsi256_ps(HiMask(m)),
-                                     Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vmax)));
-    _mm256_storeu_ps(s + j, elo);  // s is padded to a multiple of 16
-    _mm256_storeu_ps(s + j + 8, ehi);
-    slo = _mm256_add_ps(slo, elo);
-    shi = _mm256_add_ps(shi, ehi);
-  }
-  return 1.0f / vec16::avx2::ReduceAdd(slo, shi);
+  float sum;
+  vec16::avx2::MaxAndExpSum(s, n, s, &sum);
+  return 1.0f / sum;
 }
 
 // avx512::ProbsTimesV with C 16-column chunks of R rows (2C ymm accumulators per row).

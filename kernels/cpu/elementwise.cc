@@ -86,9 +86,7 @@ namespace {
 
 namespace avx512 {
 
-using vec16::avx512::Exp16;
 using vec16::avx512::ReduceAdd;
-using vec16::avx512::ReduceMax;
 using vec16::avx512::TailMask;
 
 inline __mmask16 ChunkMask(int n, int j) {
@@ -127,30 +125,18 @@ TNMT_AVX512_TARGET void LayerNormRow(float* o, const float* x, const float* r, c
 
 // max + log(sum exp(x - max)) of one row.
 TNMT_AVX512_TARGET float LogSumExpRow(const float* x, int n) {
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int j = 0; j < n; j += 16) {
-    const __mmask16 m = ChunkMask(n, j);
-    mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, x + j));
-  }
-  const float vmx = ReduceMax(mx);
-  const __m512 vmax = _mm512_set1_ps(vmx);
-  __m512 sum = _mm512_setzero_ps();
-  for (int j = 0; j < n; j += 16) {
-    const __mmask16 m = ChunkMask(n, j);
-    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), vmax))));
-  }
-  return vmx + std::log(ReduceAdd(sum));
+  float sum;
+  const float max = vec16::avx512::MaxAndExpSum(x, n, nullptr, &sum);
+  return max + std::log(sum);
 }
 
 }  // namespace avx512
 
 namespace avx2 {
 
-using vec16::avx2::Exp8;
 using vec16::avx2::HiMask;
 using vec16::avx2::LoMask;
 using vec16::avx2::ReduceAdd;
-using vec16::avx2::ReduceMax;
 
 // avx512::LayerNormRow on halves.
 TNMT_AVX2_TARGET void LayerNormRow(float* o, const float* x, const float* r, const float* gamma,
@@ -194,21 +180,9 @@ TNMT_AVX2_TARGET void LayerNormRow(float* o, const float* x, const float* r, con
 
 // avx512::LogSumExpRow on halves.
 TNMT_AVX2_TARGET float LogSumExpRow(const float* x, int n) {
-  __m256 ml = _mm256_set1_ps(-INFINITY), mh = ml;
-  for (int j = 0; j < n; j += 16) {
-    const __m256i kl = LoMask(n - j), kh = HiMask(n - j);
-    ml = _mm256_blendv_ps(ml, _mm256_max_ps(ml, _mm256_maskload_ps(x + j, kl)), _mm256_castsi256_ps(kl));
-    mh = _mm256_blendv_ps(mh, _mm256_max_ps(mh, _mm256_maskload_ps(x + j + 8, kh)), _mm256_castsi256_ps(kh));
-  }
-  const float vmx = ReduceMax(ml, mh);
-  const __m256 vmax = _mm256_set1_ps(vmx);
-  __m256 sl = _mm256_setzero_ps(), sh = sl;
-  for (int j = 0; j < n; j += 16) {
-    const __m256i kl = LoMask(n - j), kh = HiMask(n - j);
-    sl = _mm256_add_ps(sl, _mm256_and_ps(_mm256_castsi256_ps(kl), Exp8(_mm256_sub_ps(_mm256_maskload_ps(x + j, kl), vmax))));
-    sh = _mm256_add_ps(sh, _mm256_and_ps(_mm256_castsi256_ps(kh), Exp8(_mm256_sub_ps(_mm256_maskload_ps(x + j + 8, kh), vmax))));
-  }
-  return vmx + std::log(ReduceAdd(sl, sh));
+  float sum;
+  const float max = vec16::avx2::MaxAndExpSum(x, n, nullptr, &sum);
+  return max + std::log(sum);
 }
 
 }  // namespace avx2

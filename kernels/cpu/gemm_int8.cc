@@ -89,14 +89,10 @@ struct Epilogue {
   int nvalid;  // columns of the panel that exist
 };
 
-// round(x * inv) clamped to [-127, 127] (round half to even, the default rounding mode).
-inline int QuantizeOne(float x, float inv) {
-  return static_cast<int>(std::min(127.0f, std::max(-127.0f, std::nearbyint(x * inv))));
-}
-
-// round(x * inv) clamped to [-63, 63], for weights.
-inline int QuantizeWeight(float x, float inv) {
-  return static_cast<int>(std::min(63.0f, std::max(-63.0f, std::nearbyint(x * inv))));
+// round(x * inv) clamped to [-limit, limit] (round half to even, the default rounding mode):
+// limit 127 for activations, 63 for weights.
+inline int QuantizeOne(float x, float inv, float limit = 127.0f) {
+  return static_cast<int>(std::min(limit, std::max(-limit, std::nearbyint(x * inv))));
 }
 
 // Quantizes one row: q[0, kp) (k..kp zero-padded), returns s_a. `flip` stores q xor 0x80.
@@ -117,28 +113,27 @@ float QuantizeRowPortable(const float* a, int k, int kp, bool flip, int8_t* q) {
 
 #if defined(__x86_64__)
 
-// QuantizeRowPortable with AVX-512 (same values: max is exact, a * inv is one rounding,
+// QuantizeRowPortable with AVX-512, flip = true (same values: max is exact, a * inv is one rounding,
 // cvtps rounds to nearest even like nearbyint in the default rounding mode).
-TNMT_VNNI_TARGET float QuantizeRowAvx512(const float* a, int k, int kp, bool flip, int8_t* q) {
+TNMT_VNNI_TARGET float QuantizeRowAvx512(const float* a, int k, int kp, int8_t* q) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
   __m512 vmax = _mm512_setzero_ps();
   int p = 0;
   for (; p + 16 <= k; p += 16) vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_loadu_ps(a + p)));
   float amax = _mm512_reduce_max_ps(vmax);
   for (; p < k; ++p) amax = std::max(amax, std::fabs(a[p]));
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return QuantizeRowPortable(a, k, kp, flip, q);
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return QuantizeRowPortable(a, k, kp, /*flip=*/true, q);
   const float inv = 127.0f / amax;
   const __m512 vinv = _mm512_set1_ps(inv);
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-  const __m128i x = _mm_set1_epi8(flip ? static_cast<char>(0x80) : 0);
+  const __m128i x = _mm_set1_epi8(static_cast<char>(0x80));
   for (p = 0; p + 16 <= k; p += 16) {
     __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(a + p), vinv));
     v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + p), _mm_xor_si128(_mm512_cvtepi32_epi8(v), x));
   }
-  const uint8_t xs = flip ? 0x80 : 0;
-  for (; p < k; ++p) q[p] = static_cast<int8_t>(static_cast<uint8_t>(QuantizeOne(a[p], inv)) ^ xs);
-  for (; p < kp; ++p) q[p] = static_cast<int8_t>(xs);
+  for (; p < k; ++p) q[p] = static_cast<int8_t>(static_cast<uint8_t>(QuantizeOne(a[p], inv)) ^ 0x80);
+  for (; p < kp; ++p) q[p] = static_cast<int8_t>(0x80);
   return amax / 127.0f;
 }
 
@@ -309,15 +304,15 @@ TNMT_AVX2_TARGET void KernelAvx2(int groups, const int8_t* a, int64_t lda, const
         : "cc", "memory");
     static_assert(kGroupBytes == 128, "the asm steps b by 128 bytes");
   } else {
-  for (int g = 0; g < groups; ++g) {
-    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
-    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
-    const int8_t* ag = a + 4 * g;
-    Avx2Row(ag, b0, b1, ones, c00, c01);
-    if constexpr (MR > 1) Avx2Row(ag + lda, b0, b1, ones, c10, c11);
-    if constexpr (MR > 2) Avx2Row(ag + 2 * lda, b0, b1, ones, c20, c21);
-    b += kGroupBytes;
-  }
+    for (int g = 0; g < groups; ++g) {
+      const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
+      const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
+      const int8_t* ag = a + 4 * g;
+      Avx2Row(ag, b0, b1, ones, c00, c01);
+      if constexpr (MR > 1) Avx2Row(ag + lda, b0, b1, ones, c10, c11);
+      if constexpr (MR > 2) Avx2Row(ag + 2 * lda, b0, b1, ones, c20, c21);
+      b += kGroupBytes;
+    }
   }
   const __m256i c0[4] = {c00, c10, c20, c30}, c1[4] = {c01, c11, c21, c31};
   const int valid0 = std::min(nvalid, 8), valid1 = std::max(0, std::min(nvalid - 8, 8));
@@ -411,7 +406,7 @@ PackedMatrix PackedMatrix::PackInt8(int n, int k, const float* b, int ldb) {
     const int j = col % kNr;
     int32_t sum = 0;
     for (int p = 0; p < k; ++p) {
-      const int v = QuantizeWeight(w[p], inv);
+      const int v = QuantizeOne(w[p], inv, 63.0f);
       panel[static_cast<int64_t>(p / 4) * kGroupBytes + 4 * j + p % 4] = static_cast<int8_t>(v);
       sum += v;
     }
@@ -439,7 +434,7 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
       float* s = sa + (i - r_begin);
 #if defined(__x86_64__)
       if (path == Path::kVnni) {
-        *s = QuantizeRowAvx512(row, k, kp, /*flip=*/true, q);
+        *s = QuantizeRowAvx512(row, k, kp, q);
         continue;
       }
       if (path == Path::kAvx2) {

@@ -9,6 +9,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "kernels/cpu/simd.h"
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which -W(maybe-)uninitialized
@@ -48,6 +50,28 @@ TNMT_AVX512_TARGET inline __m512 Exp16(__m512 x) {
 
 TNMT_AVX512_TARGET inline float ReduceAdd(__m512 x) { return _mm512_reduce_add_ps(x); }
 TNMT_AVX512_TARGET inline float ReduceMax(__m512 x) { return _mm512_reduce_max_ps(x); }
+
+// Over x[0, n) (n >= 1) in 16-lane chunks: returns max(x) and sets *sum to the sum of
+// exp(x - max) (Exp16), which are also written to out[0, n) when out is not null (out may be x).
+// The softmax numerators of attention and the log-sum-exp of the output layer.
+TNMT_AVX512_TARGET inline float MaxAndExpSum(const float* x, int n, float* out, float* sum) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : TailMask(n - j);
+    mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, x + j));
+  }
+  const float max = ReduceMax(mx);
+  const __m512 vmax = _mm512_set1_ps(max);
+  __m512 acc = _mm512_setzero_ps();
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : TailMask(n - j);
+    const __m512 e = _mm512_maskz_mov_ps(m, Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), vmax)));
+    if (out != nullptr) _mm512_mask_storeu_ps(out + j, m, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  *sum = ReduceAdd(acc);
+  return max;
+}
 
 }  // namespace avx512
 
@@ -100,6 +124,32 @@ TNMT_AVX2_TARGET inline float ReduceMax(__m256 lo, __m256 hi) {
   const __m128 t8 = _mm_max_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
   const __m128 t10 = _mm_max_ps(t8, _mm_shuffle_ps(t8, t8, _MM_SHUFFLE(0, 1, 0, 1)));
   return _mm_cvtss_f32(t10);
+}
+
+// avx512::MaxAndExpSum on halves.
+TNMT_AVX2_TARGET inline float MaxAndExpSum(const float* x, int n, float* out, float* sum) {
+  __m256 ml = _mm256_set1_ps(-INFINITY), mh = ml;
+  for (int j = 0; j < n; j += 16) {
+    const __m256i kl = LoMask(n - j), kh = HiMask(n - j);
+    ml = _mm256_blendv_ps(ml, _mm256_max_ps(ml, _mm256_maskload_ps(x + j, kl)), _mm256_castsi256_ps(kl));
+    mh = _mm256_blendv_ps(mh, _mm256_max_ps(mh, _mm256_maskload_ps(x + j + 8, kh)), _mm256_castsi256_ps(kh));
+  }
+  const float max = ReduceMax(ml, mh);
+  const __m256 vmax = _mm256_set1_ps(max);
+  __m256 sl = _mm256_setzero_ps(), sh = sl;
+  for (int j = 0; j < n; j += 16) {
+    const __m256i kl = LoMask(n - j), kh = HiMask(n - j);
+    const __m256 el = _mm256_and_ps(_mm256_castsi256_ps(kl), Exp8(_mm256_sub_ps(_mm256_maskload_ps(x + j, kl), vmax)));
+    const __m256 eh = _mm256_and_ps(_mm256_castsi256_ps(kh), Exp8(_mm256_sub_ps(_mm256_maskload_ps(x + j + 8, kh), vmax)));
+    if (out != nullptr) {
+      _mm256_maskstore_ps(out + j, kl, el);
+      _mm256_maskstore_ps(out + j + 8, kh, eh);
+    }
+    sl = _mm256_add_ps(sl, el);
+    sh = _mm256_add_ps(sh, eh);
+  }
+  *sum = ReduceAdd(sl, sh);
+  return max;
 }
 
 }  // namespace avx2
