@@ -308,13 +308,11 @@ class RandomModel {
 int64_t ParamCount(const ModelWeights& w) {
   // Counts every tensor once (shared embeddings once; the sinusoid table is not a parameter).
   int64_t n = w.encoder_embed.numel();
-  auto lin = [](const Linear& l) { return l.weight.numel() + l.bias.numel(); };
-  auto ln = [](const LayerNormWeights& l) { return l.gamma.numel() + l.beta.numel(); };
-  for (const auto& l : w.encoder) n += lin(l.self_qkv) + lin(l.self_out) + ln(l.self_ln) + lin(l.fc1) + lin(l.fc2) + ln(l.final_ln);
-  for (const auto& l : w.decoder) {
-    n += lin(l.self_qkv) + lin(l.self_out) + ln(l.self_ln) + lin(l.cross_q) + lin(l.cross_kv) +
-         lin(l.cross_out) + ln(l.cross_ln) + lin(l.fc1) + lin(l.fc2) + ln(l.final_ln);
-  }
+  auto count = MakeParamVisitor(
+      [&n](const LinearGroup&, const Linear& l) { n += l.weight.numel() + l.bias.numel(); },
+      [&n](const char*, const LayerNormWeights& l) { n += l.gamma.numel() + l.beta.numel(); });
+  for (const auto& l : w.encoder) VisitEncoderLayer(count, l);
+  for (const auto& l : w.decoder) VisitDecoderLayer(count, l);
   return n;
 }
 

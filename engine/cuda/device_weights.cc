@@ -154,29 +154,20 @@ absl::StatusOr<std::shared_ptr<const DeviceWeights>> DeviceWeights::Upload(
   // Sized before any address into them is taken.
   dw->encoder.resize(w.encoder.size());
   dw->decoder.resize(w.decoder.size());
+  auto layer = [&](const std::string& stack) {
+    return MakeParamVisitor(
+        [&plan, dtype, stack](const LinearGroup& g, const Linear& l, DeviceLinear& o) {
+          AddLinear(plan, l, dtype, (stack + " " + g.name).c_str(), &o);
+        },
+        [&plan, stack](const char* name, const LayerNormWeights& ln, DeviceLayerNorm& o) {
+          AddLayerNorm(plan, ln, (stack + " " + name).c_str(), &o);
+        });
+  };
   for (size_t i = 0; i < w.encoder.size(); ++i) {
-    const EncoderLayerWeights& l = w.encoder[i];
-    DeviceEncoderLayer& o = dw->encoder[i];
-    AddLinear(plan, l.self_qkv, dtype, "encoder self_qkv", &o.self_qkv);
-    AddLinear(plan, l.self_out, dtype, "encoder self_out", &o.self_out);
-    AddLinear(plan, l.fc1, dtype, "encoder fc1", &o.fc1);
-    AddLinear(plan, l.fc2, dtype, "encoder fc2", &o.fc2);
-    AddLayerNorm(plan, l.self_ln, "encoder self_attn_layer_norm", &o.self_ln);
-    AddLayerNorm(plan, l.final_ln, "encoder final_layer_norm", &o.final_ln);
+    VisitEncoderLayer(layer(absl::StrCat("encoder layer ", i)), w.encoder[i], dw->encoder[i]);
   }
   for (size_t i = 0; i < w.decoder.size(); ++i) {
-    const DecoderLayerWeights& l = w.decoder[i];
-    DeviceDecoderLayer& o = dw->decoder[i];
-    AddLinear(plan, l.self_qkv, dtype, "decoder self_qkv", &o.self_qkv);
-    AddLinear(plan, l.self_out, dtype, "decoder self_out", &o.self_out);
-    AddLinear(plan, l.cross_q, dtype, "decoder cross_q", &o.cross_q);
-    AddLinear(plan, l.cross_kv, dtype, "decoder cross_kv", &o.cross_kv);
-    AddLinear(plan, l.cross_out, dtype, "decoder cross_out", &o.cross_out);
-    AddLinear(plan, l.fc1, dtype, "decoder fc1", &o.fc1);
-    AddLinear(plan, l.fc2, dtype, "decoder fc2", &o.fc2);
-    AddLayerNorm(plan, l.self_ln, "decoder self_attn_layer_norm", &o.self_ln);
-    AddLayerNorm(plan, l.cross_ln, "decoder encoder_attn_layer_norm", &o.cross_ln);
-    AddLayerNorm(plan, l.final_ln, "decoder final_layer_norm", &o.final_ln);
+    VisitDecoderLayer(layer(absl::StrCat("decoder layer ", i)), w.decoder[i], dw->decoder[i]);
   }
   if (c.normalize_before) {
     AddLayerNorm(plan, w.encoder_final_ln, "encoder.layer_norm", &dw->encoder_final_ln);

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/config.h"
+#include "engine/model/param_tree.h"
 #include "engine/model/weights.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/gemm.h"
@@ -33,15 +34,8 @@ struct DeviceLayerNorm {
   const float* beta = nullptr;   // [d_model]
 };
 
-struct DeviceEncoderLayer {
-  DeviceLinear self_qkv, self_out, fc1, fc2;
-  DeviceLayerNorm self_ln, final_ln;
-};
-
-struct DeviceDecoderLayer {
-  DeviceLinear self_qkv, self_out, cross_q, cross_kv, cross_out, fc1, fc2;
-  DeviceLayerNorm self_ln, cross_ln, final_ln;
-};
+using DeviceEncoderLayer = EncoderLayerParams<DeviceLinear, DeviceLayerNorm>;
+using DeviceDecoderLayer = DecoderLayerParams<DeviceLinear, DeviceLayerNorm>;
 
 class DeviceWeights {
  public:

@@ -129,32 +129,35 @@ absl::StatusOr<ModelWeights> ModelWeights::Build(const ModelConfig& c, TensorMap
     }
     w.decoder_positions = w.encoder_positions;
   }
-  for (int i = 0; i < c.encoder_layers; ++i) {
-    const std::string p = absl::StrCat("encoder.layers.", i);
-    EncoderLayerWeights l;
-    TNMT_ASSIGN_OR_RETURN(l.self_qkv, L.TakeFused(p + ".self_attn", {"q_proj", "k_proj", "v_proj"}, d));
-    TNMT_ASSIGN_OR_RETURN(l.self_out, L.TakeLinear(p + ".self_attn.out_proj", d, d));
-    TNMT_ASSIGN_OR_RETURN(l.self_ln, L.TakeLayerNorm(p + ".self_attn_layer_norm", d));
-    TNMT_ASSIGN_OR_RETURN(l.fc1, L.TakeLinear(p + ".fc1", ff, d));
-    TNMT_ASSIGN_OR_RETURN(l.fc2, L.TakeLinear(p + ".fc2", d, ff));
-    TNMT_ASSIGN_OR_RETURN(l.final_ln, L.TakeLayerNorm(p + ".final_layer_norm", d));
-    w.encoder.push_back(std::move(l));
+  // Every layer's groups as param_tree.h lists them; the first error stops the loading.
+  absl::Status status;
+  auto layer_loader = [&](const std::string& p) {
+    return MakeParamVisitor(
+        [&, p](const LinearGroup& g, Linear& l) {
+          if (!status.ok()) return;
+          absl::StatusOr<Linear> r =
+              g.fused > 1 ? L.TakeFused(p + "." + g.module,
+                                        std::vector<std::string>(g.parts, g.parts + g.fused), d)
+                          : L.TakeLinear(p + "." + g.name, g.rows(d, ff), g.cols(d, ff));
+          if (r.ok()) l = *std::move(r);
+          else status = r.status();
+        },
+        [&, p](const char* name, LayerNormWeights& ln) {
+          if (!status.ok()) return;
+          absl::StatusOr<LayerNormWeights> r = L.TakeLayerNorm(p + "." + name, d);
+          if (r.ok()) ln = *std::move(r);
+          else status = r.status();
+        });
+  };
+  // (One layer at a time: a config claiming more layers than the file has fails at the first
+  // missing one, before anything is allocated for the rest.)
+  for (int i = 0; i < c.encoder_layers && status.ok(); ++i) {
+    VisitEncoderLayer(layer_loader(absl::StrCat("encoder.layers.", i)), w.encoder.emplace_back());
   }
-  for (int i = 0; i < c.decoder_layers; ++i) {
-    const std::string p = absl::StrCat("decoder.layers.", i);
-    DecoderLayerWeights l;
-    TNMT_ASSIGN_OR_RETURN(l.self_qkv, L.TakeFused(p + ".self_attn", {"q_proj", "k_proj", "v_proj"}, d));
-    TNMT_ASSIGN_OR_RETURN(l.self_out, L.TakeLinear(p + ".self_attn.out_proj", d, d));
-    TNMT_ASSIGN_OR_RETURN(l.self_ln, L.TakeLayerNorm(p + ".self_attn_layer_norm", d));
-    TNMT_ASSIGN_OR_RETURN(l.cross_q, L.TakeLinear(p + ".encoder_attn.q_proj", d, d));
-    TNMT_ASSIGN_OR_RETURN(l.cross_kv, L.TakeFused(p + ".encoder_attn", {"k_proj", "v_proj"}, d));
-    TNMT_ASSIGN_OR_RETURN(l.cross_out, L.TakeLinear(p + ".encoder_attn.out_proj", d, d));
-    TNMT_ASSIGN_OR_RETURN(l.cross_ln, L.TakeLayerNorm(p + ".encoder_attn_layer_norm", d));
-    TNMT_ASSIGN_OR_RETURN(l.fc1, L.TakeLinear(p + ".fc1", ff, d));
-    TNMT_ASSIGN_OR_RETURN(l.fc2, L.TakeLinear(p + ".fc2", d, ff));
-    TNMT_ASSIGN_OR_RETURN(l.final_ln, L.TakeLayerNorm(p + ".final_layer_norm", d));
-    w.decoder.push_back(std::move(l));
+  for (int i = 0; i < c.decoder_layers && status.ok(); ++i) {
+    VisitDecoderLayer(layer_loader(absl::StrCat("decoder.layers.", i)), w.decoder.emplace_back());
   }
+  TNMT_RETURN_IF_ERROR(status);
   if (c.normalize_before) {
     TNMT_ASSIGN_OR_RETURN(w.encoder_final_ln, L.TakeLayerNorm("encoder.layer_norm", d));
     TNMT_ASSIGN_OR_RETURN(w.decoder_final_ln, L.TakeLayerNorm("decoder.layer_norm", d));
@@ -177,14 +180,10 @@ void ModelWeights::PackForInference(bool int8) {
   // Every linear, the encoder's and the cross-attention K/V too: then no inference GEMM goes
   // through OpenBLAS, whose rounding depends on the thread count and the batch, and a
   // sentence's scores are the same whatever it is batched with and however many threads run.
-  for (EncoderLayerWeights& l : encoder) {
-    for (Linear* x : {&l.self_qkv, &l.self_out, &l.fc1, &l.fc2}) PackLinear(x, int8);
-  }
-  for (DecoderLayerWeights& l : decoder) {
-    for (Linear* x : {&l.self_qkv, &l.self_out, &l.cross_q, &l.cross_kv, &l.cross_out, &l.fc1, &l.fc2}) {
-      PackLinear(x, int8);
-    }
-  }
+  auto packer = MakeParamVisitor([int8](const LinearGroup&, Linear& l) { PackLinear(&l, int8); },
+                                  [](const char*, LayerNormWeights&) {});
+  for (EncoderLayerWeights& l : encoder) VisitEncoderLayer(packer, l);
+  for (DecoderLayerWeights& l : decoder) VisitDecoderLayer(packer, l);
   const auto pack = int8 ? &kernels::cpu::PackedMatrix::PackInt8 : &kernels::cpu::PackedMatrix::Pack;
   output_projection_packed =
       pack(static_cast<int>(output_projection.dim(0)), static_cast<int>(output_projection.dim(1)),
@@ -193,16 +192,10 @@ void ModelWeights::PackForInference(bool int8) {
 
 int64_t ModelWeights::PackedBytes() const {
   int64_t n = output_projection_packed.bytes();
-  auto add = [&](const Linear& l) { n += l.packed.bytes(); };
-  for (const EncoderLayerWeights& l : encoder) {
-    for (const Linear* x : {&l.self_qkv, &l.self_out, &l.fc1, &l.fc2}) add(*x);
-  }
-  for (const DecoderLayerWeights& l : decoder) {
-    for (const Linear* x : {&l.self_qkv, &l.self_out, &l.cross_q, &l.cross_kv, &l.cross_out,
-                            &l.fc1, &l.fc2}) {
-      add(*x);
-    }
-  }
+  auto add = MakeParamVisitor([&n](const LinearGroup&, const Linear& l) { n += l.packed.bytes(); },
+                              [](const char*, const LayerNormWeights&) {});
+  for (const EncoderLayerWeights& l : encoder) VisitEncoderLayer(add, l);
+  for (const DecoderLayerWeights& l : decoder) VisitDecoderLayer(add, l);
   return n;
 }
 
@@ -226,29 +219,22 @@ std::map<std::string, Tensor> ModelWeights::ToTensors(const ModelConfig& c) cons
     out["encoder.embed_positions.weight"] = encoder_positions;
     out["decoder.embed_positions.weight"] = decoder_positions;
   }
+  auto layer_writer = [&](const std::string& p) {
+    return MakeParamVisitor(
+        [&, p](const LinearGroup& g, const Linear& l) {
+          if (g.fused > 1) {
+            merge(Split(l, p + "." + g.module, std::vector<std::string>(g.parts, g.parts + g.fused), d));
+          } else {
+            put_linear(p + "." + g.name, l);
+          }
+        },
+        [&, p](const char* name, const LayerNormWeights& ln) { put_ln(p + "." + name, ln); });
+  };
   for (size_t i = 0; i < encoder.size(); ++i) {
-    const std::string p = absl::StrCat("encoder.layers.", i);
-    const EncoderLayerWeights& l = encoder[i];
-    merge(Split(l.self_qkv, p + ".self_attn", {"q_proj", "k_proj", "v_proj"}, d));
-    put_linear(p + ".self_attn.out_proj", l.self_out);
-    put_ln(p + ".self_attn_layer_norm", l.self_ln);
-    put_linear(p + ".fc1", l.fc1);
-    put_linear(p + ".fc2", l.fc2);
-    put_ln(p + ".final_layer_norm", l.final_ln);
+    VisitEncoderLayer(layer_writer(absl::StrCat("encoder.layers.", i)), encoder[i]);
   }
   for (size_t i = 0; i < decoder.size(); ++i) {
-    const std::string p = absl::StrCat("decoder.layers.", i);
-    const DecoderLayerWeights& l = decoder[i];
-    merge(Split(l.self_qkv, p + ".self_attn", {"q_proj", "k_proj", "v_proj"}, d));
-    put_linear(p + ".self_attn.out_proj", l.self_out);
-    put_ln(p + ".self_attn_layer_norm", l.self_ln);
-    put_linear(p + ".encoder_attn.q_proj", l.cross_q);
-    merge(Split(l.cross_kv, p + ".encoder_attn", {"k_proj", "v_proj"}, d));
-    put_linear(p + ".encoder_attn.out_proj", l.cross_out);
-    put_ln(p + ".encoder_attn_layer_norm", l.cross_ln);
-    put_linear(p + ".fc1", l.fc1);
-    put_linear(p + ".fc2", l.fc2);
-    put_ln(p + ".final_layer_norm", l.final_ln);
+    VisitDecoderLayer(layer_writer(absl::StrCat("decoder.layers.", i)), decoder[i]);
   }
   if (c.normalize_before) {
     put_ln("encoder.layer_norm", encoder_final_ln);

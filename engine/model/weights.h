@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "engine/core/tensor.h"
 #include "engine/model/config.h"
+#include "engine/model/param_tree.h"
 #include "engine/model/safetensors.h"
 #include "kernels/cpu/gemm.h"
 
@@ -29,27 +30,8 @@ struct LayerNormWeights {
   Tensor beta;   // [d_model]
 };
 
-struct EncoderLayerWeights {
-  Linear self_qkv;  // [3*d, d]
-  Linear self_out;  // [d, d]
-  LayerNormWeights self_ln;
-  Linear fc1;  // [d_ff, d]
-  Linear fc2;  // [d, d_ff]
-  LayerNormWeights final_ln;
-};
-
-struct DecoderLayerWeights {
-  Linear self_qkv;  // [3*d, d]
-  Linear self_out;
-  LayerNormWeights self_ln;
-  Linear cross_q;   // [d, d]
-  Linear cross_kv;  // [2*d, d], applied to the encoder output
-  Linear cross_out;
-  LayerNormWeights cross_ln;
-  Linear fc1;
-  Linear fc2;
-  LayerNormWeights final_ln;
-};
+using EncoderLayerWeights = EncoderLayerParams<Linear, LayerNormWeights>;
+using DecoderLayerWeights = DecoderLayerParams<Linear, LayerNormWeights>;
 
 struct ModelWeights {
   Tensor encoder_embed;      // [vocab, d]

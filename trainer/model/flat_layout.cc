@@ -28,38 +28,23 @@ void VisitFields(const ModelWeights& w, const BackwardStages& s, FlatModel* m, F
     f(l.gamma, stage, &fl->gamma);
     f(l.beta, stage, &fl->beta);
   };
+  auto layer = [&](int stage) {
+    return MakeParamVisitor(
+        [&, stage](const LinearGroup&, const Linear& l, FlatLinear& fl) { linear(l, stage, &fl); },
+        [&, stage](const char*, const LayerNormWeights& l, FlatLayerNorm& fl) { ln(l, stage, &fl); });
+  };
   f(w.output_projection, s.output(), &m->output_projection);
   ln(w.decoder_final_ln, s.decoder_final_ln(), &m->decoder_final_ln);
   m->decoder.resize(w.decoder.size());
   for (int i = static_cast<int>(w.decoder.size()) - 1; i >= 0; --i) {
-    const DecoderLayerWeights& l = w.decoder[i];
-    FlatDecoderLayer& fl = m->decoder[i];
-    const int st = s.decoder_layer(i);
-    linear(l.self_qkv, st, &fl.self_qkv);
-    linear(l.self_out, st, &fl.self_out);
-    ln(l.self_ln, st, &fl.self_ln);
-    linear(l.cross_q, st, &fl.cross_q);
-    linear(l.cross_kv, st, &fl.cross_kv);
-    linear(l.cross_out, st, &fl.cross_out);
-    ln(l.cross_ln, st, &fl.cross_ln);
-    linear(l.fc1, st, &fl.fc1);
-    linear(l.fc2, st, &fl.fc2);
-    ln(l.final_ln, st, &fl.final_ln);
+    VisitDecoderLayer(layer(s.decoder_layer(i)), w.decoder[i], m->decoder[i]);
   }
   f(w.decoder_embed, s.decoder_embed(), &m->decoder_embed);
   f(w.decoder_positions, s.decoder_embed(), &m->decoder_positions);
   ln(w.encoder_final_ln, s.encoder_final_ln(), &m->encoder_final_ln);
   m->encoder.resize(w.encoder.size());
   for (int i = static_cast<int>(w.encoder.size()) - 1; i >= 0; --i) {
-    const EncoderLayerWeights& l = w.encoder[i];
-    FlatEncoderLayer& fl = m->encoder[i];
-    const int st = s.encoder_layer(i);
-    linear(l.self_qkv, st, &fl.self_qkv);
-    linear(l.self_out, st, &fl.self_out);
-    ln(l.self_ln, st, &fl.self_ln);
-    linear(l.fc1, st, &fl.fc1);
-    linear(l.fc2, st, &fl.fc2);
-    ln(l.final_ln, st, &fl.final_ln);
+    VisitEncoderLayer(layer(s.encoder_layer(i)), w.encoder[i], m->encoder[i]);
   }
   f(w.encoder_embed, s.encoder_embed(), &m->encoder_embed);
   f(w.encoder_positions, s.encoder_embed(), &m->encoder_positions);

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/config.h"
+#include "engine/model/param_tree.h"
 #include "engine/model/weights.h"
 
 namespace tnmt::train {
@@ -43,14 +44,8 @@ struct FlatLinear {
 struct FlatLayerNorm {
   int64_t gamma = -1, beta = -1;
 };
-struct FlatEncoderLayer {
-  FlatLinear self_qkv, self_out, fc1, fc2;
-  FlatLayerNorm self_ln, final_ln;
-};
-struct FlatDecoderLayer {
-  FlatLinear self_qkv, self_out, cross_q, cross_kv, cross_out, fc1, fc2;
-  FlatLayerNorm self_ln, cross_ln, final_ln;
-};
+using FlatEncoderLayer = EncoderLayerParams<FlatLinear, FlatLayerNorm>;
+using FlatDecoderLayer = DecoderLayerParams<FlatLinear, FlatLayerNorm>;
 struct FlatModel {
   int64_t encoder_embed = -1, decoder_embed = -1, output_projection = -1;  // may coincide (shared)
   int64_t encoder_positions = -1, decoder_positions = -1;                  // learned positions only

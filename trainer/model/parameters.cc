@@ -33,29 +33,15 @@ std::vector<ParamRef> TrainableParams(const ModelConfig& c, ModelWeights* w) {
     add("encoder.embed_positions.weight", &w->encoder_positions);
     add("decoder.embed_positions.weight", &w->decoder_positions);
   }
+  auto layer = [&](const std::string& p) {
+    return MakeParamVisitor([&, p](const LinearGroup& g, Linear& l) { linear(p + "." + g.name, &l); },
+                            [&, p](const char* name, LayerNormWeights& l) { ln(p + "." + name, &l); });
+  };
   for (size_t i = 0; i < w->encoder.size(); ++i) {
-    const std::string p = absl::StrCat("encoder.layers.", i);
-    EncoderLayerWeights& l = w->encoder[i];
-    linear(p + ".self_attn.qkv", &l.self_qkv);
-    linear(p + ".self_attn.out_proj", &l.self_out);
-    ln(p + ".self_attn_layer_norm", &l.self_ln);
-    linear(p + ".fc1", &l.fc1);
-    linear(p + ".fc2", &l.fc2);
-    ln(p + ".final_layer_norm", &l.final_ln);
+    VisitEncoderLayer(layer(absl::StrCat("encoder.layers.", i)), w->encoder[i]);
   }
   for (size_t i = 0; i < w->decoder.size(); ++i) {
-    const std::string p = absl::StrCat("decoder.layers.", i);
-    DecoderLayerWeights& l = w->decoder[i];
-    linear(p + ".self_attn.qkv", &l.self_qkv);
-    linear(p + ".self_attn.out_proj", &l.self_out);
-    ln(p + ".self_attn_layer_norm", &l.self_ln);
-    linear(p + ".encoder_attn.q_proj", &l.cross_q);
-    linear(p + ".encoder_attn.kv", &l.cross_kv);
-    linear(p + ".encoder_attn.out_proj", &l.cross_out);
-    ln(p + ".encoder_attn_layer_norm", &l.cross_ln);
-    linear(p + ".fc1", &l.fc1);
-    linear(p + ".fc2", &l.fc2);
-    ln(p + ".final_layer_norm", &l.final_ln);
+    VisitDecoderLayer(layer(absl::StrCat("decoder.layers.", i)), w->decoder[i]);
   }
   if (c.normalize_before) {
     ln("encoder.layer_norm", &w->encoder_final_ln);
