@@ -20,8 +20,6 @@ namespace tnmt {
 
 namespace kc = kernels::cuda;
 using cuda_engine::Activations;
-using cuda_engine::DeviceDecoderLayer;
-using cuda_engine::DeviceLinear;
 
 absl::StatusOr<std::unique_ptr<CudaStepModel>> CudaStepModel::Create(
     std::shared_ptr<const cuda_engine::DeviceWeights> weights, const CudaStepOptions& options) {
@@ -36,7 +34,6 @@ CudaStepModel::CudaStepModel(std::shared_ptr<const cuda_engine::DeviceWeights> w
     : w_(std::move(weights)),
       c_(w_->config()),
       ctx_(std::move(ctx)),
-      layers_(*ctx_, *w_),
       max_steps_(w_->position_rows),
       options_(options) {
   self_.width = cross_.width = 2 * static_cast<int64_t>(c_.d_model);
@@ -261,14 +258,14 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
     const int32_t* d_rows = d_len + batch;
     const int32_t* d_slots = d_rows + total;
     const Activations& a = enc.get();
-    TNMT_RETURN_IF_ERROR(layers_.Encode(a, d, d + R, d_len, batch, src_max));
+    const cuda_engine::CudaLayerOps ops(*ctx_, *w_, a.half);
+    TNMT_RETURN_IF_ERROR(graph::Encode(ops, a, d, d + R, d_len, batch, src_max));
     // Cross-attention K/V of every valid source position, into its slot.
-    for (size_t li = 0; li < w_->decoder.size(); ++li) {
-      TNMT_RETURN_IF_ERROR(layers_.Linear(a.qkv, a.x, R, w_->decoder[li].cross_kv, a.half));
-      TNMT_RETURN_IF_ERROR(kernels::cuda::ScatterRows(cross_.layers[li].as<float>(), cross_.width,
-                                                    d_slots, a.qkv, cross_.width, d_rows, total,
-                                                    static_cast<int>(cross_.width), ctx_->stream()));
-    }
+    struct {
+      Pool* pool;
+      float* cross_pool(size_t layer) { return pool->layers[layer].as<float>(); }
+    } cache{&cross_};
+    TNMT_RETURN_IF_ERROR(graph::CrossKeysValues(ops, a.x, R, a.qkv, d_slots, d_rows, total, cache));
     return ctx_->Synchronize();
   };
   if (absl::Status s = device_work(); !s.ok()) {
@@ -453,21 +450,13 @@ absl::Status CudaStepModel::EnqueueStep(int B, int k, int32_t* tables, const int
 absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* d_pos,
                                     const int32_t* d_slot, const int32_t* d_src,
                                     const int32_t* d_valid, const int32_t* tables) {
-  const int d = c_.d_model;
   const Activations& a = act_.get();
-  cudaStream_t stream = ctx_->stream();
-  const float emb_scale = c_.scale_embedding ? std::sqrt(static_cast<float>(d)) : 1.0f;
-  TNMT_RETURN_IF_ERROR(kc::EmbedTokens(a.x, d_ids, d_pos, n, w_->decoder_embed, w_->dtype(),
-                                       w_->decoder_positions, d, emb_scale, stream));
   // Self-attention: row b's keys are its slots tables[b, 0:valid[b]) (ld_kv = 0: one slot per
   // stored group); k_len only bounds valid[b].
-  kc::AttentionArgs self_args;
+  kc::AttentionArgs self_args = graph::ModelAttention(c_);
   self_args.batch = n;
   self_args.q_len = 1;
   self_args.k_len = max_steps_;
-  self_args.num_heads = c_.num_heads;
-  self_args.d_head = c_.d_head();
-  self_args.scale = 1.0f / std::sqrt(static_cast<float>(c_.d_head()));
   self_args.k_valid = d_valid;
   self_args.k_groups = tables;
   self_args.k_groups_stride = max_steps_;
@@ -478,38 +467,23 @@ absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* 
   cross_args.k_valid = d_src_lengths_.as<int32_t>();
   cross_args.k_groups = d_src_slots_.as<int32_t>();
   cross_args.k_groups_stride = src_stride_;
-
-  for (size_t li = 0; li < w_->decoder.size(); ++li) {
-    const DeviceDecoderLayer& l = w_->decoder[li];
-    TNMT_ASSIGN_OR_RETURN(const float* in, layers_.SublayerInput(a.x, a.y, n, l.self_ln));
-    TNMT_RETURN_IF_ERROR(layers_.Linear(a.qkv, in, n, l.self_qkv, a.half));
-    float* cache = self_.layers[li].as<float>();
-    // This step's K/V (columns d:3d of qkv) into the rows' new slots, then attend.
-    TNMT_RETURN_IF_ERROR(kernels::cuda::ScatterRows(cache, self_.width, d_slot, a.qkv + d, 3 * d,
-                                                  nullptr, n, 2 * d, stream));
-    TNMT_RETURN_IF_ERROR(kc::MultiHeadAttention(a.attn, d, a.qkv, 3 * d, cache, cache + d, 0,
-                                                self_.width, self_args, stream));
-    TNMT_RETURN_IF_ERROR(layers_.Linear(a.y, a.attn, n, l.self_out, a.half));
-    TNMT_RETURN_IF_ERROR(layers_.FinishSublayer(a.x, a.y, n, l.self_ln));
-
-    TNMT_ASSIGN_OR_RETURN(in, layers_.SublayerInput(a.x, a.y, n, l.cross_ln));
-    TNMT_RETURN_IF_ERROR(layers_.Linear(a.cq, in, n, l.cross_q, a.half));
-    const float* kv = cross_.layers[li].as<float>();
-    TNMT_RETURN_IF_ERROR(kc::MultiHeadAttention(a.attn, d, a.cq, d, kv, kv + d, 0, cross_.width,
-                                                cross_args, stream));
-    TNMT_RETURN_IF_ERROR(layers_.Linear(a.y, a.attn, n, l.cross_out, a.half));
-    TNMT_RETURN_IF_ERROR(layers_.FinishSublayer(a.x, a.y, n, l.cross_ln));
-
-    TNMT_RETURN_IF_ERROR(layers_.FeedForward(a.x, n, l.fc1, l.fc2, l.final_ln, a));
-  }
-  if (c_.normalize_before) {
-    TNMT_RETURN_IF_ERROR(layers_.FinalLayerNorm(a.x, n, w_->decoder_final_ln));
-  }
-  DeviceLinear projection;
-  projection.weight = w_->output_projection;
-  projection.out = c_.vocab_size;
-  projection.in = d;
-  return layers_.Linear(a.logits, a.x, n, projection, a.half);
+  // The graph's view of the device pools.
+  struct Cache {
+    CudaStepModel* m;
+    const int32_t* slots;
+    const kc::AttentionArgs& self;
+    const kc::AttentionArgs& cross;
+    float* self_pool(size_t layer) { return m->self_.layers[layer].as<float>(); }
+    float* cross_pool(size_t layer) { return m->cross_.layers[layer].as<float>(); }
+    const int32_t* new_slots() const { return slots; }
+    const kc::AttentionArgs& self_args() const { return self; }
+    const kc::AttentionArgs& cross_args() const { return cross; }
+    absl::Status AfterCrossAttention(size_t, const float*, const kc::AttentionArgs&) {
+      return absl::OkStatus();
+    }
+  } cache{this, d_slot, self_args, cross_args};
+  return graph::DecodeStep(cuda_engine::CudaLayerOps(*ctx_, *w_, a.half), a, d_ids, d_pos, n,
+                           cache, a.logits);
 }
 
 }  // namespace tnmt

@@ -112,7 +112,6 @@ class CudaStepModel : public StepModel {
   const ModelConfig& c_;
   // Declared before every device buffer: its allocator must outlive them.
   std::unique_ptr<kernels::cuda::Context> ctx_;
-  cuda_engine::DeviceLayers layers_;
   int max_steps_ = 0;  // slot-table width: most positions a row may decode
 
   Pool self_, cross_;

@@ -68,8 +68,8 @@ absl::Status ActivationBuffer::Ensure(kc::DeviceAllocator& allocator, const Mode
   return absl::OkStatus();
 }
 
-absl::Status DeviceLayers::Linear(float* y, const float* x, int64_t rows, const DeviceLinear& l,
-                                  void* half, bool activate) const {
+absl::Status CudaLayerOps::Linear(float* y, const float* x, int64_t rows, const LinearParams& l,
+                                  bool activate) const {
   if (rows == 0) return absl::OkStatus();
   if (rows > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("linear layer over ", rows, " rows"));
@@ -77,8 +77,8 @@ absl::Status DeviceLayers::Linear(float* y, const float* x, int64_t rows, const 
   const kc::DType t = w_.dtype();
   const void* a = x;
   if (t != kc::DType::kFloat32) {
-    TNMT_RETURN_IF_ERROR(kc::Convert(half, t, x, kc::DType::kFloat32, rows * l.in, ctx_.stream()));
-    a = half;
+    TNMT_RETURN_IF_ERROR(kc::Convert(half_, t, x, kc::DType::kFloat32, rows * l.in, ctx_.stream()));
+    a = half_;
   }
   const bool relu = activate && c_.activation == kernels::cpu::Activation::kRelu;
   const bool gelu = activate && !relu;
@@ -98,64 +98,47 @@ absl::Status DeviceLayers::Linear(float* y, const float* x, int64_t rows, const 
   return absl::OkStatus();
 }
 
-absl::Status DeviceLayers::FinishSublayer(float* x, const float* f, int64_t rows,
-                                          const DeviceLayerNorm& ln) const {
-  if (c_.normalize_before) return kc::AddInPlace(ctx_, x, f, rows * c_.d_model);
-  return kc::LayerNorm(x, x, f, ln.gamma, ln.beta, rows, c_.d_model, c_.layer_norm_epsilon,
+absl::Status CudaLayerOps::LayerNorm(float* y, const float* x, const float* residual,
+                                     int64_t rows, const NormParams& ln) const {
+  return kc::LayerNorm(y, x, residual, ln.gamma, ln.beta, rows, c_.d_model, c_.layer_norm_epsilon,
                        ctx_.stream());
 }
 
-absl::StatusOr<const float*> DeviceLayers::SublayerInput(const float* x, float* scratch,
-                                                         int64_t rows,
-                                                         const DeviceLayerNorm& ln) const {
-  if (!c_.normalize_before) return x;
-  TNMT_RETURN_IF_ERROR(kc::LayerNorm(scratch, x, nullptr, ln.gamma, ln.beta, rows, c_.d_model,
-                                     c_.layer_norm_epsilon, ctx_.stream()));
-  return static_cast<const float*>(scratch);
+absl::Status CudaLayerOps::Add(float* x, const float* f, int64_t n) const {
+  return kc::AddInPlace(ctx_, x, f, n);
 }
 
-absl::Status DeviceLayers::FeedForward(float* x, int64_t rows, const DeviceLinear& fc1,
-                                       const DeviceLinear& fc2, const DeviceLayerNorm& ln,
-                                       const Activations& a) const {
-  TNMT_ASSIGN_OR_RETURN(const float* in, SublayerInput(x, a.y, rows, ln));
-  TNMT_RETURN_IF_ERROR(Linear(a.hidden, in, rows, fc1, a.half, /*activate=*/true));
-  TNMT_RETURN_IF_ERROR(Linear(a.y, a.hidden, rows, fc2, a.half));
-  return FinishSublayer(x, a.y, rows, ln);
-}
-
-absl::Status DeviceLayers::FinalLayerNorm(float* x, int64_t rows, const DeviceLayerNorm& ln) const {
-  return kc::LayerNorm(x, x, nullptr, ln.gamma, ln.beta, rows, c_.d_model, c_.layer_norm_epsilon,
-                       ctx_.stream());
-}
-
-absl::Status DeviceLayers::Encode(const Activations& a, const int32_t* ids,
-                                  const int32_t* positions, const int32_t* lengths, int batch,
-                                  int src_max) const {
+absl::Status CudaLayerOps::Embed(float* x, const int32_t* ids, const int32_t* positions,
+                                 int64_t rows, bool decoder) const {
   const int d = c_.d_model;
-  const int64_t rows = static_cast<int64_t>(batch) * src_max;
   const float scale = c_.scale_embedding ? std::sqrt(static_cast<float>(d)) : 1.0f;
-  TNMT_RETURN_IF_ERROR(kc::EmbedTokens(a.x, ids, positions, rows, w_.encoder_embed, w_.dtype(),
-                                       w_.encoder_positions, d, scale, ctx_.stream()));
-  kc::AttentionArgs args;
-  args.batch = batch;
-  args.q_len = src_max;
-  args.k_len = src_max;
-  args.num_heads = c_.num_heads;
-  args.d_head = c_.d_head();
-  args.scale = 1.0f / std::sqrt(static_cast<float>(c_.d_head()));
-  args.k_valid = lengths;
-  for (const DeviceEncoderLayer& l : w_.encoder) {
-    TNMT_ASSIGN_OR_RETURN(const float* in, SublayerInput(a.x, a.y, rows, l.self_ln));
-    TNMT_RETURN_IF_ERROR(Linear(a.qkv, in, rows, l.self_qkv, a.half));
-    TNMT_RETURN_IF_ERROR(kc::MultiHeadAttention(a.attn, d, a.qkv, 3 * d, a.qkv + d, a.qkv + 2 * d,
-                                                3 * d, static_cast<int64_t>(src_max) * 3 * d, args,
-                                                ctx_.stream()));
-    TNMT_RETURN_IF_ERROR(Linear(a.y, a.attn, rows, l.self_out, a.half));
-    TNMT_RETURN_IF_ERROR(FinishSublayer(a.x, a.y, rows, l.self_ln));
-    TNMT_RETURN_IF_ERROR(FeedForward(a.x, rows, l.fc1, l.fc2, l.final_ln, a));
-  }
-  if (c_.normalize_before) TNMT_RETURN_IF_ERROR(FinalLayerNorm(a.x, rows, w_.encoder_final_ln));
-  return absl::OkStatus();
+  return kc::EmbedTokens(x, ids, positions, rows, decoder ? w_.decoder_embed : w_.encoder_embed,
+                         w_.dtype(), decoder ? w_.decoder_positions : w_.encoder_positions, d,
+                         scale, ctx_.stream());
+}
+
+absl::Status CudaLayerOps::Attention(float* out, int64_t ld_out, const float* q, int64_t ld_q,
+                                     const float* k, const float* v, int64_t ld_kv,
+                                     int64_t kv_group_stride,
+                                     const kernels::cpu::AttentionArgs& args) const {
+  return kc::MultiHeadAttention(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, args,
+                                ctx_.stream());
+}
+
+absl::Status CudaLayerOps::ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows,
+                                       const float* src, int64_t src_stride,
+                                       const int32_t* src_rows, int64_t count, int width) const {
+  return kc::ScatterRows(dst, dst_stride, dst_rows, src, src_stride, src_rows, count, width,
+                         ctx_.stream());
+}
+
+absl::Status CudaLayerOps::Logits(float* logits, const float* x, int64_t rows) const {
+  DeviceLinear projection;
+  projection.weight = w_.output_projection;
+  projection.bias = w_.final_logits_bias;  // null unless the model has one
+  projection.out = c_.vocab_size;
+  projection.in = c_.d_model;
+  return Linear(logits, x, rows, projection, /*activate=*/false);
 }
 
 }  // namespace tnmt::cuda_engine

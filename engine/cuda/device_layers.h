@@ -1,28 +1,23 @@
-// The Transformer's building blocks on the GPU, with the CPU's exact wiring
-// (engine/layers/sublayers.h, encoder.h): linear layers, post-norm LayerNorm(x + f(x)) or
-// pre-norm x + f(LayerNorm(x)), the feed-forward sub-layer, and the encoder over a padded
-// batch. Activations are float32; each GEMM converts its input to the weights' dtype first
-// (a float32 model converts nothing) and accumulates and writes float32. Everything is queued
-// on the Context's stream; nothing here synchronizes.
+// The GPU side of the Transformer graph (engine/graph/transformer.h): its layer operations
+// and the device memory behind a forward pass's activations. Activations are float32; each
+// GEMM converts its input to the weights' dtype first (a float32 model converts nothing) and
+// accumulates and writes float32. Everything is queued on the Context's stream; nothing here
+// synchronizes.
 #pragma once
 
 #include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "engine/cuda/device_weights.h"
+#include "engine/graph/transformer.h"
 #include "engine/model/config.h"
 #include "kernels/cuda/context.h"
 
 namespace tnmt::cuda_engine {
 
-// Scratch for `rows` activation rows of one forward pass, float32 unless noted.
-struct Activations {
-  float* x = nullptr;       // [rows, d] the residual stream
-  float* y = nullptr;       // [rows, d] a sub-layer's output, or its normalized input
-  float* qkv = nullptr;     // [rows, 3d] (the encoder's cross K/V [rows, 2d] too)
-  float* attn = nullptr;    // [rows, d]
-  float* cq = nullptr;      // [rows, d] cross-attention queries (decoder only)
-  float* hidden = nullptr;  // [rows, d_ff]
+// Scratch for `rows` activation rows of one forward pass (graph::Activations), plus the
+// decoder's logits and the GEMM inputs in the weights' dtype.
+struct Activations : graph::Activations {
   float* logits = nullptr;  // [rows, vocab] (decoder only)
   void* half = nullptr;     // [rows, max(d, d_ff)] GEMM inputs in the weights' dtype (not float32)
 };
@@ -42,42 +37,46 @@ class ActivationBuffer {
   int64_t rows_ = 0;
 };
 
-class DeviceLayers {
+// The GPU's layer operations for the Transformer graph (engine/graph/transformer.h): device
+// memory, DeviceWeights, everything queued on the Context's stream. A cheap view: made per
+// forward pass with that pass's GEMM-input scratch.
+class CudaLayerOps {
  public:
-  DeviceLayers(kernels::cuda::Context& ctx, const DeviceWeights& w)
-      : ctx_(ctx), w_(w), c_(w.config()) {}
+  using Weights = DeviceWeights;
+  using LinearParams = DeviceLinear;
+  using NormParams = DeviceLayerNorm;
+
+  // half: scratch of rows * max(d, d_ff) elements of the weights' dtype for the largest
+  // `rows` this view is used with (Activations::half); unused for float32 weights.
+  CudaLayerOps(kernels::cuda::Context& ctx, const DeviceWeights& w, void* half)
+      : ctx_(ctx), w_(w), c_(w.config()), half_(half) {}
+
+  const ModelConfig& config() const { return c_; }
+  const DeviceWeights& weights() const { return w_; }
 
   // y: [rows, l.out] = x: [rows, l.in] · W^T + b, then ReLU or GELU (as the config's
-  // activation) if `activate`. half: scratch of rows * l.in elements of the weights' dtype.
-  absl::Status Linear(float* y, const float* x, int64_t rows, const DeviceLinear& l, void* half,
-                      bool activate = false) const;
-  // x: [rows, d] = LayerNorm(x + f) (post-norm) or x + f (pre-norm).
-  absl::Status FinishSublayer(float* x, const float* f, int64_t rows,
-                              const DeviceLayerNorm& ln) const;
-  // A sub-layer's input: x itself (post-norm) or LayerNorm(x) written to scratch (pre-norm).
-  absl::StatusOr<const float*> SublayerInput(const float* x, float* scratch, int64_t rows,
-                                             const DeviceLayerNorm& ln) const;
-  // x = wire(x, fc2(act(fc1(in(x))))), with a.y, a.hidden and a.half as scratch.
-  absl::Status FeedForward(float* x, int64_t rows, const DeviceLinear& fc1,
-                           const DeviceLinear& fc2, const DeviceLayerNorm& ln,
-                           const Activations& a) const;
-  // x: [rows, d] = LayerNorm(x) in place (the pre-norm stacks' final layer norm).
-  absl::Status FinalLayerNorm(float* x, int64_t rows, const DeviceLayerNorm& ln) const;
-
-  // The encoder over a padded batch: ids, positions: device [batch * src_max] (row-major,
-  // positions[b * src_max + j] = j); lengths: device [batch], 1 <= lengths[b] <= src_max.
-  // Output in a.x: [batch * src_max, d]; padded rows hold unspecified values and never
-  // influence valid ones (padding is masked as keys).
-  absl::Status Encode(const Activations& a, const int32_t* ids, const int32_t* positions,
-                      const int32_t* lengths, int batch, int src_max) const;
-
-  kernels::cuda::Context& ctx() const { return ctx_; }
-  const DeviceWeights& weights() const { return w_; }
+  // activation) if `activate`.
+  absl::Status Linear(float* y, const float* x, int64_t rows, const LinearParams& l,
+                      bool activate) const;
+  absl::Status LayerNorm(float* y, const float* x, const float* residual, int64_t rows,
+                         const NormParams& ln) const;
+  absl::Status Add(float* x, const float* f, int64_t n) const;
+  absl::Status Embed(float* x, const int32_t* ids, const int32_t* positions, int64_t rows,
+                     bool decoder) const;
+  absl::Status Attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
+                         const float* v, int64_t ld_kv, int64_t kv_group_stride,
+                         const kernels::cpu::AttentionArgs& args) const;
+  absl::Status ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows,
+                           const float* src, int64_t src_stride, const int32_t* src_rows,
+                           int64_t count, int width) const;
+  // The output projection (and the final logits bias, when the model has one).
+  absl::Status Logits(float* logits, const float* x, int64_t rows) const;
 
  private:
   kernels::cuda::Context& ctx_;
   const DeviceWeights& w_;
   const ModelConfig& c_;
+  void* half_;
 };
 
 }  // namespace tnmt::cuda_engine

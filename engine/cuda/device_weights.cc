@@ -147,6 +147,10 @@ absl::StatusOr<std::shared_ptr<const DeviceWeights>> DeviceWeights::Upload(
   plan.Add(w.decoder_embed, dtype, "decoder_embed", [d](const void* p) { d->decoder_embed = p; });
   plan.Add(w.output_projection, dtype, "output_projection",
            [d](const void* p) { d->output_projection = p; });
+  if (c.final_logits_bias) {
+    plan.Add(w.final_logits_bias, kc::DType::kFloat32, "final_logits_bias",
+             [d](const void* p) { d->final_logits_bias = static_cast<const float*>(p); });
+  }
   plan.Add(w.encoder_positions, kc::DType::kFloat32, "encoder_positions",
            [d](const void* p) { d->encoder_positions = static_cast<const float*>(p); });
   plan.Add(w.decoder_positions, kc::DType::kFloat32, "decoder_positions",

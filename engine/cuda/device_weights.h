@@ -58,6 +58,7 @@ class DeviceWeights {
   const void* encoder_embed = nullptr;      // [vocab, d] dtype
   const void* decoder_embed = nullptr;      // [vocab, d] dtype
   const void* output_projection = nullptr;  // [vocab, d] dtype
+  const float* final_logits_bias = nullptr;  // [vocab]; null unless config.final_logits_bias
   const float* encoder_positions = nullptr;  // [position_rows, d]
   const float* decoder_positions = nullptr;  // [position_rows, d]
   int position_rows = 0;                     // MaxPositions(config)

@@ -1,4 +1,5 @@
-// Decoder forward and KV cache; see decoder.h.
+// Decoder forward on the CPU (the graph's DecodeStep, engine/graph/transformer.h, over
+// CpuLayerOps) and its KV cache; see decoder.h.
 #include "engine/layers/decoder.h"
 
 #include <algorithm>
@@ -8,10 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
-#include "engine/layers/sublayers.h"
+#include "engine/graph/transformer.h"
+#include "engine/layers/cpu_layer_ops.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/gemm.h"
 
 namespace tnmt {
 
@@ -113,18 +113,24 @@ absl::StatusOr<std::vector<int32_t>> DecoderState::AddSources(const Tensor& enco
     ids[b] = id;
     ++live_sources_;
   }
-  const int64_t src_rows = static_cast<int64_t>(batch) * src_max;
-  TNMT_ASSIGN_OR_RETURN(Tensor kv, Tensor::Empty({src_rows, 2 * d}));
-  for (size_t li = 0; li < w_->decoder.size(); ++li) {
-    ApplyLinear(kv.f32(), encoder_out.f32(), src_rows, w_->decoder[li].cross_kv);
-    for (int b = 0; b < batch; ++b) {
-      for (int j = 0; j < src_lengths[b]; ++j) {
-        const int32_t slot = src_slots_[static_cast<int64_t>(ids[b]) * src_stride_ + j];
-        std::memcpy(cross_.at(li, slot), kv.f32() + (static_cast<int64_t>(b) * src_max + j) * 2 * d,
-                    sizeof(float) * 2 * d);
-      }
+  // Every valid source position's K/V into its slot.
+  std::vector<int32_t> slots, rows;
+  slots.reserve(total);
+  rows.reserve(total);
+  for (int b = 0; b < batch; ++b) {
+    for (int j = 0; j < src_lengths[b]; ++j) {
+      slots.push_back(src_slots_[static_cast<int64_t>(ids[b]) * src_stride_ + j]);
+      rows.push_back(b * src_max + j);
     }
   }
+  const int64_t src_rows = static_cast<int64_t>(batch) * src_max;
+  TNMT_ASSIGN_OR_RETURN(Tensor kv, Tensor::Empty({src_rows, 2 * d}));
+  struct {
+    SlotPool* pool;
+    float* cross_pool(size_t layer) { return pool->layers[layer].f32(); }
+  } cache{&cross_};
+  TNMT_RETURN_IF_ERROR(graph::CrossKeysValues(CpuLayerOps(*c_, *w_), encoder_out.f32(), src_rows,
+                                              kv.f32(), slots.data(), rows.data(), total, cache));
   return ids;
 }
 
@@ -218,6 +224,7 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
   TNMT_ASSIGN_OR_RETURN(float* qkv, ws->Get(Workspace::kQkv, rows * 3 * d));
   TNMT_ASSIGN_OR_RETURN(float* attn, ws->Get(Workspace::kAttn, rows * d));
   TNMT_ASSIGN_OR_RETURN(float* cq, ws->Get(Workspace::kCrossQ, rows * d));
+  TNMT_ASSIGN_OR_RETURN(float* hidden, ws->Get(Workspace::kHidden, rows * c.d_ff));
   // New slots for the positions this call writes, charged to each row's source.
   TNMT_RETURN_IF_ERROR(s->self_.Reserve(static_cast<int>(rows)));
   std::vector<int32_t> positions(rows), slots(rows);
@@ -234,16 +241,11 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
     }
     s->valid_[r] = s->row_pos_[r] + t_new;
   }
-  Embed(x, ids, positions.data(), rows, c, w.decoder_embed, w.decoder_positions);
-
   // Every K/V is addressed through a slot table (ld_kv = 0: one slot per stored group).
-  k::AttentionArgs self_args;
+  k::AttentionArgs self_args = graph::ModelAttention(c);
   self_args.batch = n;
   self_args.q_len = t_new;
   self_args.k_len = furthest;
-  self_args.num_heads = c.num_heads;
-  self_args.d_head = c.d_head();
-  self_args.scale = 1.0f / std::sqrt(static_cast<float>(c.d_head()));
   self_args.k_valid = s->valid_.data();
   self_args.causal_offset = t_new > 1 ? start : -1;  // one new position: k_valid suffices
   self_args.k_groups = s->tables_.data();
@@ -256,49 +258,40 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
   cross_args.k_groups = s->src_slots_.data();
   cross_args.k_groups_stride = s->src_stride_;
 
-  for (size_t li = 0; li < w.decoder.size(); ++li) {
-    const DecoderLayerWeights& l = w.decoder[li];
-    // Self-attention over the cache (this call's positions written first).
-    const float* in = SublayerInput(x, y, rows, c, l.self_ln);
-    ApplyLinear(qkv, in, rows, l.self_qkv);
-    for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(s->self_.at(li, slots[r]), qkv + r * 3 * d + d, sizeof(float) * 2 * d);
+  // The graph's view of this state's pools.
+  struct Cache {
+    DecoderState* s;
+    const int32_t* slots;
+    const k::AttentionArgs& self;
+    const k::AttentionArgs& cross_attention;
+    float* self_pool(size_t layer) { return s->self_.layers[layer].f32(); }
+    const int32_t* new_slots() const { return slots; }
+    const k::AttentionArgs& self_args() const { return self; }
+    const k::AttentionArgs& cross_args() const { return cross_attention; }
+    float* cross_pool(size_t layer) { return s->cross_.layers[layer].f32(); }
+    absl::Status AfterCrossAttention(size_t layer, const float* q, const k::AttentionArgs& args) {
+      const int d = s->c_->d_model;
+      for (size_t a = 0; a < s->alignment_layers_.size(); ++a) {
+        if (s->alignment_layers_[a] != static_cast<int>(layer)) continue;
+        s->alignments_.resize(s->alignment_layers_.size());
+        s->alignments_[a].resize(static_cast<size_t>(args.batch) * args.q_len);
+        const float* kv = cross_pool(layer);
+        k::AttentionArgmax(s->alignments_[a].data(), q, d, kv, 0, 2 * d, args);
+      }
+      return absl::OkStatus();
     }
-    const float* cache = s->self_.layers[li].f32();
-    k::MultiHeadAttention(attn, d, qkv, 3 * d, cache, cache + d, 0, 2 * d, self_args);
-    ApplyLinear(y, attn, rows, l.self_out);
-    FinishSublayer(x, y, rows, c, l.self_ln);
-    // Cross-attention over the source.
-    in = SublayerInput(x, y, rows, c, l.cross_ln);
-    ApplyLinear(cq, in, rows, l.cross_q);
-    const float* kv = s->cross_.layers[li].f32();
-    k::MultiHeadAttention(attn, d, cq, d, kv, kv + d, 0, 2 * d, cross_args);
-    for (size_t a = 0; a < s->alignment_layers_.size(); ++a) {
-      if (s->alignment_layers_[a] != static_cast<int>(li)) continue;
-      s->alignments_.resize(s->alignment_layers_.size());
-      s->alignments_[a].resize(rows);
-      k::AttentionArgmax(s->alignments_[a].data(), cq, d, kv, 0, 2 * d, cross_args);
-    }
-    ApplyLinear(y, attn, rows, l.cross_out);
-    FinishSublayer(x, y, rows, c, l.cross_ln);
-    TNMT_RETURN_IF_ERROR(FeedForward(x, rows, c, l.fc1, l.fc2, l.final_ln, ws));
-  }
-  if (c.normalize_before) {
-    k::LayerNorm(x, x, nullptr, w.decoder_final_ln.gamma.f32(), w.decoder_final_ln.beta.f32(),
-                 rows, d, c.layer_norm_epsilon);
-  }
+  };
+  Cache cache{s, slots.data(), self_args, cross_args};
+  graph::Activations a;
+  a.x = x;
+  a.y = y;
+  a.qkv = qkv;
+  a.attn = attn;
+  a.cq = cq;
+  a.hidden = hidden;
+  TNMT_RETURN_IF_ERROR(
+      graph::DecodeStep(CpuLayerOps(c, w), a, ids, positions.data(), rows, cache, logits));
   for (int r = 0; r < n; ++r) s->row_pos_[r] += t_new;
-  if (logits != nullptr) {
-    if (k::PreferPacked(static_cast<int>(rows), w.output_projection_packed)) {
-      k::GemmPacked(static_cast<int>(rows), x, d, w.output_projection_packed,
-                    c.final_logits_bias ? w.final_logits_bias.f32() : nullptr,
-                    /*accumulate=*/false, logits, c.vocab_size);
-    } else {
-      k::GemmNT(static_cast<int>(rows), c.vocab_size, d, 1.0f, x, d, w.output_projection.f32(), d,
-                0.0f, logits, c.vocab_size);
-      if (c.final_logits_bias) k::AddBias(logits, w.final_logits_bias.f32(), rows, c.vocab_size);
-    }
-  }
   return absl::OkStatus();
 }
 
