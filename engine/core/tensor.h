@@ -13,10 +13,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/dtype.h"
 
 namespace tnmt {
 
-enum class DType { kFloat32, kFloat16, kBFloat16, kInt32 };
+using DType = kernels::DType;  // kernels/dtype.h: one element-type enum for engine and kernels
 enum class Device { kCpu, kCuda };
 
 int64_t DTypeSize(DType dtype);

@@ -45,14 +45,10 @@ absl::StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaBackend(const ModelConfig
                                                                const ModelWeights& w,
                                                                const CudaPlacement& p) {
   TNMT_RETURN_IF_ERROR(c.CheckCudaSupport());
-  kc::DType dtype;
-  switch (p.dtype) {
-    case DType::kFloat32: dtype = kc::DType::kFloat32; break;
-    case DType::kFloat16: dtype = kc::DType::kFloat16; break;
-    case DType::kBFloat16: dtype = kc::DType::kBFloat16; break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "weights in ", DTypeName(p.dtype), ": the CUDA engine takes float32, float16 or bfloat16"));
+  const DType dtype = p.dtype;
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights in ", DTypeName(dtype), ": the CUDA engine takes float32, float16 or bfloat16"));
   }
   int count = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {

@@ -137,11 +137,10 @@ const char* DTypeName(DType t) {
   switch (t) {
     case DType::kFloat16: return "float16";
     case DType::kBFloat16: return "bfloat16";
+    case DType::kInt32: return "int32";
     default: return "float32";
   }
 }
-
-int DTypeBytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 
 int64_t CachedGemmPlans(Context& ctx) { return static_cast<int64_t>(ctx.gemm_plans().plans.size()); }
 

@@ -8,13 +8,14 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/context.h"
+#include "kernels/dtype.h"
 
 namespace tnmt::kernels::cuda {
 
-enum class DType { kFloat32, kFloat16, kBFloat16 };
-
+// Operand types: kernels/dtype.h (float32, float16, bfloat16 here).
+using ::tnmt::kernels::DType;
+using ::tnmt::kernels::DTypeBytes;
 const char* DTypeName(DType t);
-int DTypeBytes(DType t);
 
 enum class Epilogue {
   kNone,
