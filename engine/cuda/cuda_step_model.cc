@@ -50,9 +50,10 @@ CudaStepModel::~CudaStepModel() {
 kc::DeviceAllocator::Stats CudaStepModel::memory_stats() const { return ctx_->allocator().stats(); }
 
 int64_t CudaStepModel::slots_in_use() const {
-  return static_cast<int64_t>(self_.capacity) - static_cast<int64_t>(self_.free.size()) -
-         static_cast<int64_t>(pad_slots_.size()) + cross_.capacity -
-         static_cast<int64_t>(cross_.free.size());
+  using graph::KvIndex;
+  return static_cast<int64_t>(index_.capacity(KvIndex::kSelf)) - index_.free_slots(KvIndex::kSelf) -
+         static_cast<int64_t>(pad_slots_.size()) + index_.capacity(KvIndex::kCross) -
+         index_.free_slots(KvIndex::kCross);
 }
 
 absl::Status CudaStepModel::EnsureBuffer(kc::DeviceBuffer& buffer, size_t bytes, const char* what) {
@@ -67,90 +68,40 @@ absl::Status CudaStepModel::EnsureBuffer(kc::DeviceBuffer& buffer, size_t bytes,
   return absl::OkStatus();
 }
 
-absl::Status CudaStepModel::Reserve(Pool& p, int64_t more, const char* name) {
-  if (static_cast<int64_t>(p.free.size()) >= more) return absl::OkStatus();
-  const int64_t need = static_cast<int64_t>(p.capacity) + more - static_cast<int64_t>(p.free.size());
-  const int64_t grown =
-      std::max<int64_t>(need, std::max<int64_t>(64, 2 * static_cast<int64_t>(p.capacity)));
-  if (grown > std::numeric_limits<int32_t>::max()) {
-    return absl::ResourceExhaustedError(absl::StrCat(name, " KV cache of ", grown, " slots is too large"));
-  }
-  const int64_t bytes = grown * p.width * static_cast<int64_t>(sizeof(float));
-  std::vector<kc::DeviceBuffer> bigger(p.layers.size());
-  for (kc::DeviceBuffer& b : bigger) {
-    absl::StatusOr<kc::DeviceBuffer> got = ctx_->allocator().Buffer(static_cast<size_t>(bytes));
-    if (!got.ok()) {
-      return absl::Status(got.status().code(),
-                          absl::StrCat(name, " KV cache of ", grown, " slots needs ", bytes,
-                                       " bytes per layer (", p.layers.size(), " layers): ",
-                                       got.status().message()));
+absl::Status CudaStepModel::Reserve(graph::KvIndex::PoolId id, int64_t more) {
+  Pool& p = id == graph::KvIndex::kSelf ? self_ : cross_;
+  const char* name = id == graph::KvIndex::kSelf ? "self-attention" : "cross-attention";
+  return index_.Reserve(id, more, [&](int old_capacity, int new_capacity) -> absl::Status {
+    const int64_t bytes = static_cast<int64_t>(new_capacity) * p.width * static_cast<int64_t>(sizeof(float));
+    std::vector<kc::DeviceBuffer> bigger(p.layers.size());
+    for (kc::DeviceBuffer& b : bigger) {
+      absl::StatusOr<kc::DeviceBuffer> got = ctx_->allocator().Buffer(static_cast<size_t>(bytes));
+      if (!got.ok()) {
+        return absl::Status(got.status().code(),
+                            absl::StrCat(name, " KV cache of ", new_capacity, " slots needs ", bytes,
+                                         " bytes per layer (", p.layers.size(), " layers): ",
+                                         got.status().message()));
+      }
+      b = *std::move(got);
     }
-    b = *std::move(got);
-  }
-  if (p.capacity > 0) {
-    const size_t old_bytes = static_cast<size_t>(p.capacity) * p.width * sizeof(float);
-    for (size_t i = 0; i < p.layers.size(); ++i) {
-      TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(bigger[i].get(), p.layers[i].get(),
-                                                           old_bytes, cudaMemcpyDeviceToDevice,
-                                                           ctx_->stream())));
+    if (old_capacity > 0) {
+      const size_t old_bytes = static_cast<size_t>(old_capacity) * p.width * sizeof(float);
+      for (size_t i = 0; i < p.layers.size(); ++i) {
+        TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(bigger[i].get(), p.layers[i].get(),
+                                                             old_bytes, cudaMemcpyDeviceToDevice,
+                                                             ctx_->stream())));
+      }
     }
-  }
-  p.layers.swap(bigger);  // the old blocks go back to the cache; stream order protects them
-  for (int64_t id = grown - 1; id >= p.capacity; --id) p.free.push_back(static_cast<int32_t>(id));
-  p.capacity = static_cast<int>(grown);
-  return absl::OkStatus();
+    p.layers.swap(bigger);  // the old blocks go back to the cache; stream order protects them
+    return absl::OkStatus();
+  });
 }
 
-void CudaStepModel::Forget(int32_t source) {
-  Source& src = sources_[source];
-  self_.free.insert(self_.free.end(), src.self_slots.begin(), src.self_slots.end());
-  for (int j = 0; j < src_lengths_[source]; ++j) {
-    cross_.free.push_back(src_slots_[static_cast<int64_t>(source) * src_stride_ + j]);
-  }
-  src = Source{};
-  src_lengths_[source] = 0;
-  free_sources_.push_back(source);
-  --live_sources_;
-}
-
-absl::Status CudaStepModel::ReleaseSource(int32_t source) {
-  if (source < 0 || source >= static_cast<int32_t>(sources_.size()) || !sources_[source].live) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaStepModel: no live source ", source));
-  }
-  for (int32_t s : row_source_) {
-    if (s == source) return absl::FailedPreconditionError("CudaStepModel: source still has live rows");
-  }
-  Forget(source);
-  return absl::OkStatus();
-}
+absl::Status CudaStepModel::ReleaseSource(int32_t source) { return index_.ReleaseSource(source); }
 
 absl::Status CudaStepModel::Reorder(const std::vector<int32_t>& parents,
                                     const std::vector<int32_t>& new_sources) {
-  const int old_rows = rows();
-  for (int32_t p : parents) {
-    if (p < 0 || p >= old_rows) return absl::InvalidArgumentError("CudaStepModel::Reorder: bad parent");
-  }
-  for (int32_t s : new_sources) {
-    if (s < 0 || s >= static_cast<int32_t>(sources_.size()) || !sources_[s].live) {
-      return absl::InvalidArgumentError(absl::StrCat("CudaStepModel::Reorder: no live source ", s));
-    }
-  }
-  const size_t n = parents.size() + new_sources.size();
-  std::vector<int32_t> source(n), pos(n), map(n);
-  for (size_t i = 0; i < parents.size(); ++i) {
-    source[i] = row_source_[parents[i]];
-    pos[i] = row_pos_[parents[i]];
-    map[i] = row_map_[parents[i]];
-  }
-  for (size_t i = 0; i < new_sources.size(); ++i) {
-    source[parents.size() + i] = new_sources[i];
-    pos[parents.size() + i] = 0;
-    map[parents.size() + i] = -1;
-  }
-  row_source_ = std::move(source);
-  row_pos_ = std::move(pos);
-  row_map_ = std::move(map);
-  return absl::OkStatus();
+  return index_.Reorder(parents, new_sources);
 }
 
 absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSources(const int32_t* ids,
@@ -193,7 +144,7 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
   // Device memory first: a failure here leaves the model as it was.
   cuda_engine::ActivationBuffer enc;
   TNMT_RETURN_IF_ERROR(enc.Ensure(ctx_->allocator(), c_, w_->dtype(), R, /*decoder=*/false));
-  TNMT_RETURN_IF_ERROR(Reserve(cross_, total, "cross-attention"));
+  TNMT_RETURN_IF_ERROR(Reserve(graph::KvIndex::kCross, total));
   // Upload: tokens [R], positions [R], lengths [batch], scatter rows [total], slots [total].
   const int64_t words = 2 * R + batch + 2 * total;
   TNMT_RETURN_IF_ERROR(upload_.Ensure(static_cast<size_t>(words) * sizeof(int32_t)));
@@ -201,15 +152,7 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
   TNMT_RETURN_IF_ERROR(EnsureBuffer(d_in, static_cast<size_t>(words) * sizeof(int32_t), "source upload"));
 
   // Host bookkeeping, as DecoderState::AddSources.
-  if (src_max > src_stride_) {  // widen the per-source slot tables
-    std::vector<int32_t> wider(sources_.size() * static_cast<size_t>(src_max), 0);
-    for (size_t i = 0; i < sources_.size(); ++i) {
-      std::copy_n(src_slots_.begin() + i * src_stride_, src_stride_, wider.begin() + i * src_max);
-    }
-    src_slots_ = std::move(wider);
-    src_stride_ = src_max;
-  }
-  std::vector<int32_t> out(batch);
+  TNMT_ASSIGN_OR_RETURN(std::vector<int32_t> out, index_.AddSources(lengths, batch, src_max));
   int32_t* h = upload_.as<int32_t>();
   int32_t* h_tok = h;
   int32_t* h_pos = h + R;
@@ -218,28 +161,11 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
   int32_t* h_slots = h_rows + total;
   int64_t t = 0;
   for (int b = 0; b < batch; ++b) {
-    int32_t id;
-    if (!free_sources_.empty()) {
-      id = free_sources_.back();
-      free_sources_.pop_back();
-    } else {
-      id = static_cast<int32_t>(sources_.size());
-      sources_.emplace_back();
-      src_lengths_.push_back(0);
-      src_slots_.resize(sources_.size() * static_cast<size_t>(src_stride_), 0);
-    }
-    sources_[id].live = true;
-    src_lengths_[id] = lengths[b];
     for (int j = 0; j < lengths[b]; ++j) {
-      const int32_t slot = cross_.free.back();  // Reserve made room for every position
-      cross_.free.pop_back();
-      src_slots_[static_cast<int64_t>(id) * src_stride_ + j] = slot;
       h_rows[t] = static_cast<int32_t>(static_cast<int64_t>(b) * src_max + j);
-      h_slots[t] = slot;
+      h_slots[t] = index_.src_slot(out[b], j);
       ++t;
     }
-    out[b] = id;
-    ++live_sources_;
     for (int j = 0; j < src_max; ++j) {
       const int64_t r = static_cast<int64_t>(b) * src_max + j;
       h_tok[r] = j < lengths[b] ? ids[r] : c_.pad_id;  // padding: any valid id
@@ -270,7 +196,7 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
   };
   if (absl::Status s = device_work(); !s.ok()) {
     (void)ctx_->Synchronize();
-    for (int32_t id : out) Forget(id);
+    for (int32_t id : out) index_.Forget(id);
     return s;
   }
   return out;
@@ -313,14 +239,16 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
         absl::StrCat("step candidates k=", k, " above the CUDA top-k limit of ", kc::kMaxTopK));
   }
   if (n == 0) return absl::OkStatus();
+  const std::vector<int32_t>& row_pos = index_.row_pos();
+  const std::vector<int32_t>& row_source = index_.row_source();
   for (int r = 0; r < n; ++r) {
     if (ids[r] < 0 || ids[r] >= V) {
       return absl::InvalidArgumentError(absl::StrCat("step token id ", ids[r], " of row ", r,
                                                      " outside [0, ", V, ")"));
     }
-    if (row_pos_[r] + 1 > max_steps_) {
+    if (row_pos[r] + 1 > max_steps_) {
       return absl::OutOfRangeError(absl::StrCat("decoder cache holds ", max_steps_,
-                                                " positions; position ", row_pos_[r] + 1,
+                                                " positions; position ", row_pos[r] + 1,
                                                 " requested"));
     }
   }
@@ -333,57 +261,56 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
                                     static_cast<size_t>(B) * max_steps_ * sizeof(int32_t),
                                     "decoder slot tables"));
   const int64_t pads_missing = std::max<int64_t>(0, B - n - static_cast<int64_t>(pad_slots_.size()));
-  TNMT_RETURN_IF_ERROR(Reserve(self_, n + pads_missing, "self-attention"));
+  TNMT_RETURN_IF_ERROR(Reserve(graph::KvIndex::kSelf, n + pads_missing));
   const size_t step_words = 6 * static_cast<size_t>(B);
   TNMT_RETURN_IF_ERROR(EnsureBuffer(step_in_, step_words * sizeof(int32_t), "step inputs"));
   const size_t result_words = static_cast<size_t>(B) * (2 + 2 * static_cast<size_t>(k));
   TNMT_RETURN_IF_ERROR(EnsureBuffer(results_, result_words * sizeof(float), "step results"));
   const bool upload_src = src_dirty_;
+  const std::vector<int32_t>& src_lengths = index_.src_lengths();
+  const std::vector<int32_t>& src_slots = index_.src_slots();
   if (upload_src) {
-    TNMT_RETURN_IF_ERROR(EnsureBuffer(d_src_lengths_, src_lengths_.size() * sizeof(int32_t),
+    TNMT_RETURN_IF_ERROR(EnsureBuffer(d_src_lengths_, src_lengths.size() * sizeof(int32_t),
                                       "source lengths"));
-    TNMT_RETURN_IF_ERROR(EnsureBuffer(d_src_slots_, src_slots_.size() * sizeof(int32_t),
+    TNMT_RETURN_IF_ERROR(EnsureBuffer(d_src_slots_, src_slots.size() * sizeof(int32_t),
                                       "source slot tables"));
   }
-  const size_t src_words = upload_src ? src_lengths_.size() + src_slots_.size() : 0;
+  const size_t src_words = upload_src ? src_lengths.size() + src_slots.size() : 0;
   TNMT_RETURN_IF_ERROR(upload_.Ensure((step_words + src_words) * sizeof(int32_t)));
   TNMT_RETURN_IF_ERROR(download_.Ensure(result_words * sizeof(float)));
 
   // Packed step inputs [6, B]: ids, positions, new slots, sources, valid keys, table rows.
   for (int64_t i = 0; i < pads_missing; ++i) {  // Reserve made room
-    pad_slots_.push_back(self_.free.back());
-    self_.free.pop_back();
+    pad_slots_.push_back(index_.TakeSlot(graph::KvIndex::kSelf));
   }
   int32_t* h = upload_.as<int32_t>();
   for (int r = 0; r < B; ++r) {
     int32_t slot;
     if (r < n) {
-      slot = self_.free.back();  // Reserve made room for every row
-      self_.free.pop_back();
-      sources_[row_source_[r]].self_slots.push_back(slot);
+      slot = index_.TakeRowSlot(r);  // Reserve made room for every row
     } else {
       slot = pad_slots_[r - n];
     }
     h[r] = r < n ? ids[r] : c_.pad_id;
-    h[B + r] = r < n ? row_pos_[r] : 0;
+    h[B + r] = r < n ? row_pos[r] : 0;
     h[2 * B + r] = slot;
-    h[3 * B + r] = row_source_[r < n ? r : 0];  // padding attends to a live source
-    h[4 * B + r] = (r < n ? row_pos_[r] : 0) + 1;
-    h[5 * B + r] = r < n ? row_map_[r] : -1;
+    h[3 * B + r] = row_source[r < n ? r : 0];  // padding attends to a live source
+    h[4 * B + r] = (r < n ? row_pos[r] : 0) + 1;
+    h[5 * B + r] = r < n ? index_.row_map()[r] : -1;
   }
   cudaStream_t stream = ctx_->stream();
   TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(step_in_.get(), h, step_words * sizeof(int32_t),
                                                        cudaMemcpyHostToDevice, stream)));
   if (upload_src) {
     int32_t* hs = h + step_words;
-    std::copy(src_lengths_.begin(), src_lengths_.end(), hs);
-    std::copy(src_slots_.begin(), src_slots_.end(), hs + src_lengths_.size());
+    std::copy(src_lengths.begin(), src_lengths.end(), hs);
+    std::copy(src_slots.begin(), src_slots.end(), hs + src_lengths.size());
     TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(
-        cudaMemcpyAsync(d_src_lengths_.get(), hs, src_lengths_.size() * sizeof(int32_t),
+        cudaMemcpyAsync(d_src_lengths_.get(), hs, src_lengths.size() * sizeof(int32_t),
                         cudaMemcpyHostToDevice, stream)));
     TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(
-        cudaMemcpyAsync(d_src_slots_.get(), hs + src_lengths_.size(),
-                        src_slots_.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream)));
+        cudaMemcpyAsync(d_src_slots_.get(), hs + src_lengths.size(),
+                        src_slots.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream)));
     src_dirty_ = false;
   }
   int32_t* tables = tables_[spare].as<int32_t>();
@@ -395,7 +322,7 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
     TNMT_RETURN_IF_ERROR(EnqueueStep(B, k, tables, from));
   }
   cur_ = spare;
-  for (int r = 0; r < n; ++r) row_map_[r] = r;  // tables_[cur_] now holds the rows in order
+  index_.TablesGathered();  // tables_[cur_] now holds the rows in order
   TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(download_.as<float>(), results_.get(),
                                                        result_words * sizeof(float),
                                                        cudaMemcpyDeviceToHost, stream)));
@@ -410,7 +337,7 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   std::memcpy(s->eos_logit.data(), got + B, sizeof(float) * n);
   std::memcpy(s->top_logit.data(), got + values_at, sizeof(float) * nk);
   std::memcpy(s->top_id.data(), got + ids_at, sizeof(int32_t) * nk);
-  for (int r = 0; r < n; ++r) ++row_pos_[r];
+  index_.Advance(1);
   return absl::OkStatus();
 }
 
@@ -418,7 +345,7 @@ std::vector<uint64_t> CudaStepModel::GraphKey(int rows, int k, const int32_t* ta
                                               const int32_t* from) const {
   const Activations& a = act_.get();
   std::vector<uint64_t> key = {static_cast<uint64_t>(rows), static_cast<uint64_t>(k),
-                               static_cast<uint64_t>(src_stride_), Word(tables), Word(from),
+                               static_cast<uint64_t>(index_.src_stride()), Word(tables), Word(from),
                                Word(step_in_.get()), Word(results_.get()),
                                Word(d_src_lengths_.get()), Word(d_src_slots_.get()), Word(a.x),
                                Word(a.y), Word(a.qkv), Word(a.attn), Word(a.cq), Word(a.hidden),
@@ -462,11 +389,11 @@ absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* 
   self_args.k_groups_stride = max_steps_;
   // Cross-attention: row b reads source src[b], its lengths[src] slots.
   kc::AttentionArgs cross_args = self_args;
-  cross_args.k_len = src_stride_;
+  cross_args.k_len = index_.src_stride();
   cross_args.kv_index = d_src;
   cross_args.k_valid = d_src_lengths_.as<int32_t>();
   cross_args.k_groups = d_src_slots_.as<int32_t>();
-  cross_args.k_groups_stride = src_stride_;
+  cross_args.k_groups_stride = index_.src_stride();
   // The graph's view of the device pools.
   struct Cache {
     CudaStepModel* m;

@@ -7,8 +7,9 @@
 // position's K and V, [2 * d_model] float32, in every decoder layer); the self-attention pool
 // holds decoded positions, the cross pool source positions. Pools grow by doubling and keep
 // slot ids; slots belong to the source whose rows wrote them and are freed with it.
-//   - Host bookkeeping (authoritative): free lists, each source's slots and length, each row's
-//     source, position and `map` (which row of the device slot tables holds its ancestry).
+//   - Host bookkeeping (authoritative): engine/graph/kv_index.h, the same as the CPU's: free
+//     lists, each source's slots and length, each row's source, position and `map` (which row
+//     of the device slot tables holds its ancestry).
 //   - Device slot tables [rows, max_steps] int32: row r's slot for each position. Reorder
 //     only composes `map` on the host; the next Step gathers the tables into the spare buffer
 //     by `map` (copying each row's valid prefix) and writes the new position's slot, in one
@@ -42,6 +43,7 @@
 #include "engine/cuda/graph_cache.h"
 #include "engine/cuda/pinned_buffer.h"
 #include "engine/decode/step_model.h"
+#include "engine/graph/kv_index.h"
 #include "kernels/cuda/context.h"
 
 namespace tnmt {
@@ -63,7 +65,7 @@ class CudaStepModel : public StepModel {
   absl::Status ReleaseSource(int32_t source) override;
   absl::Status Reorder(const std::vector<int32_t>& parents,
                        const std::vector<int32_t>& new_sources) override;
-  int rows() const override { return static_cast<int>(row_source_.size()); }
+  int rows() const override { return index_.rows(); }
   // k <= kernels::cuda::kMaxTopK (256) on the GPU.
   absl::Status Step(const int32_t* ids, int k, StepScores* scores) override;
 
@@ -76,16 +78,11 @@ class CudaStepModel : public StepModel {
   const cuda_engine::GraphCache::Stats& graph_stats() const { return graphs_.stats(); }
 
  private:
-  // One pool of K/V slots: per decoder layer, [capacity, width] float32 on the device.
+  // One pool's storage: per decoder layer, [capacity, width] float32 on the device (the
+  // capacity and free slots are index_'s).
   struct Pool {
     int64_t width = 0;
-    int capacity = 0;
     std::vector<kernels::cuda::DeviceBuffer> layers;
-    std::vector<int32_t> free;  // a stack: lowest ids handed out first
-  };
-  struct Source {
-    bool live = false;
-    std::vector<int32_t> self_slots;  // written by its rows
   };
 
   CudaStepModel(std::shared_ptr<const cuda_engine::DeviceWeights> weights,
@@ -93,12 +90,10 @@ class CudaStepModel : public StepModel {
   absl::StatusOr<std::vector<int32_t>> AddSourcesImpl(const int32_t* ids, const int32_t* lengths,
                                                       int batch, int src_max);
   absl::Status StepImpl(const int32_t* ids, int k, StepScores* scores);
-  // Grows the device pools so that `more` slots are free (ids kept, contents copied).
-  absl::Status Reserve(Pool& pool, int64_t more, const char* name);
+  // Makes `more` slots of `pool` free, growing the device storage (ids kept, contents copied).
+  absl::Status Reserve(graph::KvIndex::PoolId pool, int64_t more);
   // Makes `buffer` hold at least `bytes` (contents not kept when it grows).
   absl::Status EnsureBuffer(kernels::cuda::DeviceBuffer& buffer, size_t bytes, const char* what);
-  // Frees a source's slots and id on the host (no row check).
-  void Forget(int32_t source);
   // Queues one step for `rows` rows (inputs at step_in_, [6, rows]): the slot tables from
   // `from` into `tables`, the decoder, and the results (layout of results_) for k candidates.
   absl::Status EnqueueStep(int rows, int k, int32_t* tables, const int32_t* from);
@@ -114,19 +109,11 @@ class CudaStepModel : public StepModel {
   std::unique_ptr<kernels::cuda::Context> ctx_;
   int max_steps_ = 0;  // slot-table width: most positions a row may decode
 
+  graph::KvIndex index_{"CudaStepModel"};  // sources, rows, slots (host, authoritative)
   Pool self_, cross_;
-  std::vector<Source> sources_;
-  std::vector<int32_t> free_sources_;
-  int live_sources_ = 0;
-  int src_stride_ = 0;                // longest source the source tables hold
-  std::vector<int32_t> src_lengths_;  // per source id (0 when released)
-  std::vector<int32_t> src_slots_;    // [source id, src_stride_]: cross slot per position
-  bool src_dirty_ = false;            // host source tables changed since the last upload
+  bool src_dirty_ = false;  // index_'s source tables changed since the last upload
   kernels::cuda::DeviceBuffer d_src_lengths_, d_src_slots_;
-
-  std::vector<int32_t> row_source_, row_pos_;
-  // Row r's ancestry is row row_map_[r] of tables_[cur_] (-1: a new row at position 0).
-  std::vector<int32_t> row_map_;
+  // Row r's ancestry is row index_.row_map()[r] of tables_[cur_] (-1: a new row).
   kernels::cuda::DeviceBuffer tables_[2];  // [rows, max_steps_] int32 each
   int cur_ = 0;
 

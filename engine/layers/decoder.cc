@@ -12,32 +12,31 @@
 #include "engine/graph/transformer.h"
 #include "engine/layers/cpu_layer_ops.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/step_ops.h"
 
 namespace tnmt {
 
 namespace k = kernels::cpu;
 
-absl::Status DecoderState::SlotPool::Reserve(int more) {
-  if (static_cast<int>(free.size()) >= more) return absl::OkStatus();
-  const int64_t need = static_cast<int64_t>(capacity) + more - static_cast<int64_t>(free.size());
-  const int64_t grown = std::max<int64_t>(need, std::max<int64_t>(64, 2 * static_cast<int64_t>(capacity)));
-  if (grown > std::numeric_limits<int32_t>::max()) return absl::ResourceExhaustedError("KV cache too large");
-  for (Tensor& t : layers) {
-    TNMT_ASSIGN_OR_RETURN(Tensor bigger, Tensor::Empty({grown, d2}));
-    if (capacity > 0) std::memcpy(bigger.f32(), t.f32(), sizeof(float) * capacity * d2);
-    t = std::move(bigger);
+absl::Status DecoderState::GrowPool(std::vector<Tensor>& pool, int old_capacity,
+                                    int new_capacity) {
+  const int64_t d2 = 2 * static_cast<int64_t>(c_->d_model);
+  std::vector<Tensor> bigger(pool.size());
+  for (size_t i = 0; i < pool.size(); ++i) {
+    TNMT_ASSIGN_OR_RETURN(bigger[i], Tensor::Empty({new_capacity, d2}));
+    if (old_capacity > 0) {
+      std::memcpy(bigger[i].f32(), pool[i].f32(), sizeof(float) * old_capacity * d2);
+    }
   }
-  // Lowest new ids are handed out first (free is a stack).
-  for (int64_t id = grown - 1; id >= capacity; --id) free.push_back(static_cast<int32_t>(id));
-  capacity = static_cast<int>(grown);
+  pool.swap(bigger);
   return absl::OkStatus();
 }
 
-absl::StatusOr<int32_t> DecoderState::SlotPool::Alloc() {
-  TNMT_RETURN_IF_ERROR(Reserve(1));
-  const int32_t id = free.back();
-  free.pop_back();
-  return id;
+absl::Status DecoderState::Reserve(graph::KvIndex::PoolId pool, int64_t more) {
+  std::vector<Tensor>& storage = pool == graph::KvIndex::kSelf ? self_ : cross_;
+  return index_.Reserve(pool, more, [&](int old_capacity, int new_capacity) {
+    return GrowPool(storage, old_capacity, new_capacity);
+  });
 }
 
 absl::StatusOr<DecoderState> DecoderState::Create(const ModelConfig& c, const ModelWeights& w,
@@ -51,11 +50,11 @@ absl::StatusOr<DecoderState> DecoderState::Create(const ModelConfig& c, const Mo
   s.c_ = &c;
   s.w_ = &w;
   s.max_steps_ = max_steps;
-  s.self_.d2 = s.cross_.d2 = 2 * c.d_model;
-  s.self_.layers.resize(w.decoder.size());
-  s.cross_.layers.resize(w.decoder.size());
+  s.self_.resize(w.decoder.size());
+  s.cross_.resize(w.decoder.size());
   if (row_hint > 0) {
-    TNMT_RETURN_IF_ERROR(s.self_.Reserve(row_hint * std::min(max_steps, 64)));
+    TNMT_RETURN_IF_ERROR(s.Reserve(graph::KvIndex::kSelf,
+                                   static_cast<int64_t>(row_hint) * std::min(max_steps, 64)));
     s.tables_.reserve(static_cast<size_t>(row_hint) * max_steps);
     s.spare_tables_.reserve(static_cast<size_t>(row_hint) * max_steps);
   }
@@ -77,126 +76,59 @@ absl::StatusOr<std::vector<int32_t>> DecoderState::AddSources(const Tensor& enco
   const int batch = static_cast<int>(encoder_out.dim(0));
   const int src_max = static_cast<int>(encoder_out.dim(1));
   if (encoder_out.dim(2) != d) return absl::InvalidArgumentError("encoder output width is not d_model");
-  int total = 0;
+  int64_t total = 0;
   for (int b = 0; b < batch; ++b) {
     if (src_lengths[b] < 1 || src_lengths[b] > src_max) {
       return absl::InvalidArgumentError(absl::StrCat("source length ", src_lengths[b], " outside [1, ", src_max, "]"));
     }
     total += src_lengths[b];
   }
-  if (src_max > src_stride_) {  // widen the per-source slot tables
-    std::vector<int32_t> wider(sources_.size() * src_max, 0);
-    for (size_t i = 0; i < sources_.size(); ++i) {
-      std::copy_n(src_slots_.begin() + i * src_stride_, src_stride_, wider.begin() + i * src_max);
-    }
-    src_slots_ = std::move(wider);
-    src_stride_ = src_max;
-  }
-  TNMT_RETURN_IF_ERROR(cross_.Reserve(total));
-  std::vector<int32_t> ids(batch);
-  for (int b = 0; b < batch; ++b) {
-    int32_t id;
-    if (!free_sources_.empty()) {
-      id = free_sources_.back();
-      free_sources_.pop_back();
-    } else {
-      id = static_cast<int32_t>(sources_.size());
-      sources_.emplace_back();
-      src_lengths_.push_back(0);
-      src_slots_.resize(sources_.size() * src_stride_, 0);
-    }
-    sources_[id].live = true;
-    src_lengths_[id] = src_lengths[b];
-    for (int j = 0; j < src_lengths[b]; ++j) {
-      TNMT_ASSIGN_OR_RETURN(src_slots_[static_cast<int64_t>(id) * src_stride_ + j], cross_.Alloc());
-    }
-    ids[b] = id;
-    ++live_sources_;
-  }
+  TNMT_RETURN_IF_ERROR(Reserve(graph::KvIndex::kCross, total));
+  TNMT_ASSIGN_OR_RETURN(std::vector<int32_t> ids, index_.AddSources(src_lengths, batch, src_max));
   // Every valid source position's K/V into its slot.
   std::vector<int32_t> slots, rows;
   slots.reserve(total);
   rows.reserve(total);
   for (int b = 0; b < batch; ++b) {
     for (int j = 0; j < src_lengths[b]; ++j) {
-      slots.push_back(src_slots_[static_cast<int64_t>(ids[b]) * src_stride_ + j]);
+      slots.push_back(index_.src_slot(ids[b], j));
       rows.push_back(b * src_max + j);
     }
   }
   const int64_t src_rows = static_cast<int64_t>(batch) * src_max;
-  TNMT_ASSIGN_OR_RETURN(Tensor kv, Tensor::Empty({src_rows, 2 * d}));
+  absl::StatusOr<Tensor> kv = Tensor::Empty({src_rows, 2 * d});
+  if (!kv.ok()) {
+    for (int32_t id : ids) index_.Forget(id);
+    return kv.status();
+  }
   struct {
-    SlotPool* pool;
-    float* cross_pool(size_t layer) { return pool->layers[layer].f32(); }
+    std::vector<Tensor>* pool;
+    float* cross_pool(size_t layer) { return (*pool)[layer].f32(); }
   } cache{&cross_};
   TNMT_RETURN_IF_ERROR(graph::CrossKeysValues(CpuLayerOps(*c_, *w_), encoder_out.f32(), src_rows,
-                                              kv.f32(), slots.data(), rows.data(), total, cache));
+                                              kv->f32(), slots.data(), rows.data(), total, cache));
   return ids;
 }
 
-absl::Status DecoderState::ReleaseSource(int32_t source) {
-  if (source < 0 || source >= static_cast<int32_t>(sources_.size()) || !sources_[source].live) {
-    return absl::InvalidArgumentError(absl::StrCat("DecoderState: no live source ", source));
-  }
-  for (int32_t s : row_source_) {
-    if (s == source) return absl::FailedPreconditionError("DecoderState: source still has live rows");
-  }
-  Source& src = sources_[source];
-  self_.free.insert(self_.free.end(), src.self_slots.begin(), src.self_slots.end());
-  for (int j = 0; j < src_lengths_[source]; ++j) cross_.free.push_back(src_slots_[static_cast<int64_t>(source) * src_stride_ + j]);
-  src = Source{};
-  src_lengths_[source] = 0;
-  free_sources_.push_back(source);
-  --live_sources_;
-  return absl::OkStatus();
-}
+absl::Status DecoderState::ReleaseSource(int32_t source) { return index_.ReleaseSource(source); }
 
 int DecoderState::steps() const {
   int m = 0;
-  for (int p : row_pos_) m = std::max(m, p);
+  for (int p : index_.row_pos()) m = std::max(m, p);
   return m;
 }
 
 int64_t DecoderState::slots_in_use() const {
-  return static_cast<int64_t>(self_.capacity) - self_.free.size() + cross_.capacity - cross_.free.size();
+  using graph::KvIndex;
+  return static_cast<int64_t>(index_.capacity(KvIndex::kSelf)) - index_.free_slots(KvIndex::kSelf) +
+         index_.capacity(KvIndex::kCross) - index_.free_slots(KvIndex::kCross);
 }
 
-absl::Status DecoderState::Start(std::vector<int32_t> kv_index) {
-  row_source_.clear();
-  row_pos_.clear();
-  return Reorder({}, kv_index);
-}
+absl::Status DecoderState::Start(std::vector<int32_t> kv_index) { return index_.Reorder({}, kv_index); }
 
 absl::Status DecoderState::Reorder(const std::vector<int32_t>& parents,
                                    const std::vector<int32_t>& new_sources) {
-  const int old_rows = rows();
-  for (int32_t p : parents) {
-    if (p < 0 || p >= old_rows) return absl::InvalidArgumentError("DecoderState::Reorder: bad parent");
-  }
-  for (int32_t s : new_sources) {
-    if (s < 0 || s >= static_cast<int32_t>(sources_.size()) || !sources_[s].live) {
-      return absl::InvalidArgumentError(absl::StrCat("DecoderState::Reorder: no live source ", s));
-    }
-  }
-  const size_t n = parents.size() + new_sources.size();
-  spare_tables_.resize(n * max_steps_);
-  spare_source_.resize(n);
-  spare_pos_.resize(n);
-  for (size_t i = 0; i < parents.size(); ++i) {
-    const int32_t p = parents[i];
-    std::copy_n(tables_.begin() + static_cast<int64_t>(p) * max_steps_, row_pos_[p],
-                spare_tables_.begin() + static_cast<int64_t>(i) * max_steps_);
-    spare_source_[i] = row_source_[p];
-    spare_pos_[i] = row_pos_[p];
-  }
-  for (size_t i = 0; i < new_sources.size(); ++i) {
-    spare_source_[parents.size() + i] = new_sources[i];
-    spare_pos_[parents.size() + i] = 0;
-  }
-  std::swap(tables_, spare_tables_);
-  std::swap(row_source_, spare_source_);
-  std::swap(row_pos_, spare_pos_);
-  return absl::OkStatus();
+  return index_.Reorder(parents, new_sources);
 }
 
 absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, DecoderState* s,
@@ -204,10 +136,12 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
   const int d = c.d_model;
   const int n = s->rows();
   if (n == 0) return absl::OkStatus();
-  const int start = s->row_pos_[0];
+  graph::KvIndex& index = s->index_;
+  const std::vector<int32_t>& row_pos = index.row_pos();
+  const int start = row_pos[0];
   int furthest = 0, src_longest = 0;
   for (int r = 0; r < n; ++r) {
-    const int p = s->row_pos_[r];
+    const int p = row_pos[r];
     if (t_new > 1 && p != start) {
       return absl::InvalidArgumentError("DecoderForward: several positions at once need rows at the same position");
     }
@@ -216,7 +150,7 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
                                                 " positions; position ", p + t_new, " requested"));
     }
     furthest = std::max(furthest, p + t_new);
-    src_longest = std::max(src_longest, s->src_lengths_[s->row_source_[r]]);
+    src_longest = std::max(src_longest, index.src_lengths()[index.row_source()[r]]);
   }
   const int64_t rows = static_cast<int64_t>(n) * t_new;
   TNMT_ASSIGN_OR_RETURN(float* x, ws->Get(Workspace::kX, rows * d));
@@ -226,20 +160,30 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
   TNMT_ASSIGN_OR_RETURN(float* cq, ws->Get(Workspace::kCrossQ, rows * d));
   TNMT_ASSIGN_OR_RETURN(float* hidden, ws->Get(Workspace::kHidden, rows * c.d_ff));
   // New slots for the positions this call writes, charged to each row's source.
-  TNMT_RETURN_IF_ERROR(s->self_.Reserve(static_cast<int>(rows)));
+  TNMT_RETURN_IF_ERROR(s->Reserve(graph::KvIndex::kSelf, rows));
   std::vector<int32_t> positions(rows), slots(rows);
+  for (int r = 0; r < n; ++r) {
+    for (int i = 0; i < t_new; ++i) {
+      positions[static_cast<int64_t>(r) * t_new + i] = row_pos[r] + i;
+      slots[static_cast<int64_t>(r) * t_new + i] = index.TakeRowSlot(r);
+    }
+  }
+  // The rows' slot tables after the reorders since the last call, with the first new slot
+  // (kernels ReorderSlotTables, as on the GPU); then any further new positions.
+  s->first_slots_.resize(n);
+  for (int r = 0; r < n; ++r) s->first_slots_[r] = slots[static_cast<int64_t>(r) * t_new];
+  s->spare_tables_.resize(static_cast<size_t>(n) * s->max_steps_);
+  k::ReorderSlotTables(s->spare_tables_.data(), s->tables_.data(), s->max_steps_,
+                       index.row_map().data(), row_pos.data(), s->first_slots_.data(), n);
+  std::swap(s->tables_, s->spare_tables_);
+  index.TablesGathered();
   s->valid_.resize(n);
   for (int r = 0; r < n; ++r) {
-    std::vector<int32_t>& owned = s->sources_[s->row_source_[r]].self_slots;
-    for (int i = 0; i < t_new; ++i) {
-      const int p = s->row_pos_[r] + i;
-      TNMT_ASSIGN_OR_RETURN(const int32_t slot, s->self_.Alloc());
-      owned.push_back(slot);
-      s->tables_[static_cast<int64_t>(r) * s->max_steps_ + p] = slot;
-      positions[static_cast<int64_t>(r) * t_new + i] = p;
-      slots[static_cast<int64_t>(r) * t_new + i] = slot;
+    for (int i = 1; i < t_new; ++i) {
+      s->tables_[static_cast<int64_t>(r) * s->max_steps_ + row_pos[r] + i] =
+          slots[static_cast<int64_t>(r) * t_new + i];
     }
-    s->valid_[r] = s->row_pos_[r] + t_new;
+    s->valid_[r] = row_pos[r] + t_new;
   }
   // Every K/V is addressed through a slot table (ld_kv = 0: one slot per stored group).
   k::AttentionArgs self_args = graph::ModelAttention(c);
@@ -253,10 +197,10 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
   k::AttentionArgs cross_args = self_args;
   cross_args.k_len = src_longest;
   cross_args.causal_offset = -1;
-  cross_args.kv_index = s->row_source_.data();
-  cross_args.k_valid = s->src_lengths_.data();
-  cross_args.k_groups = s->src_slots_.data();
-  cross_args.k_groups_stride = s->src_stride_;
+  cross_args.kv_index = index.row_source().data();
+  cross_args.k_valid = index.src_lengths().data();
+  cross_args.k_groups = index.src_slots().data();
+  cross_args.k_groups_stride = index.src_stride();
 
   // The graph's view of this state's pools.
   struct Cache {
@@ -264,11 +208,11 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
     const int32_t* slots;
     const k::AttentionArgs& self;
     const k::AttentionArgs& cross_attention;
-    float* self_pool(size_t layer) { return s->self_.layers[layer].f32(); }
+    float* self_pool(size_t layer) { return s->self_[layer].f32(); }
     const int32_t* new_slots() const { return slots; }
     const k::AttentionArgs& self_args() const { return self; }
     const k::AttentionArgs& cross_args() const { return cross_attention; }
-    float* cross_pool(size_t layer) { return s->cross_.layers[layer].f32(); }
+    float* cross_pool(size_t layer) { return s->cross_[layer].f32(); }
     absl::Status AfterCrossAttention(size_t layer, const float* q, const k::AttentionArgs& args) {
       const int d = s->c_->d_model;
       for (size_t a = 0; a < s->alignment_layers_.size(); ++a) {
@@ -291,7 +235,7 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
   a.hidden = hidden;
   TNMT_RETURN_IF_ERROR(
       graph::DecodeStep(CpuLayerOps(c, w), a, ids, positions.data(), rows, cache, logits));
-  for (int r = 0; r < n; ++r) s->row_pos_[r] += t_new;
+  index.Advance(t_new);
   return absl::OkStatus();
 }
 

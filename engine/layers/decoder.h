@@ -5,9 +5,10 @@
 // row has decoded. Both live in pools of slots (one slot = one position's K and V in every
 // layer) that grow on demand, so sentences can join and leave a running decode between steps
 // (continuous batching) and rows may be at different positions. Each row keeps a table of the
-// slots holding its positions; Reorder follows beam search's parent choices by copying these
-// tables, never K/V (a row shares its ancestors' slots). Slots belong to the source sentence
-// whose rows wrote them and are freed together when that sentence is released.
+// slots holding its positions; Reorder follows beam search's parent choices through these
+// tables, never copying K/V (a row shares its ancestors' slots). Slots belong to the source
+// sentence whose rows wrote them and are freed together when that sentence is released. The
+// bookkeeping is engine/graph/kv_index.h's, as on the GPU; this class holds the host storage.
 // DecoderForward appends `t_new` positions for all rows (t_new = 1 for incremental decoding;
 // t_new = the whole target for teacher forcing / full recomputation — the same code path).
 #pragma once
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/graph/kv_index.h"
 #include "engine/layers/workspace.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
@@ -42,14 +44,14 @@ class DecoderState {
   // may attend to it.
   absl::Status ReleaseSource(int32_t source);
 
-  int rows() const { return static_cast<int>(row_source_.size()); }
+  int rows() const { return index_.rows(); }
   // Positions decoded by the furthest row.
   int steps() const;
   int max_steps() const { return max_steps_; }
-  int position(int row) const { return row_pos_[row]; }
+  int position(int row) const { return index_.row_pos()[row]; }
   // Source each row attends to.
-  const std::vector<int32_t>& kv_index() const { return row_source_; }
-  int live_sources() const { return live_sources_; }
+  const std::vector<int32_t>& kv_index() const { return index_.row_source(); }
+  int live_sources() const { return index_.live_sources(); }
   // K/V slots allocated (self + cross), for memory accounting.
   int64_t slots_in_use() const;
 
@@ -71,37 +73,22 @@ class DecoderState {
   const std::vector<std::vector<int32_t>>& alignments() const { return alignments_; }
 
  private:
-  // Slots of d2 floats per layer; grows by doubling, keeping slot ids.
-  struct SlotPool {
-    int d2 = 0;
-    int capacity = 0;
-    std::vector<Tensor> layers;
-    std::vector<int32_t> free;
-    absl::Status Reserve(int more);
-    absl::StatusOr<int32_t> Alloc();
-    float* at(size_t layer, int32_t slot) { return layers[layer].f32() + static_cast<int64_t>(slot) * d2; }
-  };
-  struct Source {
-    bool live = false;
-    std::vector<int32_t> self_slots;  // written by its rows
-  };
+  // Grows every layer's pool tensor of `pool` to new_capacity slots of 2 * d_model floats.
+  absl::Status GrowPool(std::vector<Tensor>& pool, int old_capacity, int new_capacity);
+  absl::Status Reserve(graph::KvIndex::PoolId pool, int64_t more);
 
   friend absl::Status DecoderForward(const ModelConfig&, const ModelWeights&, DecoderState*,
                                      const int32_t*, int, float*, Workspace*);
   const ModelConfig* c_ = nullptr;
   const ModelWeights* w_ = nullptr;
   int max_steps_ = 0;
-  int src_stride_ = 0;                // longest source the tables hold
-  int live_sources_ = 0;
-  SlotPool self_, cross_;
-  std::vector<Source> sources_;
-  std::vector<int32_t> free_sources_;
-  std::vector<int32_t> src_lengths_;  // per source id (0 when released)
-  std::vector<int32_t> src_slots_;    // [source id, src_stride_]: cross K/V slot per position
-  std::vector<int32_t> row_source_, row_pos_;
-  // [row, max_steps_]: slot holding position p of row r (first row_pos_[r] valid).
+  graph::KvIndex index_{"DecoderState"};
+  // Per decoder layer, [capacity, 2 * d_model]: K then V of each slot.
+  std::vector<Tensor> self_, cross_;
+  // [row, max_steps_]: slot holding position p of row r (first row_pos valid), in the rows'
+  // order as of the last DecoderForward (index_.row_map() says where each row's is now).
   std::vector<int32_t> tables_, spare_tables_;
-  std::vector<int32_t> spare_source_, spare_pos_, valid_;
+  std::vector<int32_t> first_slots_, valid_;
   std::vector<int32_t> alignment_layers_;
   std::vector<std::vector<int32_t>> alignments_;
 };

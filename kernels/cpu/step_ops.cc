@@ -5,6 +5,15 @@
 
 namespace tnmt::kernels::cpu {
 
+void ReorderSlotTables(int32_t* dst, const int32_t* src, int64_t stride, const int32_t* map,
+                       const int32_t* positions, const int32_t* slots, int rows) {
+  for (int r = 0; r < rows; ++r) {
+    int32_t* row = dst + r * stride;
+    if (map[r] >= 0) std::memcpy(row, src + map[r] * stride, sizeof(int32_t) * positions[r]);
+    row[positions[r]] = slots[r];
+  }
+}
+
 void ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows, const float* src,
                  int64_t src_stride, const int32_t* src_rows, int64_t count, int width) {
   for (int64_t i = 0; i < count; ++i) {

@@ -1,4 +1,4 @@
-// ScatterRows against a naive element loop.
+// ReorderSlotTables and ScatterRows against naive element loops.
 #include "kernels/cpu/step_ops.h"
 
 #include <vector>
@@ -7,6 +7,25 @@
 
 namespace tnmt::kernels::cpu {
 namespace {
+
+TEST(ReorderSlotTablesTest, MatchesElementLoop) {
+  const int64_t stride = 6;
+  const int src_rows = 3;
+  std::vector<int32_t> src(src_rows * stride);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = 100 + static_cast<int32_t>(i);
+  // Row 0 and 2 continue source row 1, row 1 continues row 0, row 3 is new.
+  const std::vector<int32_t> map = {1, 0, 1, -1};
+  const std::vector<int32_t> positions = {4, 2, 5, 0};
+  const std::vector<int32_t> slots = {7, 8, 9, 10};
+  const int rows = static_cast<int>(map.size());
+  std::vector<int32_t> dst(rows * stride, -1), want = dst;
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < positions[r]; ++j) want[r * stride + j] = src[map[r] * stride + j];
+    want[r * stride + positions[r]] = slots[r];
+  }
+  ReorderSlotTables(dst.data(), src.data(), stride, map.data(), positions.data(), slots.data(), rows);
+  EXPECT_EQ(dst, want);
+}
 
 TEST(ScatterRowsTest, MatchesElementLoop) {
   const int width = 5;
