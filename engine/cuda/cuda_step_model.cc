@@ -125,13 +125,8 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
   }
   const int64_t R = static_cast<int64_t>(batch) * src_max;  // encoder rows, padding included
   if (R > INT_MAX) return absl::InvalidArgumentError(absl::StrCat("AddSources: ", R, " source rows"));
-  int64_t total = 0;
+  TNMT_ASSIGN_OR_RETURN(const int64_t total, graph::KvIndex::SourcePositions(lengths, batch, src_max));
   for (int b = 0; b < batch; ++b) {
-    if (lengths[b] < 1 || lengths[b] > src_max) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("source length ", lengths[b], " outside [1, ", src_max, "]"));
-    }
-    total += lengths[b];
     for (int j = 0; j < lengths[b]; ++j) {
       const int32_t id = ids[static_cast<int64_t>(b) * src_max + j];
       if (id < 0 || id >= c_.vocab_size) {

@@ -33,8 +33,7 @@ int32_t KvIndex::TakeSlot(PoolId id) {
   return slot;
 }
 
-absl::StatusOr<std::vector<int32_t>> KvIndex::AddSources(const int32_t* lengths, int batch,
-                                                         int src_max) {
+absl::StatusOr<int64_t> KvIndex::SourcePositions(const int32_t* lengths, int batch, int src_max) {
   int64_t total = 0;
   for (int b = 0; b < batch; ++b) {
     if (lengths[b] < 1 || lengths[b] > src_max) {
@@ -43,6 +42,12 @@ absl::StatusOr<std::vector<int32_t>> KvIndex::AddSources(const int32_t* lengths,
     }
     total += lengths[b];
   }
+  return total;
+}
+
+absl::StatusOr<std::vector<int32_t>> KvIndex::AddSources(const int32_t* lengths, int batch,
+                                                         int src_max) {
+  TNMT_ASSIGN_OR_RETURN(const int64_t total, SourcePositions(lengths, batch, src_max));
   if (free_slots(kCross) < total) {
     return absl::FailedPreconditionError(absl::StrCat(what_, ": cross-attention slots not reserved"));
   }

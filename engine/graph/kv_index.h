@@ -41,8 +41,11 @@ class KvIndex {
   int capacity(PoolId pool) const { return pools_[pool].capacity; }
   int64_t free_slots(PoolId pool) const { return static_cast<int64_t>(pools_[pool].free.size()); }
 
-  // Sources. AddSources checks 1 <= lengths[b] <= src_max and takes cross slots for every
-  // source position (Reserve(kCross, sum of lengths) first); returns the sources' ids.
+  // Sources. The positions of `batch` sources (the cross slots they need), after checking
+  // 1 <= lengths[b] <= src_max.
+  static absl::StatusOr<int64_t> SourcePositions(const int32_t* lengths, int batch, int src_max);
+  // Takes cross slots for every source position (Reserve(kCross, SourcePositions(...)) first)
+  // and returns the sources' ids.
   absl::StatusOr<std::vector<int32_t>> AddSources(const int32_t* lengths, int batch, int src_max);
   // Frees a source's slots and id (which a later AddSources may reuse); no row may attend to it.
   absl::Status ReleaseSource(int32_t source);

@@ -76,13 +76,11 @@ absl::StatusOr<std::vector<int32_t>> DecoderState::AddSources(const Tensor& enco
   const int batch = static_cast<int>(encoder_out.dim(0));
   const int src_max = static_cast<int>(encoder_out.dim(1));
   if (encoder_out.dim(2) != d) return absl::InvalidArgumentError("encoder output width is not d_model");
-  int64_t total = 0;
-  for (int b = 0; b < batch; ++b) {
-    if (src_lengths[b] < 1 || src_lengths[b] > src_max) {
-      return absl::InvalidArgumentError(absl::StrCat("source length ", src_lengths[b], " outside [1, ", src_max, "]"));
-    }
-    total += src_lengths[b];
-  }
+  TNMT_ASSIGN_OR_RETURN(const int64_t total,
+                        graph::KvIndex::SourcePositions(src_lengths, batch, src_max));
+  // Memory first: a failure before AddSources leaves the state as it was.
+  const int64_t src_rows = static_cast<int64_t>(batch) * src_max;
+  TNMT_ASSIGN_OR_RETURN(Tensor kv, Tensor::Empty({src_rows, 2 * d}));
   TNMT_RETURN_IF_ERROR(Reserve(graph::KvIndex::kCross, total));
   TNMT_ASSIGN_OR_RETURN(std::vector<int32_t> ids, index_.AddSources(src_lengths, batch, src_max));
   // Every valid source position's K/V into its slot.
@@ -95,18 +93,12 @@ absl::StatusOr<std::vector<int32_t>> DecoderState::AddSources(const Tensor& enco
       rows.push_back(b * src_max + j);
     }
   }
-  const int64_t src_rows = static_cast<int64_t>(batch) * src_max;
-  absl::StatusOr<Tensor> kv = Tensor::Empty({src_rows, 2 * d});
-  if (!kv.ok()) {
-    for (int32_t id : ids) index_.Forget(id);
-    return kv.status();
-  }
   struct {
     std::vector<Tensor>* pool;
     float* cross_pool(size_t layer) { return (*pool)[layer].f32(); }
   } cache{&cross_};
   TNMT_RETURN_IF_ERROR(graph::CrossKeysValues(CpuLayerOps(*c_, *w_), encoder_out.f32(), src_rows,
-                                              kv->f32(), slots.data(), rows.data(), total, cache));
+                                              kv.f32(), slots.data(), rows.data(), total, cache));
   return ids;
 }
 

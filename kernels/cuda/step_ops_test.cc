@@ -1,7 +1,8 @@
-// The decoder step's small kernels against host loops: slot-table reorder (rows copied from
-// their parents, new rows empty, this step's slot appended), row scatters into a slot pool
-// (with and without a source row map), and the per-row log-sum-exp with a picked logit against
-// kernels/cpu LogSumExp. Plus the training engine's AddDoubles / StoreDouble.
+// The decoder step's small kernels against their kernels/cpu twins (kernels/cpu/step_ops.h,
+// each tested there against a naive loop): slot-table reorder (rows copied from their parents,
+// new rows empty, this step's slot appended), row scatters into a slot pool (with and without a
+// source row map), and the per-row log-sum-exp with a picked logit against kernels/cpu
+// LogSumExp. Plus the training engine's AddDoubles / StoreDouble.
 #include "kernels/cuda/step_ops.h"
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/step_ops.h"
 #include "kernels/cuda/test_util.h"
 #include "kernels/cuda/train_ops.h"
 
@@ -21,7 +23,7 @@ using testing::CudaTest;
 
 class StepOpsTest : public CudaTest {};
 
-TEST_F(StepOpsTest, ReorderSlotTablesMatchesHostLoop) {
+TEST_F(StepOpsTest, ReorderSlotTablesMatchesCpu) {
   const int rows = 5, stride = 9;
   std::vector<int32_t> src(rows * stride);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<int32_t>(1000 + i);
@@ -29,10 +31,8 @@ TEST_F(StepOpsTest, ReorderSlotTablesMatchesHostLoop) {
   const std::vector<int32_t> positions = {3, 3, 0, 8, 1};
   const std::vector<int32_t> slots = {70, 71, 72, 73, 74};
   std::vector<int32_t> want(rows * stride, -7);
-  for (int r = 0; r < rows; ++r) {
-    for (int j = 0; j < positions[r]; ++j) want[r * stride + j] = src[map[r] * stride + j];
-    want[r * stride + positions[r]] = slots[r];
-  }
+  cpu::ReorderSlotTables(want.data(), src.data(), stride, map.data(), positions.data(), slots.data(),
+                         rows);
   int32_t* d_dst = ToDevice(std::vector<int32_t>(rows * stride, -7));
   ASSERT_TRUE(ReorderSlotTables(d_dst, ToDevice(src), stride, ToDevice(map), ToDevice(positions),
                                 ToDevice(slots), rows, stream())
@@ -41,17 +41,15 @@ TEST_F(StepOpsTest, ReorderSlotTablesMatchesHostLoop) {
   EXPECT_FALSE(ReorderSlotTables(d_dst, d_dst, 0, nullptr, nullptr, nullptr, 1, stream()).ok());
 }
 
-TEST_F(StepOpsTest, ScatterRowsMatchesHostLoop) {
+TEST_F(StepOpsTest, ScatterRowsMatchesCpu) {
   const int width = 300, src_stride = 310, dst_stride = 305, pool = 7, count = 4;
   const std::vector<float> src = Random(6 * src_stride);
   const std::vector<int32_t> dst_rows = {6, 0, 3, 5};
   for (bool with_map : {false, true}) {
     const std::vector<int32_t> src_rows = {5, 1, 1, 0};
     std::vector<float> want(pool * dst_stride, -1.0f);
-    for (int i = 0; i < count; ++i) {
-      const int from = with_map ? src_rows[i] : i;
-      for (int c = 0; c < width; ++c) want[dst_rows[i] * dst_stride + c] = src[from * src_stride + c];
-    }
+    cpu::ScatterRows(want.data(), dst_stride, dst_rows.data(), src.data(), src_stride,
+                     with_map ? src_rows.data() : nullptr, count, width);
     float* d_dst = ToDevice(std::vector<float>(pool * dst_stride, -1.0f));
     ASSERT_TRUE(ScatterRows(d_dst, dst_stride, ToDevice(dst_rows), ToDevice(src), src_stride,
                             with_map ? ToDevice(src_rows) : nullptr, count, width, stream())
