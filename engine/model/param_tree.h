@@ -17,7 +17,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace tnmt {
 
@@ -57,6 +59,8 @@ struct LinearGroup {
 
   int64_t rows(int64_t d_model, int64_t d_ff) const { return fused * (out == Width::kFf ? d_ff : d_model); }
   int64_t cols(int64_t d_model, int64_t d_ff) const { return in == Width::kFf ? d_ff : d_model; }
+  // Fused only: the projections' names, in order.
+  std::vector<std::string> part_names() const { return {parts, parts + fused}; }
 };
 
 namespace param_tree_internal {

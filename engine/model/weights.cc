@@ -129,24 +129,23 @@ absl::StatusOr<ModelWeights> ModelWeights::Build(const ModelConfig& c, TensorMap
     }
     w.decoder_positions = w.encoder_positions;
   }
-  // Every layer's groups as param_tree.h lists them; the first error stops the loading.
+  // Every layer's groups as param_tree.h lists them.
   absl::Status status;
+  auto keep = [&status](auto taken, auto& out) {
+    if (taken.ok()) out = *std::move(taken);
+    else status = taken.status();
+  };
   auto layer_loader = [&](const std::string& p) {
     return MakeParamVisitor(
         [&, p](const LinearGroup& g, Linear& l) {
-          if (!status.ok()) return;
-          absl::StatusOr<Linear> r =
-              g.fused > 1 ? L.TakeFused(p + "." + g.module,
-                                        std::vector<std::string>(g.parts, g.parts + g.fused), d)
-                          : L.TakeLinear(p + "." + g.name, g.rows(d, ff), g.cols(d, ff));
-          if (r.ok()) l = *std::move(r);
-          else status = r.status();
+          if (!status.ok()) return;  // the first error stops the loading
+          keep(g.fused > 1 ? L.TakeFused(p + "." + g.module, g.part_names(), d)
+                           : L.TakeLinear(p + "." + g.name, g.rows(d, ff), g.cols(d, ff)),
+               l);
         },
         [&, p](const char* name, LayerNormWeights& ln) {
           if (!status.ok()) return;
-          absl::StatusOr<LayerNormWeights> r = L.TakeLayerNorm(p + "." + name, d);
-          if (r.ok()) ln = *std::move(r);
-          else status = r.status();
+          keep(L.TakeLayerNorm(p + "." + name, d), ln);
         });
   };
   // (One layer at a time: a config claiming more layers than the file has fails at the first
@@ -168,10 +167,11 @@ absl::StatusOr<ModelWeights> ModelWeights::Build(const ModelConfig& c, TensorMap
 
 namespace {
 
-void PackLinear(Linear* l, bool int8) {
+// w: [out, in] packed for GemmPacked, float32 or int8.
+kernels::cpu::PackedMatrix Pack(const Tensor& w, bool int8) {
   const auto pack = int8 ? &kernels::cpu::PackedMatrix::PackInt8 : &kernels::cpu::PackedMatrix::Pack;
-  l->packed = pack(static_cast<int>(l->weight.dim(0)), static_cast<int>(l->weight.dim(1)),
-                   l->weight.f32(), static_cast<int>(l->weight.dim(1)));
+  return pack(static_cast<int>(w.dim(0)), static_cast<int>(w.dim(1)), w.f32(),
+              static_cast<int>(w.dim(1)));
 }
 
 }  // namespace
@@ -180,14 +180,11 @@ void ModelWeights::PackForInference(bool int8) {
   // Every linear, the encoder's and the cross-attention K/V too: then no inference GEMM goes
   // through OpenBLAS, whose rounding depends on the thread count and the batch, and a
   // sentence's scores are the same whatever it is batched with and however many threads run.
-  auto packer = MakeParamVisitor([int8](const LinearGroup&, Linear& l) { PackLinear(&l, int8); },
+  auto packer = MakeParamVisitor([int8](const LinearGroup&, Linear& l) { l.packed = Pack(l.weight, int8); },
                                   [](const char*, LayerNormWeights&) {});
   for (EncoderLayerWeights& l : encoder) VisitEncoderLayer(packer, l);
   for (DecoderLayerWeights& l : decoder) VisitDecoderLayer(packer, l);
-  const auto pack = int8 ? &kernels::cpu::PackedMatrix::PackInt8 : &kernels::cpu::PackedMatrix::Pack;
-  output_projection_packed =
-      pack(static_cast<int>(output_projection.dim(0)), static_cast<int>(output_projection.dim(1)),
-           output_projection.f32(), static_cast<int>(output_projection.dim(1)));
+  output_projection_packed = Pack(output_projection, int8);
 }
 
 int64_t ModelWeights::PackedBytes() const {
@@ -223,7 +220,7 @@ std::map<std::string, Tensor> ModelWeights::ToTensors(const ModelConfig& c) cons
     return MakeParamVisitor(
         [&, p](const LinearGroup& g, const Linear& l) {
           if (g.fused > 1) {
-            merge(Split(l, p + "." + g.module, std::vector<std::string>(g.parts, g.parts + g.fused), d));
+            merge(Split(l, p + "." + g.module, g.part_names(), d));
           } else {
             put_linear(p + "." + g.name, l);
           }
