@@ -19,22 +19,9 @@
 #include "engine/model/config.h"
 #include "engine/model/param_tree.h"
 #include "engine/model/weights.h"
+#include "trainer/model/train_graph.h"  // BackwardStages
 
 namespace tnmt::train {
-
-// The backward's stages, numbered in the order it finishes them (transformer_train.cc's order).
-struct BackwardStages {
-  int encoder_layers = 0, decoder_layers = 0;
-
-  int output() const { return 0; }  // logits: the output projection
-  int decoder_final_ln() const { return 1; }  // pre-norm only (empty otherwise)
-  int decoder_layer(int i) const { return 2 + (decoder_layers - 1 - i); }
-  int decoder_embed() const { return 2 + decoder_layers; }
-  int encoder_final_ln() const { return 3 + decoder_layers; }
-  int encoder_layer(int i) const { return 4 + decoder_layers + (encoder_layers - 1 - i); }
-  int encoder_embed() const { return 4 + decoder_layers + encoder_layers; }
-  int count() const { return encoder_embed() + 1; }
-};
 
 // Element offsets into the flat array (-1: no such tensor).
 struct FlatLinear {

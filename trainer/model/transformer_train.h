@@ -1,7 +1,7 @@
-// Training forward and backward of the whole encoder-decoder for one batch: per-layer forward
-// passes that keep what their backward needs, then the backward in reverse order, gradients
-// accumulated (+=) into a ModelWeights-shaped gradient. No general autograd: each sub-layer
-// has its forward/backward pair here and in kernels/cpu/backward.h.
+// Training forward and backward of the whole encoder-decoder for one batch on the CPU: the
+// training graph (train_graph.h) over kernels/cpu, gradients accumulated (+=) into a
+// ModelWeights-shaped gradient. No general autograd: each sub-layer has its forward/backward
+// pair in the graph and its kernels in kernels/cpu/backward.h.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +47,10 @@ absl::StatusOr<LossStats> ForwardBackward(const ModelConfig& c, const ModelWeigh
 // Forward only (no dropout): the loss of a batch, for validation.
 absl::StatusOr<LossStats> EvaluateLoss(const ModelConfig& c, const ModelWeights& params,
                                        const TrainBatch& batch, float label_smoothing);
+
+// Tests: fill every new training buffer with NaN (instead of leaving it uninitialized), so
+// that an operation reading memory it did not write shows in the results.
+void PoisonNewBuffersForTesting(bool on);
 
 absl::Status ValidateBatch(const ModelConfig& c, const TrainBatch& batch);
 

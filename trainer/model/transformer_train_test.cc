@@ -1,7 +1,8 @@
 // Training forward/backward of the whole model: gradients of every parameter tensor against
 // finite differences (directional derivatives, with dropout on: masks are deterministic), for
 // a post-norm shared-embedding model and a pre-norm GELU learned-position model; the training
-// forward without dropout gives the engine's loss; bad batches are errors.
+// forward without dropout gives the engine's loss; bad batches are errors. New buffers are
+// filled with NaN, so an operation that reads memory it has not written fails these tests.
 #include "trainer/model/transformer_train.h"
 
 #include <cmath>
@@ -47,6 +48,8 @@ TrainBatch MakeBatch(const ModelConfig& c, uint64_t seed) {
 class TrainGradTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
+    // A buffer read before it is written gives NaN gradients and losses, which fail below.
+    PoisonNewBuffersForTesting(true);
     auto m = LoadModelDirectory("tests/golden/data/" + GetParam());
     ASSERT_TRUE(m.ok()) << m.status();
     config_ = (*m)->config;
@@ -62,6 +65,7 @@ class TrainGradTest : public ::testing::TestWithParam<std::string> {
     }
     engine_model_ = *m;
   }
+  void TearDown() override { PoisonNewBuffersForTesting(false); }
   ModelConfig config_;
   ModelWeights params_;
   std::shared_ptr<const LoadedModel> engine_model_;
