@@ -1,6 +1,7 @@
-// The training forward and backward of the whole encoder-decoder on one GPU, layer by layer as
-// transformer_train.cc does on the CPU (same wiring, same dropout streams and masks, same
-// label-smoothed loss), over parameters kept as flat device arrays (flat_layout.h).
+// The training forward and backward of the whole encoder-decoder on one GPU: the training
+// graph the CPU runs (train_graph.h: same wiring, same dropout streams and masks, same
+// label-smoothed loss) over kernels/cuda, with parameters kept as flat device arrays
+// (flat_layout.h).
 //
 // Precision: float32 throughout, except that with float16/bfloat16 every GEMM takes
 // half-precision inputs (the weights' half copies, activations converted just before the GEMM)
