@@ -211,7 +211,7 @@ ModelConfig BaseConfig(int vocab) {
   c.encoder_layers = 6;
   c.decoder_layers = 6;
   c.normalize_before = false;
-  c.activation = kernels::cpu::Activation::kRelu;
+  c.activation = kernels::Activation::kRelu;
   c.position_encoding = PositionEncoding::kSinusoidal;
   c.share_embeddings = true;
   c.share_decoder_input_output_embed = true;

@@ -80,7 +80,7 @@ absl::Status CudaLayerOps::Linear(float* y, const float* x, int64_t rows, const 
     TNMT_RETURN_IF_ERROR(kc::Convert(half_, t, x, kc::DType::kFloat32, rows * l.in, ctx_.stream()));
     a = half_;
   }
-  const bool relu = activate && c_.activation == kernels::cpu::Activation::kRelu;
+  const bool relu = activate && c_.activation == kernels::Activation::kRelu;
   const bool gelu = activate && !relu;
   kc::GemmOptions o;
   o.ab_type = t;
@@ -93,7 +93,7 @@ absl::Status CudaLayerOps::Linear(float* y, const float* x, int64_t rows, const 
                                 l.in, l.weight, l.in, 0.0f, y, l.out, o));
   // GELU as the CPU's tanh formula (cuBLASLt's GELU epilogue approximates differently).
   if (gelu || (relu && l.bias == nullptr)) {
-    TNMT_RETURN_IF_ERROR(kc::BiasActivation(y, nullptr, rows, l.out, gelu, ctx_.stream()));
+    TNMT_RETURN_IF_ERROR(kc::BiasActivation(y, nullptr, rows, l.out, c_.activation, ctx_.stream()));
   }
   return absl::OkStatus();
 }

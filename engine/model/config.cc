@@ -36,8 +36,8 @@ absl::Status Read(const json& j, const char* key, const std::string& source, T* 
   return absl::OkStatus();
 }
 
-bool a_v2(kernels::cpu::Activation a) {
-  return a == kernels::cpu::Activation::kGeluErf || a == kernels::cpu::Activation::kSwish;
+bool a_v2(kernels::Activation a) {
+  return a == kernels::Activation::kGeluErf || a == kernels::Activation::kSwish;
 }
 
 #define TNMT_READ(j, key, field)                                  \
@@ -99,10 +99,10 @@ absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const st
   std::string activation = "relu";
   TNMT_READ(j, "activation", activation);
   {
-    using kernels::cpu::Activation;
+    using kernels::Activation;
     bool known = false;
     for (Activation a : {Activation::kRelu, Activation::kGelu, Activation::kGeluErf, Activation::kSwish}) {
-      if (activation == kernels::cpu::ActivationName(a)) c.activation = a, known = true;
+      if (activation == kernels::ActivationName(a)) c.activation = a, known = true;
     }
     if (!known) {
       return Bad(source, absl::StrCat("\"activation\" must be \"relu\", \"gelu\" (tanh approximation), "
@@ -231,8 +231,8 @@ absl::Status ModelConfig::CheckCudaSupport() const {
     return absl::FailedPreconditionError(
         absl::StrCat("the CUDA engine does not support ", what, " yet (use --device cpu)"));
   };
-  if (activation != kernels::cpu::Activation::kRelu && activation != kernels::cpu::Activation::kGelu) {
-    return refuse(absl::StrCat("\"activation\": \"", kernels::cpu::ActivationName(activation), "\""));
+  if (activation != kernels::Activation::kRelu && activation != kernels::Activation::kGelu) {
+    return refuse(absl::StrCat("\"activation\": \"", kernels::ActivationName(activation), "\""));
   }
   if (sinusoid_layout != SinusoidLayout::kInterleaved) return refuse("\"sinusoid_layout\": \"halves\"");
   if (final_logits_bias) return refuse("\"final_logits_bias\": true");
@@ -259,7 +259,7 @@ std::string ModelConfig::ToJson() const {
   j["encoder_layers"] = encoder_layers;
   j["decoder_layers"] = decoder_layers;
   j["normalize_before"] = normalize_before;
-  j["activation"] = kernels::cpu::ActivationName(activation);
+  j["activation"] = kernels::ActivationName(activation);
   j["position_encoding"] =
       position_encoding == PositionEncoding::kSinusoidal ? "sinusoidal" : "learned";
   j["max_positions"] = max_positions;

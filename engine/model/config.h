@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/cpu/elementwise.h"
+#include "kernels/activation.h"
 
 namespace tnmt {
 
@@ -54,7 +54,7 @@ struct ModelConfig {
   int encoder_layers = 6;
   int decoder_layers = 6;
   bool normalize_before = false;
-  kernels::cpu::Activation activation = kernels::cpu::Activation::kRelu;
+  kernels::Activation activation = kernels::Activation::kRelu;
   PositionEncoding position_encoding = PositionEncoding::kSinusoidal;
   SinusoidLayout sinusoid_layout = SinusoidLayout::kInterleaved;
   int max_positions = 1024;

@@ -30,7 +30,7 @@ namespace tnmt {
 namespace {
 
 using nlohmann::json;
-using kernels::cpu::Activation;
+using kernels::Activation;
 
 // Marian's layer norms are torch.nn.LayerNorm with its default epsilon.
 constexpr float kMarianLayerNormEpsilon = 1e-5f;

@@ -141,7 +141,7 @@ TEST_F(BrokenModelTest, FormatVersion2Keys) {
   const ModelConfig& c = (*m)->config;
   EXPECT_TRUE(c.final_logits_bias);
   EXPECT_EQ(c.sinusoid_layout, SinusoidLayout::kHalves);
-  EXPECT_EQ(c.activation, kernels::cpu::Activation::kSwish);
+  EXPECT_EQ(c.activation, kernels::Activation::kSwish);
   EXPECT_EQ(c.start_id(), 0);
   EXPECT_EQ(MaxPositions(c), 40);
   auto back = ModelConfig::Parse(c.ToJson(), "round trip");

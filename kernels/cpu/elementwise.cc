@@ -35,16 +35,6 @@ inline float Swish(float x) { return x / (1.0f + std::exp(-x)); }
 
 }  // namespace
 
-const char* ActivationName(Activation act) {
-  switch (act) {
-    case Activation::kRelu: return "relu";
-    case Activation::kGelu: return "gelu";
-    case Activation::kGeluErf: return "gelu_erf";
-    case Activation::kSwish: return "swish";
-  }
-  return "?";
-}
-
 TNMT_VECTORIZE void BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation act) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = y + r * n;

@@ -5,14 +5,13 @@
 
 #include <cstdint>
 
+#include "kernels/activation.h"
+
 namespace tnmt::kernels::cpu {
 
-// kGelu: tanh approximation 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))); kGeluErf: the exact
-// x * Phi(x) = 0.5x(1 + erf(x / sqrt(2))); kSwish: x * sigmoid(x) (SiLU).
-enum class Activation { kRelu, kGelu, kGeluErf, kSwish };
+using ::tnmt::kernels::Activation;
+using ::tnmt::kernels::ActivationName;
 
-// The config.json name of an activation ("relu", "gelu", "gelu_erf", "swish").
-const char* ActivationName(Activation act);
 
 // y: [rows, n] = act(y + bias[n]); in place. bias may be null.
 void BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation act);

@@ -97,8 +97,12 @@ __global__ void SoftmaxKernel(float* x, int n) {
 
 }  // namespace
 
-absl::Status BiasActivation(float* y, const float* bias, int64_t rows, int n, bool gelu,
+absl::Status BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation act,
                             cudaStream_t stream) {
+  if (act != Activation::kRelu && act != Activation::kGelu) {
+    return absl::InvalidArgumentError("BiasActivation: the CUDA kernels have relu and gelu (tanh) only");
+  }
+  const bool gelu = act == Activation::kGelu;
   const int64_t total = rows * n;
   if (total == 0) return absl::OkStatus();
   const int blocks = static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, 65535));

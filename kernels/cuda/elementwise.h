@@ -7,11 +7,13 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/activation.h"
 
 namespace tnmt::kernels::cuda {
 
-// y: [rows, n] = act(y + bias) in place; relu (gelu = false) or tanh-approximated gelu.
-absl::Status BiasActivation(float* y, const float* bias, int64_t rows, int n, bool gelu,
+// y: [rows, n] = act(y + bias) in place; kRelu or kGelu (tanh approximation, the CPU's
+// formula); other activations are an InvalidArgument error.
+absl::Status BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation act,
                             cudaStream_t stream);
 
 // out: [rows, d] = LayerNorm(x + r) * gamma + beta; r may be null; out may alias x.

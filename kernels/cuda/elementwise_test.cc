@@ -81,7 +81,8 @@ TEST_F(CudaElementwiseTest, SoftmaxAndBiasActivationMatchCpu) {
       cpu::BiasActivation(ref.data(), bias.data(), rows, n,
                           gelu ? cpu::Activation::kGelu : cpu::Activation::kRelu);
       float* dy = ToDevice(y);
-      ASSERT_TRUE(cuda::BiasActivation(dy, ToDevice(bias), rows, n, gelu, nullptr).ok());
+      const Activation act = gelu ? Activation::kGelu : Activation::kRelu;
+      ASSERT_TRUE(cuda::BiasActivation(dy, ToDevice(bias), rows, n, act, nullptr).ok());
       ExpectClose(ToHost(dy, rows * n), ref, 1e-5f);
     }
   }

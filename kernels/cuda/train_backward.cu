@@ -511,7 +511,11 @@ absl::Status LayerNormBackward(Context& ctx, float* dx, float* dgamma, float* db
 }
 
 absl::Status ActivationBackward(Context& ctx, float* dx, const float* dy, const float* pre,
-                                int64_t count, bool gelu) {
+                                int64_t count, Activation act) {
+  if (act != Activation::kRelu && act != Activation::kGelu) {
+    return absl::InvalidArgumentError("ActivationBackward: the CUDA kernels have relu and gelu (tanh) only");
+  }
+  const bool gelu = act == Activation::kGelu;
   TB_RETURN_IF_ERROR(CheckCount("ActivationBackward", count));
   if (count == 0) return absl::OkStatus();
   ActivationBackwardKernel<<<GridFor(count, kThreads), kThreads, 0, ctx.stream()>>>(dx, dy, pre,

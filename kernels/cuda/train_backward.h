@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/activation.h"
 #include "kernels/cuda/context.h"
 
 namespace tnmt::kernels::cuda {
@@ -27,10 +28,10 @@ absl::Status LayerNormBackward(Context& ctx, float* dx, float* dgamma, float* db
                                const float* dy, const float* x, const float* gamma, int64_t rows,
                                int d, float eps);
 
-// dx = dy * act'(pre): [count], act ReLU or (gelu) the tanh-approximated GELU, with the CPU's
-// derivative. dx may alias dy.
+// dx = dy * act'(pre): [count], act kRelu or kGelu (tanh approximation), with the CPU's
+// derivative; other activations are an InvalidArgument error. dx may alias dy.
 absl::Status ActivationBackward(Context& ctx, float* dx, const float* dy, const float* pre,
-                                int64_t count, bool gelu);
+                                int64_t count, Activation act);
 
 // db: [n] += column sums of dy: [rows, n]. Scratch: n doubles per 64 rows.
 absl::Status AccumulateColumnSum(Context& ctx, float* db, const float* dy, int64_t rows, int n);

@@ -95,13 +95,13 @@ TEST_F(TrainBackwardTest, ActivationBackward) {
     for (int64_t count : {int64_t{1}, int64_t{1003}, int64_t{100003}}) {
       SCOPED_TRACE(absl::StrCat(gelu ? "gelu" : "relu", " count ", count));
       const std::vector<float> pre = Random(count, 0.0f, 3.0f), dy = Random(count);
+      const Activation act = gelu ? Activation::kGelu : Activation::kRelu;
       std::vector<float> ref(count);
-      cpu::ActivationBackward(ref.data(), dy.data(), pre.data(), count,
-                              gelu ? cpu::Activation::kGelu : cpu::Activation::kRelu);
+      cpu::ActivationBackward(ref.data(), dy.data(), pre.data(), count, act);
       float* d_dx = Alloc<float>(count);
       Poison(d_dx, count * sizeof(float));
       float* d_pre = Copy(pre);
-      ASSERT_TRUE(ActivationBackward(*ctx_, d_dx, Copy(dy), d_pre, count, gelu).ok());
+      ASSERT_TRUE(ActivationBackward(*ctx_, d_dx, Copy(dy), d_pre, count, act).ok());
       const std::vector<float> got = ToHost(d_dx, count);
       if (gelu) {
         // 1 - tanh(u)^2 cancels in float for |u| of a few units, so a last-bit difference of
@@ -114,7 +114,7 @@ TEST_F(TrainBackwardTest, ActivationBackward) {
       }
       // In place (dx aliases dy), twice the same bits.
       float* d_dy = Copy(dy);
-      ASSERT_TRUE(ActivationBackward(*ctx_, d_dy, d_dy, d_pre, count, gelu).ok());
+      ASSERT_TRUE(ActivationBackward(*ctx_, d_dy, d_dy, d_pre, count, act).ok());
       EXPECT_TRUE(SameBits(ToHost(d_dy, count), got));
     }
   }
@@ -586,7 +586,8 @@ TEST_F(TrainBackwardTest, SumOfSquares) {
 
 TEST_F(TrainBackwardTest, InvalidArguments) {
   float* p = Alloc<float>(16);
-  EXPECT_FALSE(ActivationBackward(*ctx_, p, p, p, -1, false).ok());
+  EXPECT_FALSE(ActivationBackward(*ctx_, p, p, p, -1, Activation::kRelu).ok());
+  EXPECT_FALSE(ActivationBackward(*ctx_, p, p, p, 16, Activation::kSwish).ok());  // no CUDA kernel
   EXPECT_FALSE(LayerNormBackward(*ctx_, p, p, p, p, p, p, 1, 0, 1e-5f).ok());
   EXPECT_FALSE(AttentionTrainForward(*ctx_, p, 4, p, p, 4, p, p, 4, 1, 1, 1, 1, 0, nullptr, false)
                    .ok());

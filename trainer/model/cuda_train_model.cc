@@ -144,11 +144,10 @@ class CudaTrainOps {
   }
   absl::Status Add(float* y, const float* x, int64_t n) { return k::AddInPlace(ctx_, y, x, n); }
   absl::Status Activation(float* x, int64_t rows, int cols) {
-    return k::BiasActivation(x, nullptr, rows, cols, c_.activation == kernels::cpu::Activation::kGelu,
-                             ctx_.stream());
+    return k::BiasActivation(x, nullptr, rows, cols, c_.activation, ctx_.stream());
   }
   absl::Status ActivationBackward(float* dx, const float* pre, int64_t n) {
-    return k::ActivationBackward(ctx_, dx, dx, pre, n, c_.activation == kernels::cpu::Activation::kGelu);
+    return k::ActivationBackward(ctx_, dx, dx, pre, n, c_.activation);
   }
   absl::Status Dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
     return k::Dropout(ctx_, x, n, p, seed, stream);

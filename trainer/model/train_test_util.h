@@ -36,7 +36,7 @@ inline std::vector<Variant> TinyVariants() {
   v.push_back({"postnorm_relu_shared", base});
   ModelConfig pre = base;
   pre.normalize_before = true;
-  pre.activation = kernels::cpu::Activation::kGelu;
+  pre.activation = kernels::Activation::kGelu;
   pre.position_encoding = PositionEncoding::kLearned;
   pre.share_embeddings = false;
   pre.share_decoder_input_output_embed = false;
