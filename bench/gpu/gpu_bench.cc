@@ -133,7 +133,7 @@ double CopyBandwidth(Context& ctx) {
   auto a = ctx.allocator().Buffer(bytes), b = ctx.allocator().Buffer(bytes);
   CHECK_OK(a.status());
   CHECK_OK(b.status());
-  CHECK_OK(FillUniform(a->get(), DType::kFloat32, bytes / 4, -1.0f, 1.0f, 1, ctx.stream()));
+  CHECK_OK(FillUniform(ctx, a->get(), DType::kFloat32, bytes / 4, -1.0f, 1.0f, 1));
   const double us = EagerMicros(
       ctx, [&](int) { CHECK_CUDA(cudaMemcpyAsync(b->get(), a->get(), bytes, cudaMemcpyDeviceToDevice, ctx.stream())); },
       1, quick ? 3 : 10);
@@ -164,7 +164,7 @@ double BenchGemm(Context& ctx, const GemmShape& s, const GemmType& t, double pea
     for (int64_t e : {a_elems, b_elems, c_elems}) {
       auto b = ctx.allocator().Buffer(e * eb);
       CHECK_OK(b.status());
-      CHECK_OK(FillUniform(b->get(), t.ab, e, -1.0f, 1.0f, 1000 + bufs.size(), ctx.stream()));
+      CHECK_OK(FillUniform(ctx, b->get(), t.ab, e, -1.0f, 1.0f, 1000 + bufs.size()));
       bufs.push_back(std::move(*b));
     }
   }
@@ -239,8 +239,8 @@ void BenchAttention(Context& ctx, double copy_gbps, const std::string& name, int
   CHECK_OK(cache.status());
   CHECK_OK(q.status());
   CHECK_OK(out.status());
-  CHECK_OK(FillUniform(cache->get(), DType::kFloat32, slots * 2 * d, -1.0f, 1.0f, 7, ctx.stream()));
-  CHECK_OK(FillUniform(q->get(), DType::kFloat32, int64_t{rows} * d, -1.0f, 1.0f, 8, ctx.stream()));
+  CHECK_OK(FillUniform(ctx, cache->get(), DType::kFloat32, slots * 2 * d, -1.0f, 1.0f, 7));
+  CHECK_OK(FillUniform(ctx, q->get(), DType::kFloat32, int64_t{rows} * d, -1.0f, 1.0f, 8));
   std::vector<int32_t> table(slots), valid(groups, k_len), kv_index(rows);
   std::iota(table.begin(), table.end(), 0);
   if (random_slots) std::shuffle(table.begin(), table.end(), std::mt19937(5));
@@ -263,7 +263,8 @@ void BenchAttention(Context& ctx, double copy_gbps, const std::string& name, int
   a.k_groups_stride = k_len;
   const float* c = cache->as<float>();
   auto call = [&](int) {
-    CHECK_OK(MultiHeadAttention(out->as<float>(), d, q->as<float>(), d, c, c + d, 0, 2 * d, a, ctx.stream()));
+    CHECK_OK(
+        MultiHeadAttention(ctx, out->as<float>(), d, q->as<float>(), d, c, c + d, 0, 2 * d, a));
   };
   const double eager = EagerMicros(ctx, call, 20, quick ? 3 : 9);
   const double graph = GraphMicros(ctx, call, 20, quick ? 3 : 9);
@@ -280,9 +281,9 @@ void BenchOthers(Context& ctx, double copy_gbps) {
     const int vocab = 32000;
     auto x = ctx.allocator().Buffer(int64_t{rows} * vocab * 4);
     auto vals = ctx.allocator().Buffer(int64_t{rows} * k * 4), ids = ctx.allocator().Buffer(int64_t{rows} * k * 4);
-    CHECK_OK(FillUniform(x->get(), DType::kFloat32, int64_t{rows} * vocab, -10.0f, 10.0f, 9, ctx.stream()));
+    CHECK_OK(FillUniform(ctx, x->get(), DType::kFloat32, int64_t{rows} * vocab, -10.0f, 10.0f, 9));
     auto call = [&](int) {
-      CHECK_OK(TopK(vals->as<float>(), ids->as<int32_t>(), x->as<float>(), rows, vocab, k, 1, ctx.stream()));
+      CHECK_OK(TopK(ctx, vals->as<float>(), ids->as<int32_t>(), x->as<float>(), rows, vocab, k, 1));
     };
     const double eager = EagerMicros(ctx, call, 20, quick ? 3 : 9);
     const double graph = GraphMicros(ctx, call, 20, quick ? 3 : 9);
@@ -300,7 +301,7 @@ void BenchOthers(Context& ctx, double copy_gbps) {
     for (int i = 0; i < rows; ++i) t[i] = (i * 7919) % vocab;
     auto dt = ctx.allocator().Buffer(rows * 4);
     CHECK_CUDA(cudaMemcpy(dt->get(), t.data(), rows * 4, cudaMemcpyHostToDevice));
-    CHECK_OK(FillUniform(x->get(), DType::kFloat32, int64_t{rows} * vocab, -10.0f, 10.0f, 9, ctx.stream()));
+    CHECK_OK(FillUniform(ctx, x->get(), DType::kFloat32, int64_t{rows} * vocab, -10.0f, 10.0f, 9));
     auto call = [&](int) {
       CHECK_OK(LabelSmoothedCrossEntropy(ctx, x->as<float>(), dt->as<int32_t>(), rows, vocab, 0.1f, 1,
                                          sums->as<double>()));

@@ -351,12 +351,11 @@ std::vector<uint64_t> CudaStepModel::GraphKey(int rows, int k, const int32_t* ta
 }
 
 absl::Status CudaStepModel::EnqueueStep(int B, int k, int32_t* tables, const int32_t* from) {
-  cudaStream_t stream = ctx_->stream();
   const int32_t* d = step_in_.as<int32_t>();
   const int32_t *d_ids = d, *d_pos = d + B, *d_slot = d + 2 * B, *d_src = d + 3 * B,
                 *d_valid = d + 4 * B, *d_map = d + 5 * B;
-  TNMT_RETURN_IF_ERROR(kernels::cuda::ReorderSlotTables(tables, from, max_steps_, d_map, d_pos,
-                                                      d_slot, B, stream));
+  TNMT_RETURN_IF_ERROR(
+      kernels::cuda::ReorderSlotTables(*ctx_, tables, from, max_steps_, d_map, d_pos, d_slot, B));
   TNMT_RETURN_IF_ERROR(Forward(B, d_ids, d_pos, d_slot, d_src, d_valid, tables));
   float* res = results_.as<float>();
   float* lse = res;
@@ -364,9 +363,9 @@ absl::Status CudaStepModel::EnqueueStep(int B, int k, int32_t* tables, const int
   float* values = res + 2 * static_cast<int64_t>(B);
   int32_t* top_ids = reinterpret_cast<int32_t*>(values + static_cast<int64_t>(B) * k);
   const float* logits = act_.get().logits;
-  TNMT_RETURN_IF_ERROR(kernels::cuda::LogSumExpAndPick(lse, eos, logits, B, c_.vocab_size, c_.eos_id,
-                                                     stream));
-  return kc::TopK(values, top_ids, logits, B, c_.vocab_size, k, c_.pad_id, stream);
+  TNMT_RETURN_IF_ERROR(
+      kernels::cuda::LogSumExpAndPick(*ctx_, lse, eos, logits, B, c_.vocab_size, c_.eos_id));
+  return kc::TopK(*ctx_, values, top_ids, logits, B, c_.vocab_size, k, c_.pad_id);
 }
 
 absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* d_pos,

@@ -77,7 +77,7 @@ absl::Status CudaLayerOps::Linear(float* y, const float* x, int64_t rows, const 
   const kc::DType t = w_.dtype();
   const void* a = x;
   if (t != kc::DType::kFloat32) {
-    TNMT_RETURN_IF_ERROR(kc::Convert(half_, t, x, kc::DType::kFloat32, rows * l.in, ctx_.stream()));
+    TNMT_RETURN_IF_ERROR(kc::Convert(ctx_, half_, t, x, kc::DType::kFloat32, rows * l.in));
     a = half_;
   }
   const bool relu = activate && c_.activation == kernels::Activation::kRelu;
@@ -93,15 +93,15 @@ absl::Status CudaLayerOps::Linear(float* y, const float* x, int64_t rows, const 
                                 l.in, l.weight, l.in, 0.0f, y, l.out, o));
   // GELU as the CPU's tanh formula (cuBLASLt's GELU epilogue approximates differently).
   if (gelu || (relu && l.bias == nullptr)) {
-    TNMT_RETURN_IF_ERROR(kc::BiasActivation(y, nullptr, rows, l.out, c_.activation, ctx_.stream()));
+    TNMT_RETURN_IF_ERROR(kc::BiasActivation(ctx_, y, nullptr, rows, l.out, c_.activation));
   }
   return absl::OkStatus();
 }
 
 absl::Status CudaLayerOps::LayerNorm(float* y, const float* x, const float* residual,
                                      int64_t rows, const NormParams& ln) const {
-  return kc::LayerNorm(y, x, residual, ln.gamma, ln.beta, rows, c_.d_model, c_.layer_norm_epsilon,
-                       ctx_.stream());
+  return kc::LayerNorm(ctx_, y, x, residual, ln.gamma, ln.beta, rows, c_.d_model,
+                       c_.layer_norm_epsilon);
 }
 
 absl::Status CudaLayerOps::Add(float* x, const float* f, int64_t n) const {
@@ -112,24 +112,22 @@ absl::Status CudaLayerOps::Embed(float* x, const int32_t* ids, const int32_t* po
                                  int64_t rows, bool decoder) const {
   const int d = c_.d_model;
   const float scale = c_.scale_embedding ? std::sqrt(static_cast<float>(d)) : 1.0f;
-  return kc::EmbedTokens(x, ids, positions, rows, decoder ? w_.decoder_embed : w_.encoder_embed,
-                         w_.dtype(), decoder ? w_.decoder_positions : w_.encoder_positions, d,
-                         scale, ctx_.stream());
+  return kc::EmbedTokens(ctx_, x, ids, positions, rows,
+                         decoder ? w_.decoder_embed : w_.encoder_embed, w_.dtype(),
+                         decoder ? w_.decoder_positions : w_.encoder_positions, d, scale);
 }
 
 absl::Status CudaLayerOps::Attention(float* out, int64_t ld_out, const float* q, int64_t ld_q,
                                      const float* k, const float* v, int64_t ld_kv,
                                      int64_t kv_group_stride,
                                      const kernels::cpu::AttentionArgs& args) const {
-  return kc::MultiHeadAttention(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, args,
-                                ctx_.stream());
+  return kc::MultiHeadAttention(ctx_, out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, args);
 }
 
 absl::Status CudaLayerOps::ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows,
                                        const float* src, int64_t src_stride,
                                        const int32_t* src_rows, int64_t count, int width) const {
-  return kc::ScatterRows(dst, dst_stride, dst_rows, src, src_stride, src_rows, count, width,
-                         ctx_.stream());
+  return kc::ScatterRows(ctx_, dst, dst_stride, dst_rows, src, src_stride, src_rows, count, width);
 }
 
 absl::Status CudaLayerOps::Logits(float* logits, const float* x, int64_t rows) const {

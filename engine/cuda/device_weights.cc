@@ -75,8 +75,8 @@ class UploadPlan {
           TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(
               cudaMemcpyAsync(staging.get(), host + begin, static_cast<size_t>(count) * sizeof(float),
                               cudaMemcpyHostToDevice, ctx.stream())));
-          TNMT_RETURN_IF_ERROR(kc::Convert(dst + begin * elem, item.type, staging.get(),
-                                           kc::DType::kFloat32, count, ctx.stream()));
+          TNMT_RETURN_IF_ERROR(kc::Convert(ctx, dst + begin * elem, item.type, staging.get(),
+                                           kc::DType::kFloat32, count));
         }
       }
       for (const auto& set : item.setters) set(dst);

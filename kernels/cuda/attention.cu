@@ -239,10 +239,10 @@ bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 }  // namespace
 
-absl::Status MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q,
-                                const float* k, const float* v, int64_t ld_kv,
-                                int64_t kv_group_stride, const AttentionArgs& a,
-                                cudaStream_t stream) {
+absl::Status MultiHeadAttention(Context& ctx, float* out, int64_t ld_out, const float* q,
+                                int64_t ld_q, const float* k, const float* v, int64_t ld_kv,
+                                int64_t kv_group_stride, const AttentionArgs& a) {
+  cudaStream_t stream = ctx.stream();
   if (a.batch < 0 || a.q_len < 0 || a.k_len < 0 || a.num_heads < 0 || a.d_head < 0) {
     return absl::InvalidArgumentError("cuda::MultiHeadAttention: negative size");
   }

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cuda/context.h"
 
 namespace tnmt::kernels::cuda {
 
@@ -25,9 +26,8 @@ using AttentionArgs = cpu::AttentionArgs;
 // out: [batch * q_len, ld_out]; q: [batch * q_len, ld_q]; key j of K/V group g at
 // k + g' * kv_group_stride + j * ld_kv with g' = k_groups[g * stride + j] (or g). All device
 // pointers. A row with no visible key gets zeros (as on the CPU).
-absl::Status MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q,
-                                const float* k, const float* v, int64_t ld_kv,
-                                int64_t kv_group_stride, const AttentionArgs& args,
-                                cudaStream_t stream);
+absl::Status MultiHeadAttention(Context& ctx, float* out, int64_t ld_out, const float* q,
+                                int64_t ld_q, const float* k, const float* v, int64_t ld_kv,
+                                int64_t kv_group_stride, const AttentionArgs& args);
 
 }  // namespace tnmt::kernels::cuda

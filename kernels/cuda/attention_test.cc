@@ -87,8 +87,8 @@ class AttentionTest : public CudaTest {
     float* dkv = ToDevice(kv);
     float* dout = Alloc<float>(rows * ld_out);
     Poison(dout, rows * ld_out * sizeof(float));
-    const absl::Status s = MultiHeadAttention(dout, ld_out, ToDevice(q), ld_q, dkv, dkv + d, ld_kv,
-                                              group_stride, g, stream());
+    const absl::Status s = MultiHeadAttention(*ctx_, dout, ld_out, ToDevice(q), ld_q, dkv, dkv + d,
+                                              ld_kv, group_stride, g);
     EXPECT_TRUE(s.ok()) << s;
     std::vector<float> got = ToHost(dout, rows * ld_out);
     // Compare the written columns only (padding columns stay poisoned on both sides' terms).
@@ -131,11 +131,13 @@ TEST_F(AttentionTest, EmptyAndBadArguments) {
   a.q_len = 1;
   a.num_heads = 8;
   a.d_head = 64;
-  EXPECT_TRUE(MultiHeadAttention(nullptr, 512, nullptr, 512, nullptr, nullptr, 0, 1024, a, stream()).ok());
+  EXPECT_TRUE(
+      MultiHeadAttention(*ctx_, nullptr, 512, nullptr, 512, nullptr, nullptr, 0, 1024, a).ok());
   a.batch = 1;
   a.d_head = 300;
-  EXPECT_EQ(MultiHeadAttention(nullptr, 512, nullptr, 512, nullptr, nullptr, 0, 1024, a, stream()).code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(
+      MultiHeadAttention(*ctx_, nullptr, 512, nullptr, 512, nullptr, nullptr, 0, 1024, a).code(),
+      absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

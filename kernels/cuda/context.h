@@ -1,6 +1,8 @@
 // The explicit CUDA execution context of tnmt's GPU kernels: one device, one stream, one
 // cuBLASLt handle with its workspace, a caching device allocator and the cached GEMM plans
 // (kernels/cuda/gemm.h). Everything queued through a Context runs in its stream's order.
+// Calling convention: every kernels/cuda operation takes the Context it runs in as its first
+// argument (outputs next, then inputs, then sizes and options) and returns a Status.
 //
 // Threading: a Context (and its allocator) is used by one host thread at a time; give each
 // thread or model its own. Blocks returned to the allocator are reused by later work queued on

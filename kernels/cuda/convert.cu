@@ -70,8 +70,9 @@ absl::Status LaunchFrom(void* dst, const void* src, DType src_type, int64_t coun
 
 }  // namespace
 
-absl::Status Convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t count,
-                     cudaStream_t stream) {
+absl::Status Convert(Context& ctx, void* dst, DType dst_type, const void* src, DType src_type,
+                     int64_t count) {
+  cudaStream_t stream = ctx.stream();
   if (count < 0) {
     return absl::InvalidArgumentError(absl::StrCat("cuda::Convert: negative count ", count));
   }

@@ -13,11 +13,14 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/context.h"
 #include "kernels/cuda/gemm.h"  // DType
 
 namespace tnmt::kernels::cuda {
-// dst[i] = src[i] converted (round to nearest even) between float32, float16, bfloat16 (any pair, same type = copy). count elements. Device pointers.
-// dst and src must not overlap unless they are the same pointer and the same type (a no-op).
-// Queued on `stream`; count == 0 does nothing; a negative count is InvalidArgument.
-absl::Status Convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t count, cudaStream_t stream);
+// dst[i] = src[i] converted (round to nearest even) between float32, float16, bfloat16 (any pair,
+// same type = copy). count elements. Device pointers. dst and src must not overlap unless they are
+// the same pointer and the same type (a no-op). Queued on the Context's stream; count == 0 does
+// nothing; a negative count is InvalidArgument.
+absl::Status Convert(Context& ctx, void* dst, DType dst_type, const void* src, DType src_type,
+                     int64_t count);
 }  // namespace tnmt::kernels::cuda

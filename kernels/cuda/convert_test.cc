@@ -189,8 +189,8 @@ class ConvertTest : public testing::CudaTest {
     const S* d_src = ToDevice(padded) + offset;
     D* d_dst = Alloc<D>(src.size() + offset) + offset;
     Poison(d_dst, src.size() * sizeof(D));
-    const absl::Status s = Convert(d_dst, dst_type, d_src, src_type,
-                                   static_cast<int64_t>(src.size()), stream());
+    const absl::Status s =
+        Convert(*ctx_, d_dst, dst_type, d_src, src_type, static_cast<int64_t>(src.size()));
     EXPECT_TRUE(s.ok()) << s;
     return ToHost(d_dst, src.size());
   }
@@ -254,11 +254,11 @@ TEST_F(ConvertTest, Float32CopyKeepsBits) {
 }
 
 TEST_F(ConvertTest, EmptyAndInvalid) {
-  EXPECT_TRUE(Convert(nullptr, DType::kFloat16, nullptr, DType::kFloat32, 0, stream()).ok());
+  EXPECT_TRUE(Convert(*ctx_, nullptr, DType::kFloat16, nullptr, DType::kFloat32, 0).ok());
   float* d = Alloc<float>(4);
-  EXPECT_EQ(Convert(d, DType::kFloat16, d, DType::kFloat32, -1, stream()).code(),
+  EXPECT_EQ(Convert(*ctx_, d, DType::kFloat16, d, DType::kFloat32, -1).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Convert(d, DType::kFloat32, d, DType::kFloat32, 4, stream()).ok());
+  EXPECT_TRUE(Convert(*ctx_, d, DType::kFloat32, d, DType::kFloat32, 4).ok());
   EXPECT_TRUE(ctx_->Synchronize().ok());
 }
 

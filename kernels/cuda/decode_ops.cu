@@ -192,9 +192,10 @@ __global__ void GatherKernel(char* dst, int64_t dst_stride, const char* src, int
 
 }  // namespace
 
-absl::Status EmbedTokens(float* out, const int32_t* ids, const int32_t* positions, int64_t count,
-                         const void* table, DType table_type, const float* pos, int d,
-                         float scale, cudaStream_t stream) {
+absl::Status EmbedTokens(Context& ctx, float* out, const int32_t* ids, const int32_t* positions,
+                         int64_t count, const void* table, DType table_type, const float* pos,
+                         int d, float scale) {
+  cudaStream_t stream = ctx.stream();
   if (count < 0 || d < 0) return absl::InvalidArgumentError("cuda::EmbedTokens: negative size");
   if (count == 0 || d == 0) return absl::OkStatus();
   if (count > 0x7fffffff) return absl::InvalidArgumentError("cuda::EmbedTokens: too many tokens");
@@ -216,15 +217,17 @@ absl::Status EmbedTokens(float* out, const int32_t* ids, const int32_t* position
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
-absl::Status SinusoidalPositions(float* table, int rows, int d, cudaStream_t stream) {
+absl::Status SinusoidalPositions(Context& ctx, float* table, int rows, int d) {
+  cudaStream_t stream = ctx.stream();
   if (rows < 0 || d < 0) return absl::InvalidArgumentError("cuda::SinusoidalPositions: negative size");
   if (rows == 0 || d == 0) return absl::OkStatus();
   SinusoidalKernel<<<rows, 128, 0, stream>>>(table, d);
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
-absl::Status TopK(float* values, int32_t* ids, const float* x, int64_t rows, int n, int k,
-                  int32_t exclude, cudaStream_t stream) {
+absl::Status TopK(Context& ctx, float* values, int32_t* ids, const float* x, int64_t rows, int n,
+                  int k, int32_t exclude) {
+  cudaStream_t stream = ctx.stream();
   const int eligible = n - (exclude >= 0 && exclude < n ? 1 : 0);
   if (rows < 0 || n < 0) return absl::InvalidArgumentError("cuda::TopK: negative size");
   if (k < 1 || k > kMaxTopK || k > eligible) {
@@ -238,9 +241,9 @@ absl::Status TopK(float* values, int32_t* ids, const float* x, int64_t rows, int
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
-absl::Status GatherRows(void* dst, int64_t dst_stride, const void* src, int64_t src_stride,
-                        const int32_t* index, int64_t rows, int64_t row_bytes,
-                        cudaStream_t stream) {
+absl::Status GatherRows(Context& ctx, void* dst, int64_t dst_stride, const void* src,
+                        int64_t src_stride, const int32_t* index, int64_t rows, int64_t row_bytes) {
+  cudaStream_t stream = ctx.stream();
   if (rows < 0 || row_bytes < 0) return absl::InvalidArgumentError("cuda::GatherRows: negative size");
   if (rows == 0 || row_bytes == 0) return absl::OkStatus();
   if (rows > 0x7fffffff) return absl::InvalidArgumentError("cuda::GatherRows: too many rows");

@@ -36,7 +36,7 @@ TEST_F(DecodeOpsTest, SinusoidalPositionsMatchCpu) {
     cpu::SinusoidalPositions(want.data(), rows, d);
     float* dt = Alloc<float>(want.size());
     Poison(dt, want.size() * sizeof(float));
-    ASSERT_TRUE(SinusoidalPositions(dt, rows, d, stream()).ok());
+    ASSERT_TRUE(SinusoidalPositions(*ctx_, dt, rows, d).ok());
     const double err = MaxScaledError(ToHost(dt, want.size()), want);
     EXPECT_LE(err, 1e-6) << rows << "x" << d;
   }
@@ -82,8 +82,8 @@ TEST_F(DecodeOpsTest, EmbedTokensMatchesCpuForEachTableType) {
                        with_pos ? pos.data() : nullptr, d, scale);
       float* dout = Alloc<float>(want.size());
       Poison(dout, want.size() * sizeof(float));
-      ASSERT_TRUE(EmbedTokens(dout, ToDevice(ids), ToDevice(positions), count, dtable, t,
-                              with_pos ? ToDevice(pos) : nullptr, d, scale, stream())
+      ASSERT_TRUE(EmbedTokens(*ctx_, dout, ToDevice(ids), ToDevice(positions), count, dtable, t,
+                              with_pos ? ToDevice(pos) : nullptr, d, scale)
                       .ok());
       EXPECT_LE(MaxScaledError(ToHost(dout, want.size()), want), 1e-6) << DTypeName(t);
     }
@@ -126,7 +126,7 @@ TEST_F(DecodeOpsTest, TopKMatchesFullSort) {
     float* dvals = Alloc<float>(static_cast<size_t>(c.rows) * c.k);
     int32_t* dids = Alloc<int32_t>(static_cast<size_t>(c.rows) * c.k);
     Poison(dids, static_cast<size_t>(c.rows) * c.k * sizeof(int32_t));
-    ASSERT_TRUE(TopK(dvals, dids, ToDevice(x), c.rows, c.n, c.k, c.exclude, stream()).ok());
+    ASSERT_TRUE(TopK(*ctx_, dvals, dids, ToDevice(x), c.rows, c.n, c.k, c.exclude).ok());
     std::vector<float> vals = ToHost(dvals, static_cast<size_t>(c.rows) * c.k);
     std::vector<int32_t> ids = ToHost(dids, static_cast<size_t>(c.rows) * c.k);
     int mismatches = 0;
@@ -154,9 +154,9 @@ TEST_F(DecodeOpsTest, TopKMatchesFullSort) {
     }
     EXPECT_EQ(mismatches, 0) << "rows=" << c.rows << " n=" << c.n << " k=" << c.k;
   }
-  EXPECT_EQ(TopK(nullptr, nullptr, nullptr, 1, 10, 10, 3, stream()).code(),
+  EXPECT_EQ(TopK(*ctx_, nullptr, nullptr, nullptr, 1, 10, 10, 3).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(TopK(nullptr, nullptr, nullptr, 1, 1000, kMaxTopK + 1, -1, stream()).code(),
+  EXPECT_EQ(TopK(*ctx_, nullptr, nullptr, nullptr, 1, 1000, kMaxTopK + 1, -1).code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -182,8 +182,8 @@ TEST_F(DecodeOpsTest, GatherRowsMatchesHostCopy) {
       std::memcpy(want.data() + r * c.dst_stride, src.data() + index[r] * c.src_stride, c.row_bytes);
     }
     uint8_t* ddst = ToDevice(dst);
-    ASSERT_TRUE(GatherRows(ddst, c.dst_stride, ToDevice(src), c.src_stride, ToDevice(index), c.rows,
-                           c.row_bytes, stream())
+    ASSERT_TRUE(GatherRows(*ctx_, ddst, c.dst_stride, ToDevice(src), c.src_stride, ToDevice(index),
+                           c.rows, c.row_bytes)
                     .ok());
     EXPECT_EQ(ToHost(ddst, dst.size()), want) << "rows " << c.rows << " bytes " << c.row_bytes;
   }

@@ -97,8 +97,9 @@ __global__ void SoftmaxKernel(float* x, int n) {
 
 }  // namespace
 
-absl::Status BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation act,
-                            cudaStream_t stream) {
+absl::Status BiasActivation(Context& ctx, float* y, const float* bias, int64_t rows, int n,
+                            Activation act) {
+  cudaStream_t stream = ctx.stream();
   if (act != Activation::kRelu && act != Activation::kGelu) {
     return absl::InvalidArgumentError("BiasActivation: the CUDA kernels have relu and gelu (tanh) only");
   }
@@ -110,14 +111,16 @@ absl::Status BiasActivation(float* y, const float* bias, int64_t rows, int n, Ac
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
-absl::Status LayerNorm(float* out, const float* x, const float* r, const float* gamma,
-                       const float* beta, int64_t rows, int d, float eps, cudaStream_t stream) {
+absl::Status LayerNorm(Context& ctx, float* out, const float* x, const float* r, const float* gamma,
+                       const float* beta, int64_t rows, int d, float eps) {
+  cudaStream_t stream = ctx.stream();
   if (rows == 0) return absl::OkStatus();
   LayerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, x, r, gamma, beta, d, eps);
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
-absl::Status Softmax(float* x, int64_t rows, int n, cudaStream_t stream) {
+absl::Status Softmax(Context& ctx, float* x, int64_t rows, int n) {
+  cudaStream_t stream = ctx.stream();
   if (rows == 0) return absl::OkStatus();
   SoftmaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, n);
   return TNMT_CUDA_LAUNCH_CHECK();

@@ -8,19 +8,20 @@
 
 #include "absl/status/status.h"
 #include "kernels/activation.h"
+#include "kernels/cuda/context.h"
 
 namespace tnmt::kernels::cuda {
 
 // y: [rows, n] = act(y + bias) in place; kRelu or kGelu (tanh approximation, the CPU's
 // formula); other activations are an InvalidArgument error.
-absl::Status BiasActivation(float* y, const float* bias, int64_t rows, int n, Activation act,
-                            cudaStream_t stream);
+absl::Status BiasActivation(Context& ctx, float* y, const float* bias, int64_t rows, int n,
+                            Activation act);
 
 // out: [rows, d] = LayerNorm(x + r) * gamma + beta; r may be null; out may alias x.
-absl::Status LayerNorm(float* out, const float* x, const float* r, const float* gamma,
-                       const float* beta, int64_t rows, int d, float eps, cudaStream_t stream);
+absl::Status LayerNorm(Context& ctx, float* out, const float* x, const float* r, const float* gamma,
+                       const float* beta, int64_t rows, int d, float eps);
 
 // In-place row softmax of x: [rows, n]; an all -inf row becomes zeros.
-absl::Status Softmax(float* x, int64_t rows, int n, cudaStream_t stream);
+absl::Status Softmax(Context& ctx, float* x, int64_t rows, int n);
 
 }  // namespace tnmt::kernels::cuda

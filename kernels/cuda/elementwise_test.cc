@@ -1,44 +1,22 @@
-// CUDA row-wise kernels against the CPU kernels on random data. Skips (reported as passed)
-// when no CUDA device or driver is present.
+// CUDA row-wise kernels against the CPU kernels on random data. Skips when no CUDA device or
+// driver is present.
 #include "kernels/cuda/elementwise.h"
 
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cuda/test_util.h"
 
 namespace tnmt::kernels {
 namespace {
 
-class CudaElementwiseTest : public ::testing::Test {
+class CudaElementwiseTest : public cuda::testing::CudaTest {
  protected:
-  void SetUp() override {
-    int count = 0;
-    const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess || count == 0) {
-      GTEST_SKIP() << "SKIPPED: no CUDA device (" << cudaGetErrorString(e) << ")";
-    }
-  }
-  float* ToDevice(const std::vector<float>& h) {
-    float* d = nullptr;
-    EXPECT_EQ(cudaMalloc(&d, h.size() * sizeof(float)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-    allocations_.push_back(d);
-    return d;
-  }
-  std::vector<float> ToHost(const float* d, size_t n) {
-    std::vector<float> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-  void TearDown() override {
-    for (float* p : allocations_) cudaFree(p);
-  }
   std::vector<float> Random(size_t n) {
     std::normal_distribution<float> dist(0.5f, 2.0f);
     std::vector<float> v(n);
@@ -46,7 +24,6 @@ class CudaElementwiseTest : public ::testing::Test {
     return v;
   }
   std::mt19937 rng_{3};
-  std::vector<float*> allocations_;
 };
 
 void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, float tol) {
@@ -60,7 +37,8 @@ TEST_F(CudaElementwiseTest, LayerNormMatchesCpu) {
     std::vector<float> want(rows * d);
     cpu::LayerNorm(want.data(), x.data(), r.data(), g.data(), b.data(), rows, d, 1e-6f);
     float* dx = ToDevice(x);
-    ASSERT_TRUE(cuda::LayerNorm(dx, dx, ToDevice(r), ToDevice(g), ToDevice(b), rows, d, 1e-6f, nullptr).ok());
+    ASSERT_TRUE(
+        cuda::LayerNorm(*ctx_, dx, dx, ToDevice(r), ToDevice(g), ToDevice(b), rows, d, 1e-6f).ok());
     ExpectClose(ToHost(dx, rows * d), want, 1e-4f);
   }
 }
@@ -72,7 +50,7 @@ TEST_F(CudaElementwiseTest, SoftmaxAndBiasActivationMatchCpu) {
     std::vector<float> want = x;
     cpu::Softmax(want.data(), rows, n);
     float* dx = ToDevice(x);
-    ASSERT_TRUE(cuda::Softmax(dx, rows, n, nullptr).ok());
+    ASSERT_TRUE(cuda::Softmax(*ctx_, dx, rows, n).ok());
     ExpectClose(ToHost(dx, rows * n), want, 1e-5f);
 
     for (bool gelu : {false, true}) {
@@ -82,7 +60,7 @@ TEST_F(CudaElementwiseTest, SoftmaxAndBiasActivationMatchCpu) {
                           gelu ? cpu::Activation::kGelu : cpu::Activation::kRelu);
       float* dy = ToDevice(y);
       const Activation act = gelu ? Activation::kGelu : Activation::kRelu;
-      ASSERT_TRUE(cuda::BiasActivation(dy, ToDevice(bias), rows, n, act, nullptr).ok());
+      ASSERT_TRUE(cuda::BiasActivation(*ctx_, dy, ToDevice(bias), rows, n, act).ok());
       ExpectClose(ToHost(dy, rows * n), ref, 1e-5f);
     }
   }

@@ -36,8 +36,9 @@ __global__ void FillKernel(T* x, int64_t count, float lo, float span, uint64_t s
 
 }  // namespace
 
-absl::Status FillUniform(void* x, DType type, int64_t count, float lo, float hi, uint64_t seed,
-                         cudaStream_t stream) {
+absl::Status FillUniform(Context& ctx, void* x, DType type, int64_t count, float lo, float hi,
+                         uint64_t seed) {
+  cudaStream_t stream = ctx.stream();
   if (count <= 0) return absl::OkStatus();
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 132 * 32));
   switch (type) {

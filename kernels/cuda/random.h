@@ -8,11 +8,12 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/context.h"
 #include "kernels/cuda/gemm.h"  // DType
 
 namespace tnmt::kernels::cuda {
 
-absl::Status FillUniform(void* x, DType type, int64_t count, float lo, float hi, uint64_t seed,
-                         cudaStream_t stream);
+absl::Status FillUniform(Context& ctx, void* x, DType type, int64_t count, float lo, float hi,
+                         uint64_t seed);
 
 }  // namespace tnmt::kernels::cuda

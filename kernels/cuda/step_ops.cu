@@ -83,9 +83,10 @@ __global__ void LogSumExpAndPickKernel(float* lse, float* picked, const float* x
 
 }  // namespace
 
-absl::Status ReorderSlotTables(int32_t* dst, const int32_t* src, int64_t stride,
-                               const int32_t* map, const int32_t* positions,
-                               const int32_t* slots, int rows, cudaStream_t stream) {
+absl::Status ReorderSlotTables(Context& ctx, int32_t* dst, const int32_t* src, int64_t stride,
+                               const int32_t* map, const int32_t* positions, const int32_t* slots,
+                               int rows) {
+  cudaStream_t stream = ctx.stream();
   if (rows < 0 || stride < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("ReorderSlotTables: rows ", rows, ", stride ", stride));
@@ -96,9 +97,10 @@ absl::Status ReorderSlotTables(int32_t* dst, const int32_t* src, int64_t stride,
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
-absl::Status ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows,
+absl::Status ScatterRows(Context& ctx, float* dst, int64_t dst_stride, const int32_t* dst_rows,
                          const float* src, int64_t src_stride, const int32_t* src_rows,
-                         int64_t count, int width, cudaStream_t stream) {
+                         int64_t count, int width) {
+  cudaStream_t stream = ctx.stream();
   if (count < 0 || width < 0) {
     return absl::InvalidArgumentError(absl::StrCat("ScatterRows: count ", count, ", width ", width));
   }
@@ -111,8 +113,9 @@ absl::Status ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
-absl::Status LogSumExpAndPick(float* lse, float* picked, const float* x, int64_t rows, int n,
-                              int32_t pick, cudaStream_t stream) {
+absl::Status LogSumExpAndPick(Context& ctx, float* lse, float* picked, const float* x, int64_t rows,
+                              int n, int32_t pick) {
+  cudaStream_t stream = ctx.stream();
   if (rows < 0 || n < 1 || pick < 0 || pick >= n) {
     return absl::InvalidArgumentError(
         absl::StrCat("LogSumExpAndPick: rows ", rows, ", n ", n, ", pick ", pick));

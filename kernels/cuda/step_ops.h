@@ -1,7 +1,7 @@
 // Small kernels of the CUDA decoder step: the decoder's slot-table reorder, row scatters into
 // the KV slot pools and the per-row log-sum-exp with the eos logit.
-// Device pointers, outputs first, queued on `stream`; each returns a Status naming the failing
-// launch. Shapes in the comments; all offsets int64.
+// Device pointers, outputs first, queued on the Context's stream; each returns a Status naming the
+// failing launch. Shapes in the comments; all offsets int64.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/context.h"
 
 namespace tnmt::kernels::cuda {
 
@@ -17,20 +18,20 @@ namespace tnmt::kernels::cuda {
 // (nothing is copied for a new row, map[r] < 0, which has positions[r] == 0), then
 // dst[r, positions[r]] = slots[r]. dst, src: [*, stride] int32, distinct buffers;
 // 0 <= positions[r] < stride; map[r] names a row of src.
-absl::Status ReorderSlotTables(int32_t* dst, const int32_t* src, int64_t stride,
-                               const int32_t* map, const int32_t* positions,
-                               const int32_t* slots, int rows, cudaStream_t stream);
+absl::Status ReorderSlotTables(Context& ctx, int32_t* dst, const int32_t* src, int64_t stride,
+                               const int32_t* map, const int32_t* positions, const int32_t* slots,
+                               int rows);
 
 // dst row dst_rows[i] = src row (src_rows ? src_rows[i] : i), `width` floats each, for
 // i < count. Rows are dst_stride / src_stride floats apart; dst rows written must be
 // distinct and must not overlap src.
-absl::Status ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows,
+absl::Status ScatterRows(Context& ctx, float* dst, int64_t dst_stride, const int32_t* dst_rows,
                          const float* src, int64_t src_stride, const int32_t* src_rows,
-                         int64_t count, int width, cudaStream_t stream);
+                         int64_t count, int width);
 
 // lse: [rows] = log(sum_j exp(x[r, j])) (max-shifted, as kernels/cpu LogSumExp);
 // picked: [rows] = x[r, pick]. x: [rows, n], 0 <= pick < n.
-absl::Status LogSumExpAndPick(float* lse, float* picked, const float* x, int64_t rows, int n,
-                              int32_t pick, cudaStream_t stream);
+absl::Status LogSumExpAndPick(Context& ctx, float* lse, float* picked, const float* x, int64_t rows,
+                              int n, int32_t pick);
 
 }  // namespace tnmt::kernels::cuda

@@ -34,11 +34,11 @@ TEST_F(StepOpsTest, ReorderSlotTablesMatchesCpu) {
   cpu::ReorderSlotTables(want.data(), src.data(), stride, map.data(), positions.data(), slots.data(),
                          rows);
   int32_t* d_dst = ToDevice(std::vector<int32_t>(rows * stride, -7));
-  ASSERT_TRUE(ReorderSlotTables(d_dst, ToDevice(src), stride, ToDevice(map), ToDevice(positions),
-                                ToDevice(slots), rows, stream())
+  ASSERT_TRUE(ReorderSlotTables(*ctx_, d_dst, ToDevice(src), stride, ToDevice(map),
+                                ToDevice(positions), ToDevice(slots), rows)
                   .ok());
   EXPECT_EQ(ToHost(d_dst, rows * stride), want);
-  EXPECT_FALSE(ReorderSlotTables(d_dst, d_dst, 0, nullptr, nullptr, nullptr, 1, stream()).ok());
+  EXPECT_FALSE(ReorderSlotTables(*ctx_, d_dst, d_dst, 0, nullptr, nullptr, nullptr, 1).ok());
 }
 
 TEST_F(StepOpsTest, ScatterRowsMatchesCpu) {
@@ -51,8 +51,8 @@ TEST_F(StepOpsTest, ScatterRowsMatchesCpu) {
     cpu::ScatterRows(want.data(), dst_stride, dst_rows.data(), src.data(), src_stride,
                      with_map ? src_rows.data() : nullptr, count, width);
     float* d_dst = ToDevice(std::vector<float>(pool * dst_stride, -1.0f));
-    ASSERT_TRUE(ScatterRows(d_dst, dst_stride, ToDevice(dst_rows), ToDevice(src), src_stride,
-                            with_map ? ToDevice(src_rows) : nullptr, count, width, stream())
+    ASSERT_TRUE(ScatterRows(*ctx_, d_dst, dst_stride, ToDevice(dst_rows), ToDevice(src), src_stride,
+                            with_map ? ToDevice(src_rows) : nullptr, count, width)
                     .ok());
     EXPECT_EQ(ToHost(d_dst, pool * dst_stride), want) << "with_map " << with_map;
   }
@@ -68,21 +68,21 @@ TEST_F(StepOpsTest, LogSumExpAndPickMatchesCpu) {
     const int32_t pick = n / 2;
     float* d_lse = Alloc<float>(rows);
     float* d_pick = Alloc<float>(rows);
-    ASSERT_TRUE(LogSumExpAndPick(d_lse, d_pick, ToDevice(x), rows, n, pick, stream()).ok());
+    ASSERT_TRUE(LogSumExpAndPick(*ctx_, d_lse, d_pick, ToDevice(x), rows, n, pick).ok());
     const std::vector<float> lse = ToHost(d_lse, rows), picked = ToHost(d_pick, rows);
     for (int r = 0; r < rows; ++r) {
       EXPECT_NEAR(lse[r], want[r], 1e-5 * (1.0 + std::fabs(want[r]))) << "n " << n << " row " << r;
       EXPECT_EQ(picked[r], x[static_cast<size_t>(r) * n + pick]) << "n " << n << " row " << r;
     }
   }
-  EXPECT_FALSE(LogSumExpAndPick(nullptr, nullptr, nullptr, 1, 4, 4, stream()).ok());
+  EXPECT_FALSE(LogSumExpAndPick(*ctx_, nullptr, nullptr, nullptr, 1, 4, 4).ok());
 }
 
 TEST_F(StepOpsTest, AddDoublesAndStoreDouble) {
   const std::vector<double> acc = {1.5, -2.0, 1e300, 0.25}, x = {0.25, 2.0, 1e300, -0.25};
   double* d_acc = ToDevice(acc);
-  ASSERT_TRUE(AddDoubles(d_acc, ToDevice(x), 3, stream()).ok());
-  ASSERT_TRUE(StoreDouble(d_acc + 3, 7.0, stream()).ok());
+  ASSERT_TRUE(AddDoubles(*ctx_, d_acc, ToDevice(x), 3).ok());
+  ASSERT_TRUE(StoreDouble(*ctx_, d_acc + 3, 7.0).ok());
   EXPECT_EQ(ToHost(d_acc, 4), (std::vector<double>{1.75, 0.0, 2e300, 7.0}));
 }
 

@@ -234,14 +234,16 @@ __global__ void StoreDoubleKernel(double* dst, double value) { *dst = value; }
 
 }  // namespace
 
-absl::Status AddDoubles(double* acc, const double* x, int count, cudaStream_t stream) {
+absl::Status AddDoubles(Context& ctx, double* acc, const double* x, int count) {
+  cudaStream_t stream = ctx.stream();
   if (count <= 0) return absl::OkStatus();
   constexpr int kBlock = 128;
   AddDoublesKernel<<<(count + kBlock - 1) / kBlock, kBlock, 0, stream>>>(acc, x, count);
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
-absl::Status StoreDouble(double* dst, double value, cudaStream_t stream) {
+absl::Status StoreDouble(Context& ctx, double* dst, double value) {
+  cudaStream_t stream = ctx.stream();
   StoreDoubleKernel<<<1, 1, 0, stream>>>(dst, value);
   return TNMT_CUDA_LAUNCH_CHECK();
 }

@@ -32,12 +32,12 @@ using AdamOptions = cpu::AdamOptions;
 absl::Status AdamUpdate(Context& ctx, float* w, float* m, float* v, const float* g, int64_t count,
                         float grad_scale, const AdamOptions& options);
 
-// acc: [count] += x: [count] (doubles, device memory), queued on `stream`: the training
+// acc: [count] += x: [count] (doubles, device memory), queued on the Context's stream: the training
 // engine adds each micro-batch's loss sums into the update's totals.
-absl::Status AddDoubles(double* acc, const double* x, int count, cudaStream_t stream);
+absl::Status AddDoubles(Context& ctx, double* acc, const double* x, int count);
 
-// *dst = value (device memory), queued on `stream` (no host buffer to keep alive): the rank's
-// stop and save requests, reduced with the totals.
-absl::Status StoreDouble(double* dst, double value, cudaStream_t stream);
+// *dst = value (device memory), queued on the Context's stream (no host buffer to keep alive): the
+// rank's stop and save requests, reduced with the totals.
+absl::Status StoreDouble(Context& ctx, double* dst, double value);
 
 }  // namespace tnmt::kernels::cuda

@@ -136,15 +136,15 @@ class CudaTrainEngine : public TrainEngine {
     if (overlap) done = [this](int stage) { return LaunchBuckets(stage); };
     TNMT_RETURN_IF_ERROR(model_.Run(batch, options, Arrays(), static_cast<float>(loss_scale_), /*backward=*/true,
                                     sums_.as<double>(), done));
-    TNMT_RETURN_IF_ERROR(kernels::cuda::AddDoubles(totals_.as<double>(), sums_.as<double>(), 3, ctx_->stream()));
+    TNMT_RETURN_IF_ERROR(kernels::cuda::AddDoubles(*ctx_, totals_.as<double>(), sums_.as<double>(), 3));
     ++micro_done_;
     return absl::OkStatus();
   }
 
   absl::StatusOr<StepTotals> AllReduce(bool stop, bool save) override {
     double* totals = totals_.as<double>();
-    TNMT_RETURN_IF_ERROR(kernels::cuda::StoreDouble(totals + 3, stop ? 1.0 : 0.0, ctx_->stream()));
-    TNMT_RETURN_IF_ERROR(kernels::cuda::StoreDouble(totals + 4, save ? 1.0 : 0.0, ctx_->stream()));
+    TNMT_RETURN_IF_ERROR(kernels::cuda::StoreDouble(*ctx_, totals + 3, stop ? 1.0 : 0.0));
+    TNMT_RETURN_IF_ERROR(kernels::cuda::StoreDouble(*ctx_, totals + 4, save ? 1.0 : 0.0));
     if (nccl_ != nullptr) {
       TNMT_RETURN_IF_ERROR(LaunchBuckets(INT_MAX));  // any not started during a backward
       TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaEventRecord(totals_ready_, ctx_->stream())));
@@ -268,7 +268,7 @@ class CudaTrainEngine : public TrainEngine {
   absl::Status RefreshHalf() {
     if (precision_ == TrainPrecision::kFloat32) return absl::OkStatus();
     const k::DType t = precision_ == TrainPrecision::kFloat16 ? k::DType::kFloat16 : k::DType::kBFloat16;
-    return k::Convert(half_.get(), t, params_.get(), k::DType::kFloat32, layout_.size(), ctx_->stream());
+    return k::Convert(*ctx_, half_.get(), t, params_.get(), k::DType::kFloat32, layout_.size());
   }
 
   // Host ModelWeights -> a flat device array (waits for the copy: staging_ is reused).

@@ -136,7 +136,7 @@ class CudaTrainOps {
 
   // ---- element-wise ---------------------------------------------------------------------
   absl::Status LayerNorm(float* y, const float* x, int64_t rows, const FlatLayerNorm& ln) {
-    return k::LayerNorm(y, x, nullptr, P(ln.gamma), P(ln.beta), rows, d_, c_.layer_norm_epsilon, ctx_.stream());
+    return k::LayerNorm(ctx_, y, x, nullptr, P(ln.gamma), P(ln.beta), rows, d_, c_.layer_norm_epsilon);
   }
   absl::Status LayerNormBackward(float* dx, const float* dy, const float* x, int64_t rows, const FlatLayerNorm& ln) {
     return k::LayerNormBackward(ctx_, dx, G(ln.gamma), G(ln.beta), dy, x, P(ln.gamma), rows, d_,
@@ -144,7 +144,7 @@ class CudaTrainOps {
   }
   absl::Status Add(float* y, const float* x, int64_t n) { return k::AddInPlace(ctx_, y, x, n); }
   absl::Status Activation(float* x, int64_t rows, int cols) {
-    return k::BiasActivation(x, nullptr, rows, cols, c_.activation, ctx_.stream());
+    return k::BiasActivation(ctx_, x, nullptr, rows, cols, c_.activation);
   }
   absl::Status ActivationBackward(float* dx, const float* pre, int64_t n) {
     return k::ActivationBackward(ctx_, dx, dx, pre, n, c_.activation);
@@ -172,8 +172,8 @@ class CudaTrainOps {
     const int64_t table = decoder ? m_.decoder_embed : m_.encoder_embed;
     const float* pos = Learned() ? P(decoder ? m_.decoder_positions : m_.encoder_positions)
                                  : (decoder ? a_.decoder_sinusoid : a_.encoder_sinusoid);
-    return k::EmbedTokens(x, decoder ? ids_.tgt_in : ids_.src, decoder ? ids_.tgt_positions : ids_.src_positions,
-                          decoder ? rt_ : rs_, P(table), k::DType::kFloat32, pos, d_, EmbedScale(), ctx_.stream());
+    return k::EmbedTokens(ctx_, x, decoder ? ids_.tgt_in : ids_.src, decoder ? ids_.tgt_positions : ids_.src_positions,
+                          decoder ? rt_ : rs_, P(table), k::DType::kFloat32, pos, d_, EmbedScale());
   }
   absl::Status EmbedBackward(const float* dx, bool decoder) {
     const int64_t table = decoder ? m_.decoder_embed : m_.encoder_embed;
@@ -234,7 +234,7 @@ class CudaTrainOps {
       return o;
     }
     TNMT_ASSIGN_OR_RETURN(o.copy, ctx_.allocator().Buffer(2 * n));
-    TNMT_RETURN_IF_ERROR(k::Convert(o.copy.get(), half_type_, x, k::DType::kFloat32, n, ctx_.stream()));
+    TNMT_RETURN_IF_ERROR(k::Convert(ctx_, o.copy.get(), half_type_, x, k::DType::kFloat32, n));
     o.ptr = o.copy.get();
     return o;
   }
