@@ -20,15 +20,15 @@ namespace k = kernels::cpu;
 
 absl::Status DecoderState::GrowPool(std::vector<Tensor>& pool, int old_capacity,
                                     int new_capacity) {
+  // One layer at a time, so the peak is the pool plus one grown layer (not two pools). A
+  // failure part way leaves some layers larger, each holding its first old_capacity slots:
+  // consistent with the index, which keeps the old capacity.
   const int64_t d2 = 2 * static_cast<int64_t>(c_->d_model);
-  std::vector<Tensor> bigger(pool.size());
-  for (size_t i = 0; i < pool.size(); ++i) {
-    TNMT_ASSIGN_OR_RETURN(bigger[i], Tensor::Empty({new_capacity, d2}));
-    if (old_capacity > 0) {
-      std::memcpy(bigger[i].f32(), pool[i].f32(), sizeof(float) * old_capacity * d2);
-    }
+  for (Tensor& layer : pool) {
+    TNMT_ASSIGN_OR_RETURN(Tensor bigger, Tensor::Empty({new_capacity, d2}));
+    if (old_capacity > 0) std::memcpy(bigger.f32(), layer.f32(), sizeof(float) * old_capacity * d2);
+    layer = std::move(bigger);
   }
-  pool.swap(bigger);
   return absl::OkStatus();
 }
 
