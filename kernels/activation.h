@@ -20,4 +20,10 @@ constexpr const char* ActivationName(Activation act) {
   return "?";
 }
 
+// Whether the CUDA kernels implement `act` (kernels/cuda BiasActivation, ActivationBackward);
+// the others run on the CPU only.
+constexpr bool HasCudaKernel(Activation act) {
+  return act == Activation::kRelu || act == Activation::kGelu;
+}
+
 }  // namespace tnmt::kernels

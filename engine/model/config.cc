@@ -231,7 +231,7 @@ absl::Status ModelConfig::CheckCudaSupport() const {
     return absl::FailedPreconditionError(
         absl::StrCat("the CUDA engine does not support ", what, " yet (use --device cpu)"));
   };
-  if (activation != kernels::Activation::kRelu && activation != kernels::Activation::kGelu) {
+  if (!kernels::HasCudaKernel(activation)) {
     return refuse(absl::StrCat("\"activation\": \"", kernels::ActivationName(activation), "\""));
   }
   if (sinusoid_layout != SinusoidLayout::kInterleaved) return refuse("\"sinusoid_layout\": \"halves\"");

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 
 namespace tnmt::kernels::cuda {
@@ -100,8 +101,9 @@ __global__ void SoftmaxKernel(float* x, int n) {
 absl::Status BiasActivation(Context& ctx, float* y, const float* bias, int64_t rows, int n,
                             Activation act) {
   cudaStream_t stream = ctx.stream();
-  if (act != Activation::kRelu && act != Activation::kGelu) {
-    return absl::InvalidArgumentError("BiasActivation: the CUDA kernels have relu and gelu (tanh) only");
+  if (!HasCudaKernel(act)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BiasActivation: no CUDA kernel for ", ActivationName(act)));
   }
   const bool gelu = act == Activation::kGelu;
   const int64_t total = rows * n;

@@ -512,8 +512,9 @@ absl::Status LayerNormBackward(Context& ctx, float* dx, float* dgamma, float* db
 
 absl::Status ActivationBackward(Context& ctx, float* dx, const float* dy, const float* pre,
                                 int64_t count, Activation act) {
-  if (act != Activation::kRelu && act != Activation::kGelu) {
-    return absl::InvalidArgumentError("ActivationBackward: the CUDA kernels have relu and gelu (tanh) only");
+  if (!HasCudaKernel(act)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ActivationBackward: no CUDA kernel for ", ActivationName(act)));
   }
   const bool gelu = act == Activation::kGelu;
   TB_RETURN_IF_ERROR(CheckCount("ActivationBackward", count));

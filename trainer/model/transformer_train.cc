@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
@@ -22,21 +21,6 @@ namespace {
 namespace k = kernels::cpu;
 
 std::atomic<bool> poison_buffers{false};
-
-// Host float storage; new buffers are not zeroed (every op writes them before reading).
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  explicit HostBuffer(int64_t n) : data_(new float[n > 0 ? n : 1]) {
-    if (poison_buffers.load(std::memory_order_relaxed)) {
-      std::fill(data_.get(), data_.get() + n, std::numeric_limits<float>::quiet_NaN());
-    }
-  }
-  float* get() const { return data_.get(); }
-
- private:
-  std::unique_ptr<float[]> data_;
-};
 
 // A parameter group with its gradient (null when there is no backward).
 struct CpuLinear {
@@ -89,7 +73,7 @@ CpuTrainWeights PairWithGradients(const ModelWeights& w, ModelWeights* g) {
 // TrainGraph's operations over kernels/cpu for one batch; the loss sums stay here.
 class CpuTrainOps {
  public:
-  using Buffer = HostBuffer;
+  using Buffer = Tensor;  // [n] float32; new ones are not zeroed (every op writes before it reads)
   using LinearParams = CpuLinear;
   using NormParams = CpuNorm;
   using Weights = CpuTrainWeights;
@@ -102,17 +86,19 @@ class CpuTrainOps {
   const Weights& weights() const { return tree_; }
   const LossStats& stats() const { return stats_; }
 
-  float* Data(const Buffer& b) const { return b.get(); }
-  absl::StatusOr<Buffer> Alloc(int64_t n) { return Buffer(n); }
-  absl::StatusOr<Buffer> Zeros(int64_t n) {
-    Buffer b(n);
-    std::memset(b.get(), 0, sizeof(float) * n);
-    return b;
+  float* Data(const Buffer& b) const { return b.empty() ? nullptr : b.f32(); }
+  absl::StatusOr<Buffer> Alloc(int64_t n) {
+    TNMT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({n}));
+    if (poison_buffers.load(std::memory_order_relaxed)) {
+      std::fill(t.f32(), t.f32() + n, std::numeric_limits<float>::quiet_NaN());
+    }
+    return t;
   }
+  absl::StatusOr<Buffer> Zeros(int64_t n) { return Tensor::Zeros({n}); }
   absl::StatusOr<Buffer> Copy(const float* x, int64_t n) {
-    Buffer b(n);
-    std::memcpy(b.get(), x, sizeof(float) * n);
-    return b;
+    TNMT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({n}));
+    std::memcpy(t.f32(), x, sizeof(float) * n);
+    return t;
   }
 
   absl::Status Linear(float* y, const float* x, int64_t rows, const CpuLinear& l) {
@@ -172,9 +158,9 @@ class CpuTrainOps {
   absl::Status AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv, const float* dout,
                                  int64_t ld_dout, const float* probs, const float* q, int64_t ld_q, const float* kk,
                                  const float* v, int64_t ld_kv, int q_len, int k_len) {
-    HostBuffer scratch(static_cast<int64_t>(q_len) * k_len);
+    TNMT_ASSIGN_OR_RETURN(Tensor scratch, Alloc(static_cast<int64_t>(q_len) * k_len));
     k::AttentionBackward(dq, ld_dq, dk, dv, ld_dkv, dout, ld_dout, probs, q, ld_q, kk, v, ld_kv, b_.batch, q_len,
-                         k_len, c_.num_heads, c_.d_head(), scratch.get());
+                         k_len, c_.num_heads, c_.d_head(), scratch.f32());
     return absl::OkStatus();
   }
 
