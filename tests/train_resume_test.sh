@@ -62,6 +62,35 @@ check "average exits 0" test $? -eq 0
 printf 'the man runs\n' | "$TNMT" translate --model "$TMP/avg" > "$TMP/avg.out"
 check "averaged model translates" test -s "$TMP/avg.out"
 
+# Fine-tuning: --init-model starts from a model directory's weights (here the float16 average
+# of the straight run) and vocabulary, with a fresh optimizer at step 0.
+"$TNMT" average --checkpoints "$TMP/straight" --last 2 --output "$TMP/avg16" --dtype float16 2> "$TMP/avg16.log"
+"$TNMT" train "${common[@]}" --save-dir "$TMP/tuned" --init-model "$TMP/avg16" --max-steps 1 \
+  --save-every-steps 1 --valid-every-steps 0 --lr-scale 1e-12 2> "$TMP/tuned.log"
+check "init-model run exits 0 and says where it started" \
+  bash -c "test $? -eq 0 && grep -q 'starting from the weights of $TMP/avg16' $TMP/tuned.log"
+check "init-model run starts at step 1 with the init model's weights" \
+  "$COMPARE" "$TMP/avg16" "$TMP/tuned/step-00000001" 1e-6
+check "init-model run uses the init model's vocabulary" cmp -s "$TMP/avg16/spm.model" "$TMP/tuned/step-00000001/spm.model"
+"$TNMT" train "${common[@]}" --save-dir "$TMP/tuned2" --init-model "$TMP/avg16" --max-steps 2 \
+  --valid-every-steps 0 2> "$TMP/tuned2.log"
+tuned_first=$(grep '"event":"train"' "$TMP/tuned2/metrics.jsonl" | head -1 | sed 's/.*"loss":\([0-9.]*\).*/\1/')
+check "fine-tuning starts below a fresh run's loss ($tuned_first < $first)" \
+  awk -v a="$first" -v b="$tuned_first" 'BEGIN { exit !(b < a) }'
+"$TNMT" train "${common[@]}" --save-dir "$TMP/tuned" --init-model "$TMP/avg16" --max-steps 2 \
+  --save-every-steps 1 --valid-every-steps 0 2> "$TMP/tuned3.log"
+check "a run with checkpoints resumes and says init-model is not used" \
+  bash -c "grep -q 'resumed from step 1' $TMP/tuned3.log && grep -q 'init_model is not used' $TMP/tuned3.log"
+"$TNMT" train "${common[@]}" --save-dir "$TMP/badinit1" --init-model "$TMP/avg16" --preset small \
+  --max-steps 1 2> "$TMP/badinit1.log"
+check "init-model of another architecture is exit 2 naming the keys" \
+  bash -c "test $? -eq 2 && grep -q 'cannot start from init_model: .*d_model: checkpoint' $TMP/badinit1.log"
+"$TNMT" train "${common[@]}" --save-dir "$TMP/badinit2" --init-model "$TMP/nowhere" --max-steps 1 2> "$TMP/badinit2.log"
+check "missing init-model names the file" grep -q "nowhere/config.json: init_model needs config.json" "$TMP/badinit2.log"
+"$TNMT" train "${common[@]}" --save-dir "$TMP/badinit3" --init-model "$TMP/avg16" --spm-model "$TMP/avg16/spm.model" \
+  --max-steps 1 2> "$TMP/badinit3.log"
+check "init-model with spm-model is refused" grep -q "cannot be given with init_model" "$TMP/badinit3.log"
+
 # Bad input.
 "$TNMT" train --train-source "$TMP/nope.en" --train-target "$TMP/train.de" --save-dir "$TMP/bad" 2> "$TMP/bad1.log"
 check "missing data is exit 2 naming the file" bash -c "test $? -eq 2 && grep -q nope.en $TMP/bad1.log"

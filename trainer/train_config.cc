@@ -129,7 +129,7 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
     return absl::OkStatus();
   };
   const std::set<std::string> known = {
-      "train_source", "train_target", "valid_source", "valid_target", "spm_model", "vocab_size",
+      "train_source", "train_target", "valid_source", "valid_target", "spm_model", "init_model", "vocab_size",
       "max_length", "max_length_ratio", "preset", "max_tokens", "accum_steps", "warmup_steps",
       "lr_scale", "max_steps", "max_epochs", "clip_norm", "dropout", "seed", "save_dir",
       "save_every_steps", "save_every_minutes", "keep_last", "valid_every_steps", "valid_bleu",
@@ -144,7 +144,8 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
   }
   for (absl::Status s : {str("train_source", &t.train_source), str("train_target", &t.train_target),
                          str("valid_source", &t.valid_source), str("valid_target", &t.valid_target),
-                         str("spm_model", &t.spm_model), integer("vocab_size", &t.vocab_size),
+                         str("spm_model", &t.spm_model), str("init_model", &t.init_model),
+                         integer("vocab_size", &t.vocab_size),
                          integer("max_length", &t.max_length), number("max_length_ratio", &t.max_length_ratio),
                          str("preset", &t.preset), integer("max_tokens", &t.max_tokens),
                          integer("accum_steps", &t.accum_steps), integer("warmup_steps", &t.warmup_steps),
@@ -174,6 +175,9 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
   };
   if (t.train_source.empty() || t.train_target.empty()) return required({"train_source", "train_target"});
   if (t.save_dir.empty()) return required({"save_dir"});
+  if (!t.init_model.empty() && !t.spm_model.empty()) {
+    return bad("spm_model", "cannot be given with init_model (the run uses the init model's spm.model)");
+  }
   if (t.valid_source.empty() != t.valid_target.empty()) {
     return bad(t.valid_source.empty() ? "valid_target" : "valid_source",
                "needs its other side too (give both valid_source and valid_target, or neither)");
@@ -251,6 +255,7 @@ json TrainConfig::ToJson() const {
   j["valid_source"] = valid_source;
   j["valid_target"] = valid_target;
   j["spm_model"] = spm_model;
+  j["init_model"] = init_model;
   j["vocab_size"] = vocab_size;
   j["max_length"] = max_length;
   j["max_length_ratio"] = max_length_ratio;

@@ -30,6 +30,11 @@ struct TrainConfig {
   std::string train_source, train_target;  // plain or .gz, one sentence per line
   std::string valid_source, valid_target;  // optional
   std::string spm_model;                   // empty: train a joint one into save_dir
+  // A model directory (config.json, model.safetensors, spm.model) whose weights start the run
+  // instead of random ones (fine-tuning, continued training); its vocabulary is the run's, its
+  // architecture must be the one the settings ask for. Fresh optimizer, step 0. Ignored when
+  // save_dir already holds a checkpoint (the run resumes from that).
+  std::string init_model;
   int vocab_size = 8000;
   int max_length = 256;            // pieces per side; longer pairs are skipped
   double max_length_ratio = 2.0;   // longer/shorter side; larger ratios are skipped

@@ -10,11 +10,13 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/core/status_macros.h"
+#include "engine/model/safetensors.h"
 #include "engine/runtime/translator.h"
 #include "trainer/bleu.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -112,6 +114,16 @@ class Trainer {
       if (!Exists(p)) return absl::NotFoundError(absl::StrCat(p, ": training data not found"));
     }
     spm_path_ = cfg_.spm_model.empty() ? cfg_.save_dir + "/spm.model" : cfg_.spm_model;
+    // A new run from init_model takes its vocabulary; a resumed one has its own in save_dir.
+    TNMT_ASSIGN_OR_RETURN(const std::vector<std::string> saved, ListCheckpoints(cfg_.save_dir));
+    const bool from_init = !cfg_.init_model.empty() && saved.empty();
+    if (from_init) {
+      spm_path_ = cfg_.init_model + "/spm.model";
+      for (const char* f : {"config.json", "model.safetensors", "spm.model"}) {
+        const std::string p = cfg_.init_model + "/" + f;
+        if (!Exists(p)) return absl::NotFoundError(absl::StrCat(p, ": init_model needs ", f));
+      }
+    }
     if (!Exists(spm_path_)) {
       if (!cfg_.spm_model.empty()) return absl::NotFoundError(absl::StrCat(spm_path_, ": spm_model not found"));
       if (rank0_) {
@@ -130,11 +142,21 @@ class Trainer {
     if (config_.pad_id < 0 || config_.bos_id < 0 || config_.eos_id < 0) {
       return absl::InvalidArgumentError(absl::StrCat(spm_path_, ": needs pad, bos and eos pieces"));
     }
-    // A run that cannot resume fails now, before the data is read and tokenized.
-    TNMT_ASSIGN_OR_RETURN(const std::vector<std::string> saved, ListCheckpoints(cfg_.save_dir));
+    // A run that cannot resume (or start from init_model) fails now, before the data is read
+    // and tokenized.
     if (!saved.empty()) {
       TNMT_ASSIGN_OR_RETURN(const ModelConfig saved_model, ModelConfig::Load(saved.back() + "/config.json"));
       TNMT_RETURN_IF_ERROR(ResumableFrom(saved.back(), saved_model));
+      if (!cfg_.init_model.empty()) Log(absl::StrCat("resuming from ", saved.back(), "; init_model is not used"));
+    }
+    std::optional<TensorMap> init_tensors;
+    if (from_init) {
+      TNMT_ASSIGN_OR_RETURN(const ModelConfig init_config, ModelConfig::Load(cfg_.init_model + "/config.json"));
+      if (absl::Status s = CheckResumable(init_config, config_); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(cfg_.init_model, ": cannot start from init_model: ", s.message(),
+                                                       "; set those keys to the init model's values"));
+      }
+      TNMT_ASSIGN_OR_RETURN(init_tensors, ReadSafetensors(cfg_.init_model + "/model.safetensors"));
     }
 
     data::DatasetOptions dopt;
@@ -168,6 +190,11 @@ class Trainer {
     auto latest = LoadLatestCheckpoint(cfg_.save_dir);
     if (latest.ok()) {
       TNMT_RETURN_IF_ERROR(Resume(*std::move(latest)));
+    } else if (latest.status().code() == absl::StatusCode::kNotFound && init_tensors) {
+      TNMT_ASSIGN_OR_RETURN(params_, ModelWeights::Build(config_, *std::move(init_tensors),
+                                                         cfg_.init_model + "/model.safetensors"));
+      TNMT_ASSIGN_OR_RETURN(adam_, Adam::Create(config_, params_));
+      Log(absl::StrCat("starting from the weights of ", cfg_.init_model));
     } else if (latest.status().code() == absl::StatusCode::kNotFound) {
       TNMT_ASSIGN_OR_RETURN(params_, InitializeWeights(config_, cfg_.seed));
       TNMT_ASSIGN_OR_RETURN(adam_, Adam::Create(config_, params_));
