@@ -31,43 +31,18 @@ averaged=$(ls -d "$run"/step-* | sort | tail -n "$last" | xargs -n1 basename | t
 final_step=$(ls -d "$run"/step-* | sort | tail -n 1 | sed 's/.*step-0*//')
 size=$(du -k "$tmp/model/model.safetensors" | cut -f1)
 
-# The recipe as trained, with machine-specific paths reduced to file names.
-python3 - "$run/train_config.json" > "$tmp/model/train_config.json" << 'EOF'
-import json, os, sys
-c = json.load(open(sys.argv[1]))
-for k in ("train_source", "train_target", "valid_source", "valid_target", "save_dir", "spm_model", "metrics_file"):
-    if c.get(k):
-        c[k] = os.path.basename(c[k])
-print(json.dumps(c, indent=2, sort_keys=True))
-EOF
-# The whole training log up to the newest averaged checkpoint (a resumed run repeats the steps
-# after its last checkpoint; the later record of a step wins in the table below).
-python3 - "$run/metrics.jsonl" "$final_step" > "$tmp/model/training-log.jsonl" << 'EOF'
-import json, sys
-last = int(sys.argv[2])
-for line in open(sys.argv[1]):
-    m = json.loads(line)
-    if m.get("step", 0) <= last:
-        print(json.dumps(m, sort_keys=True))
-EOF
-valid_table=$(python3 - "$tmp/model/training-log.jsonl" << 'EOF'
-import json, sys
-seen = {}
-for line in open(sys.argv[1]):
-    m = json.loads(line)
-    if m.get("event") != "validation":
-        continue
-    seen[m["step"]] = m
-for step in sorted(seen):
-    m = seen[step]
-    print(f"| {step} | {m['dev_ppl']:.2f} | {m.get('dev_bleu', float('nan')):.1f} |")
-EOF
-)
+# The configs of every stage and the whole training log (tools/demo_model_history.py).
+history=$(python3 tools/demo_model_history.py "$run" "$tmp/model" "$final_step" $averaged)
+field() { printf '%s' "$history" | python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+valid_table=$(field valid_rows)
+stage_table=$(field stage_rows)
+total_steps=$(field total_steps)
 
 cat > "$tmp/model/README.md" << EOF
 # Demo model: English → German, Multi30k
 
 A Transformer trained by \`tnmt train\` with [models/recipes/multi30k-small.json](../recipes/multi30k-small.json)
+and [multi30k-small-continue.json](../recipes/multi30k-small-continue.json)
 (the "small" preset: d_model 256, 4 heads, d_ff 1024, 3+3 layers, post-norm as in the paper,
 joint SentencePiece vocabulary of 8000 pieces, dropout 0.3, label smoothing 0.1) on the 29,000
 training pairs of Multi30k Task 1, on a 2-core CPU. This directory is what \`tnmt serve\` serves
@@ -78,16 +53,29 @@ when no \`--model\` is given.
 | test BLEU (test_2016_flickr, 1000 sentences, beam 4, α 0.6) | **$(printf '%.1f' "$bleu")** |
 | sacreBLEU signature | \`${signature//|/\\|}\` |
 | weights | average of ${last} checkpoints (${averaged% }), float16, ${size} KiB |
-| training steps | ${final_step} |
+| training steps | ${total_steps} (stages below) |
 
-Reproduce: \`tools/get-multi30k.sh\` (the data, into data/multi30k), \`tnmt train --config
-models/recipes/multi30k-small.json\` (checkpoints in runs/multi30k-small), then \`tools/make-demo-model.sh SAVE_DIR ${last}\`, which also recomputes the score
-above. \`train_config.json\` is the recipe as trained; \`training-log.jsonl\` is the trainer's
-log (training loss, tokens/s and learning rate every 20 steps, validations, checkpoints). Dev
-perplexity and dev BLEU (first 300 sentences of val, beam 4) at each validation:
+Trained in stages, each a \`tnmt train\` run ending in an average of its last checkpoints; a
+later stage starts from the model of the one before (\`--init-model\`, fresh optimizer):
 
-| step | dev perplexity | dev BLEU |
-|---|---|---|
+| stage | run | steps | checkpoints averaged | config |
+|---|---|---|---|---|
+$stage_table
+
+Reproduce: \`tools/get-multi30k.sh\` (the data, into data/multi30k); stage 1: \`tnmt train
+--config models/recipes/multi30k-small.json --max-steps STEPS\` (checkpoints in
+runs/multi30k-small), then \`tools/make-demo-model.sh runs/multi30k-small LAST\`, which writes
+models/demo and recomputes its test score; each later stage: \`tnmt train --config
+models/recipes/multi30k-small-continue.json --max-steps STEPS\` (from models/demo, into
+runs/multi30k-small-continue), then \`tools/make-demo-model.sh runs/multi30k-small-continue
+LAST\` (STEPS and LAST from the table). The \`train_config*.json\` files are the stages'
+settings as trained; \`training-log.jsonl\` is the trainer's log of every stage (training loss,
+tokens/s and learning rate every 20 steps, validations, checkpoints; \`"stage"\` in each
+record). Dev perplexity and dev BLEU (first 300 sentences of val, beam 4) at each validation
+(steps count from the start of each stage):
+
+| stage | step | dev perplexity | dev BLEU |
+|---|---|---|---|
 $valid_table
 
 ## Data: terms of use and citation

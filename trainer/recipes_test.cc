@@ -53,6 +53,15 @@ TEST(RecipesTest, Multi30kSmall) {
   EXPECT_EQ(c.vocab_size, 8000);
 }
 
+TEST(RecipesTest, Multi30kSmallContinueTrainsTheDemoModelFurther) {
+  TrainConfig c = Load("multi30k-small-continue.json");
+  TrainConfig base = Load("multi30k-small.json");
+  EXPECT_EQ(c.init_model, "models/demo");
+  EXPECT_TRUE(c.spm_model.empty());
+  EXPECT_TRUE(CheckResumable(base.model, c.model).ok()) << CheckResumable(base.model, c.model);
+  EXPECT_NE(c.seed, base.seed);  // another data order than the first stage
+}
+
 TEST(RecipesTest, Multi30kTiny) {
   TrainConfig c = Load("multi30k-tiny.json");
   EXPECT_EQ(c.model.d_model, 128);
@@ -64,7 +73,7 @@ TEST(RecipesTest, Multi30kTiny) {
 
 TEST(RecipesTest, Multi30kRecipesReadDataFromTheRepository) {
   // No machine paths: data under data/multi30k (tools/get-multi30k.sh), runs under runs/.
-  for (const char* name : {"multi30k-small.json", "multi30k-tiny.json"}) {
+  for (const char* name : {"multi30k-small.json", "multi30k-small-continue.json", "multi30k-tiny.json"}) {
     TrainConfig c = Load(name);
     EXPECT_EQ(c.train_source.rfind("data/multi30k/", 0), 0u) << name << ": " << c.train_source;
     EXPECT_EQ(c.valid_target.rfind("data/multi30k/", 0), 0u) << name << ": " << c.valid_target;

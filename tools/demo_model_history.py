@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""The training history of a demo model, for tools/make-demo-model.sh.
+
+    demo_model_history.py RUN_DIR OUT_DIR FINAL_STEP CHECKPOINT...
+
+Writes into OUT_DIR (the new model directory):
+  train_config.json        RUN_DIR's config, machine paths reduced to file names
+  train_config.stageN.json the configs of the stages before it (a run started with
+                           --init-model continues that model's history)
+  training-log.jsonl       every stage's log, each record tagged with its "stage", this run's up
+                           to FINAL_STEP, and one {"event": "averaged"} record per stage
+Prints a JSON object: stage (this run's), total_steps, valid_rows and stage_rows (Markdown table
+rows for the README).
+"""
+import json
+import os
+import re
+import sys
+
+PATH_KEYS = ("train_source", "train_target", "valid_source", "valid_target", "save_dir", "spm_model",
+             "metrics_file", "init_model")
+
+
+def stripped(config):
+    config = dict(config)
+    for key in PATH_KEYS:
+        if config.get(key):
+            config[key] = os.path.basename(os.path.normpath(config[key]))
+    return config
+
+
+def write_json(path, value):
+    with open(path, "w") as f:
+        f.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def main(run, out, final_step, checkpoints):
+    config = json.load(open(os.path.join(run, "train_config.json")))
+    init = config.get("init_model", "")
+    records = []
+    if init:
+        log = os.path.join(init, "training-log.jsonl")
+        if not os.path.exists(log):
+            sys.exit(f"demo_model_history: {log} not found (the init model's history)")
+        for line in open(log):
+            record = json.loads(line)
+            record.setdefault("stage", 1)
+            records.append(record)
+        prev = max([r["stage"] for r in records] + [1])
+        for name in os.listdir(init):
+            if re.fullmatch(r"train_config\.stage\d+\.json", name):
+                write_json(os.path.join(out, name), json.load(open(os.path.join(init, name))))
+        write_json(os.path.join(out, f"train_config.stage{prev}.json"),
+                   json.load(open(os.path.join(init, "train_config.json"))))
+        if not any(r.get("event") == "averaged" and r["stage"] == prev for r in records):
+            # A first-stage model names its averaged checkpoints only in its README.
+            found = re.search(r"average of \d+ checkpoints \(([^)]*)\)", open(os.path.join(init, "README.md")).read())
+            records.append({"event": "averaged", "stage": prev, "checkpoints": found.group(1).split() if found else []})
+        stage = prev + 1
+    else:
+        stage = 1
+    write_json(os.path.join(out, "train_config.json"), stripped(config))
+    for line in open(os.path.join(run, "metrics.jsonl")):
+        record = json.loads(line)
+        if record.get("step", 0) <= final_step:
+            record["stage"] = stage
+            records.append(record)
+    records.append({"event": "averaged", "stage": stage, "checkpoints": checkpoints})
+    with open(os.path.join(out, "training-log.jsonl"), "w") as f:
+        for record in records:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+
+    validations, steps, averaged = {}, {}, {}
+    for r in records:
+        s = r["stage"]
+        if r.get("event") == "validation":
+            validations[(s, r["step"])] = r  # a resumed run's repeat of a step wins
+        if r.get("event") == "averaged":
+            averaged[s] = r["checkpoints"]
+        elif "step" in r:
+            steps[s] = max(steps.get(s, 0), r["step"])
+    valid_rows = [f"| {s} | {step} | {r['dev_ppl']:.2f} | {r.get('dev_bleu', float('nan')):.1f} |"
+                  for (s, step), r in sorted(validations.items())]
+    stage_rows = []
+    for s in range(1, stage + 1):
+        name = "train_config.json" if s == stage else f"train_config.stage{s}.json"
+        c = json.load(open(os.path.join(out, name)))
+        if c.get("init_model"):
+            how = (f"`multi30k-small-continue.json --max-steps {steps.get(s, 0)}` from stage {s - 1}'s model "
+                   f"(seed {c['seed']}, warmup {c['warmup_steps']}, lr_scale {c['lr_scale']:g})")
+        else:
+            how = f"`multi30k-small.json --max-steps {steps.get(s, 0)}` from random weights (seed {c['seed']})"
+        avg = averaged.get(s, [])
+        stage_rows.append(f"| {s} | {how} | {steps.get(s, 0)} | {len(avg)}: {' '.join(avg)} | `{name}` |")
+    print(json.dumps({"stage": stage, "total_steps": sum(steps.values()), "valid_rows": "\n".join(valid_rows),
+                      "stage_rows": "\n".join(stage_rows)}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 4:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:])
