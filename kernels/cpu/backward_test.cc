@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/elementwise.h"
 
 namespace tnmt::kernels::cpu {
@@ -724,6 +725,31 @@ TEST(Dropout, KeepsFractionScalesAndReproducesMask) {
     for (int64_t i = 0; i < n; ++i) differ += (other[i] == 0.0f) != (ones[i] == 0.0f);
     EXPECT_GT(differ, n * p * (1.0 - p));  // ~2p(1-p) n for independent masks
   }
+}
+
+// Every ISA path this CPU has (the AVX2 one vectorizes the hash by hand) drops exactly the
+// elements CounterUniform says and scales the rest exactly, whatever the split into ranges.
+TEST(Dropout, EveryIsaPathMatchesTheScalarDefinition) {
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(DetectedIsa())) continue;
+    SetIsaForTesting(isa);
+    SCOPED_TRACE(IsaName(isa));
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{8}, int64_t{13}, int64_t{4099}, int64_t{100003}}) {
+      for (uint64_t seed : {uint64_t{0}, uint64_t{77}, ~uint64_t{0}}) {
+        const float p = 0.3f;
+        const uint64_t stream = seed ^ 0x1234;
+        std::mt19937 rng(static_cast<uint32_t>(n + seed));
+        const std::vector<float> x = Random(n, rng, 0.5f, 2.0f);
+        std::vector<float> y = x;
+        Dropout(y.data(), n, p, seed, stream);
+        for (int64_t i = 0; i < n; ++i) {
+          const float want = CounterUniform(seed, stream, i) >= p ? x[i] * (1.0f / (1.0f - p)) : 0.0f;
+          ASSERT_EQ(y[i], want) << "n " << n << " seed " << seed << " i " << i;
+        }
+      }
+    }
+  }
+  SetIsaForTesting(CpuIsa::kAvx512);
 }
 
 // ------------------------------------------------------------------------------- AdamUpdate
