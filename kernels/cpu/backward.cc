@@ -160,6 +160,17 @@ void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_
 
 namespace {
 
+// A row's smoothed loss and NLL from its logit sum, target and pad logits and log-sum-exp:
+// sum over non-pad tokens of log p = sum_x - x_pad - (V - 1) * lse, and
+// loss = -(on - off) * logp_t - off * sum_logp (the target counted in sum_logp with weight off).
+inline void RowLoss(float sum_x, float x_t, float x_pad, float lse, int vocab, double on, double off, double* loss,
+                    double* nll) {
+  const double sum_logp = static_cast<double>(sum_x) - x_pad - static_cast<double>(vocab - 1) * lse;
+  const double logp_t = static_cast<double>(x_t) - lse;
+  *loss = -(on - off) * logp_t - off * sum_logp;
+  *nll = -logp_t;
+}
+
 // One row of LabelSmoothedCrossEntropy; returns its smoothed loss and NLL (0 for pad targets).
 TNMT_VECTORIZE void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab, double on, double off,
                                             int32_t pad, double* loss, double* nll) {
@@ -178,12 +189,7 @@ TNMT_VECTORIZE void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab, do
     sum_x += row[j];
   }
   const float lse = mx + std::log(sum);
-  // sum over non-pad tokens of log p = sum_x - row[pad] - (V - 1) * lse
-  const double sum_logp = static_cast<double>(sum_x) - row[pad] - static_cast<double>(vocab - 1) * lse;
-  const double logp_t = static_cast<double>(row[t]) - lse;
-  // loss = -(on - off) * logp_t - off * sum_logp  (target counted in sum_logp with weight off)
-  *loss = -(on - off) * logp_t - off * sum_logp;
-  *nll = -logp_t;
+  RowLoss(sum_x, row[t], row[pad], lse, vocab, on, off, loss, nll);
   const float offf = static_cast<float>(off);
 #pragma omp simd
   for (int j = 0; j < vocab; ++j) row[j] = ExpApprox(row[j] - lse) - offf;
@@ -208,11 +214,7 @@ TNMT_AVX512_TARGET void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab
   const float sum_x = vec16::avx512::ReduceAdd(acc), x_t = row[t], x_pad = row[pad];
   float sum;
   const float mx = vec16::avx512::MaxAndExpSum(row, vocab, row, &sum);
-  const float lse = mx + std::log(sum);
-  const double sum_logp = static_cast<double>(sum_x) - x_pad - static_cast<double>(vocab - 1) * lse;
-  const double logp_t = static_cast<double>(x_t) - lse;
-  *loss = -(on - off) * logp_t - off * sum_logp;
-  *nll = -logp_t;
+  RowLoss(sum_x, x_t, x_pad, mx + std::log(sum), vocab, on, off, loss, nll);
   const __m512 inv = _mm512_set1_ps(1.0f / sum), voff = _mm512_set1_ps(static_cast<float>(off));
   for (int j = 0; j < vocab; j += 16) {
     const __mmask16 m = vocab - j >= 16 ? static_cast<__mmask16>(0xFFFF) : vec16::avx512::TailMask(vocab - j);
@@ -238,11 +240,7 @@ TNMT_AVX2_TARGET void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab, 
   const float sum_x = vec16::avx2::ReduceAdd(al, ah), x_t = row[t], x_pad = row[pad];
   float sum;
   const float mx = vec16::avx2::MaxAndExpSum(row, vocab, row, &sum);
-  const float lse = mx + std::log(sum);
-  const double sum_logp = static_cast<double>(sum_x) - x_pad - static_cast<double>(vocab - 1) * lse;
-  const double logp_t = static_cast<double>(x_t) - lse;
-  *loss = -(on - off) * logp_t - off * sum_logp;
-  *nll = -logp_t;
+  RowLoss(sum_x, x_t, x_pad, mx + std::log(sum), vocab, on, off, loss, nll);
   const __m256 inv = _mm256_set1_ps(1.0f / sum), voff = _mm256_set1_ps(static_cast<float>(off));
   for (int j = 0; j < vocab; j += 16) {
     const __m256i kl = LoMask(vocab - j), kh = HiMask(vocab - j);
