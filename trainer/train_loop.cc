@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -149,14 +148,15 @@ class Trainer {
       TNMT_RETURN_IF_ERROR(ResumableFrom(saved.back(), saved_model));
       if (!cfg_.init_model.empty()) Log(absl::StrCat("resuming from ", saved.back(), "; init_model is not used"));
     }
-    std::optional<TensorMap> init_tensors;
     if (from_init) {
       TNMT_ASSIGN_OR_RETURN(const ModelConfig init_config, ModelConfig::Load(cfg_.init_model + "/config.json"));
       if (absl::Status s = CheckResumable(init_config, config_); !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(cfg_.init_model, ": cannot start from init_model: ", s.message(),
                                                        "; set those keys to the init model's values"));
       }
-      TNMT_ASSIGN_OR_RETURN(init_tensors, ReadSafetensors(cfg_.init_model + "/model.safetensors"));
+      const std::string weights = cfg_.init_model + "/model.safetensors";
+      TNMT_ASSIGN_OR_RETURN(TensorMap tensors, ReadSafetensors(weights));
+      TNMT_ASSIGN_OR_RETURN(params_, ModelWeights::Build(config_, std::move(tensors), weights));
     }
 
     data::DatasetOptions dopt;
@@ -190,9 +190,7 @@ class Trainer {
     auto latest = LoadLatestCheckpoint(cfg_.save_dir);
     if (latest.ok()) {
       TNMT_RETURN_IF_ERROR(Resume(*std::move(latest)));
-    } else if (latest.status().code() == absl::StatusCode::kNotFound && init_tensors) {
-      TNMT_ASSIGN_OR_RETURN(params_, ModelWeights::Build(config_, *std::move(init_tensors),
-                                                         cfg_.init_model + "/model.safetensors"));
+    } else if (latest.status().code() == absl::StatusCode::kNotFound && from_init) {  // params_ loaded above
       TNMT_ASSIGN_OR_RETURN(adam_, Adam::Create(config_, params_));
       Log(absl::StrCat("starting from the weights of ", cfg_.init_model));
     } else if (latest.status().code() == absl::StatusCode::kNotFound) {

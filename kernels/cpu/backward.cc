@@ -171,14 +171,10 @@ inline void RowLoss(float sum_x, float x_t, float x_pad, float lse, int vocab, d
   *nll = -logp_t;
 }
 
-// One row of LabelSmoothedCrossEntropy; returns its smoothed loss and NLL (0 for pad targets).
+// One row of LabelSmoothedCrossEntropy with a non-pad target: its smoothed loss and NLL, and
+// the row's gradient in place.
 TNMT_VECTORIZE void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab, double on, double off,
                                             int32_t pad, double* loss, double* nll) {
-  if (t == pad) {
-    std::memset(row, 0, sizeof(float) * vocab);
-    *loss = *nll = 0.0;
-    return;
-  }
   float mx = -INFINITY;
 #pragma omp simd reduction(max : mx)
   for (int j = 0; j < vocab; ++j) mx = row[j] > mx ? row[j] : mx;
@@ -264,7 +260,7 @@ double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t 
   std::vector<double> row_loss(rows), row_nll(rows);
   // Rows are independent: split over the compute threads; sums are taken in row order below,
   // so the result does not depend on the split.
-  // One kernel per ISA; pad rows are the same (zero) on all.
+  // One kernel per ISA for the rows with a target; pad rows get a zero gradient.
   auto row = SmoothedCrossEntropyRow;
 #if defined(__x86_64__)
   if (UseAvx512()) {
