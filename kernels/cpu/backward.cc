@@ -314,8 +314,8 @@ TNMT_AVX2_TARGET inline __m256i Mul64(__m256i a, __m256i b) {
 // CounterUniform(seed, stream, i) for the 4 indices whose hash input is z (its 64-bit
 // arithmetic exactly, so the masks equal the scalar ones), as floats in lanes 0-3.
 TNMT_AVX2_TARGET inline __m128 Uniform4(__m256i z) {
-  const __m256i m1 = _mm256_set1_epi64x(static_cast<int64_t>(0xbf58476d1ce4e5b9ull));
-  const __m256i m2 = _mm256_set1_epi64x(static_cast<int64_t>(0x94d049bb133111ebull));
+  const __m256i m1 = _mm256_set1_epi64x(static_cast<int64_t>(kCounterMix1));
+  const __m256i m2 = _mm256_set1_epi64x(static_cast<int64_t>(kCounterMix2));
   z = Mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), m1);
   z = Mul64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), m2);
   z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
@@ -326,9 +326,9 @@ TNMT_AVX2_TARGET inline __m128 Uniform4(__m256i z) {
 
 // DropoutRange with the hash vectorized: 8 elements per step, same masks and values.
 TNMT_AVX2_TARGET void DropoutRange(float* x, int64_t begin, int64_t end, float p, uint64_t seed, uint64_t stream) {
-  constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+  constexpr uint64_t kGolden = kCounterStep;
   const float keep_scale = 1.0f / (1.0f - p);
-  const uint64_t base = seed * kGolden ^ (stream + 0x632be59bd9b4e019ull) * 0xbf58476d1ce4e5b9ull;
+  const uint64_t base = CounterStart(seed, stream);
   const __m256 vp = _mm256_set1_ps(p), vscale = _mm256_set1_ps(keep_scale);
   int64_t i = begin;
   if (end - i >= 8) {
