@@ -461,13 +461,15 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
       // The walk ends once K hypotheses are live (greedy: after the first candidate).
       if (greedy || static_cast<int>(next.size()) == K) break;
     }
-    // Stop when nothing is live, or no live hypothesis can enter the top K finished.
+    // Stop when nothing is live, or no live hypothesis can enter the top n_best finished (the
+    // hypotheses returned; n_best <= K), so the output is final.
     bool stop = next.empty();
-    if (!stop && !greedy && static_cast<int>(s.finished.size()) >= K) {
+    const int N = o.n_best;
+    if (!stop && !greedy && static_cast<int>(s.finished.size()) >= N) {
       std::vector<double> norms;
       for (const Finished& f : s.finished) norms.push_back(f.normalized);
-      std::nth_element(norms.begin(), norms.begin() + (K - 1), norms.end(), std::greater<>());
-      const double kth = norms[K - 1];
+      std::nth_element(norms.begin(), norms.begin() + (N - 1), norms.end(), std::greater<>());
+      const double kth = norms[N - 1];
       const double best_live = next.front().score;
       const int bound_len = s.opt.length_penalty >= 0 ? s.max_len : t;
       stop = kth >= best_live / LengthPenalty(bound_len, o.length_penalty, o.length_penalty_style);

@@ -132,6 +132,50 @@ TEST_P(DecodeTest, SentencesJoiningARunningDecodeMatchDecodingAlone) {
   }
 }
 
+// A sentence stops once no live hypothesis can enter its top n_best finished ones, so fewer
+// hypotheses asked for may take fewer steps but never change them: n_best = n gives exactly
+// the first n hypotheses (ids and scores) of n_best = K.
+TEST_P(DecodeTest, FewerNBestStopsNoLaterWithTheSameHypotheses) {
+  int steps_all = 0, steps_one = 0;
+  for (const auto& src : sources_) {
+    std::vector<DecodeResult> by_n;
+    std::vector<int> steps;
+    for (int n = 1; n <= 4; ++n) {
+      DecodeOptions o;
+      o.beam_size = 4;
+      o.n_best = n;
+      auto decoder = NewBeamDecoder(*model_, &ws_);
+      ASSERT_TRUE(decoder.ok());
+      ASSERT_TRUE(decoder->Add({src}, o).ok());
+      std::vector<BeamDecoder::Done> done;
+      int count = 0;
+      while (!decoder->empty()) {
+        ASSERT_TRUE(decoder->Step(&done).ok());
+        ++count;
+      }
+      ASSERT_EQ(done.size(), 1u);
+      by_n.push_back(done[0].result);
+      steps.push_back(count);
+    }
+    const auto& all = by_n.back().hypotheses;
+    ASSERT_EQ(all.size(), 4u);
+    for (int n = 1; n <= 4; ++n) {
+      const auto& got = by_n[n - 1].hypotheses;
+      ASSERT_EQ(got.size(), static_cast<size_t>(n));
+      for (int h = 0; h < n; ++h) {
+        EXPECT_EQ(got[h].ids, all[h].ids) << "n_best " << n << " hyp " << h;
+        EXPECT_EQ(got[h].score, all[h].score) << "n_best " << n << " hyp " << h;
+      }
+      if (n > 1) {
+        EXPECT_LE(steps[n - 2], steps[n - 1]) << "n_best " << n;
+      }
+    }
+    steps_one += steps.front();
+    steps_all += steps.back();
+  }
+  EXPECT_LT(steps_one, steps_all) << "n_best 1 should stop earlier on some sentence";
+}
+
 TEST_P(DecodeTest, NBestIsSortedAndLengthsRespectLimits) {
   DecodeOptions o;
   o.beam_size = 5;

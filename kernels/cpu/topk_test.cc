@@ -1,5 +1,6 @@
 // RowTopK against a stable sort of the whole row: every k, with ties (values drawn from a few
-// levels), an excluded index, rows not a multiple of 16 long, and fewer entries than k.
+// levels), an excluded index, rows not a multiple of 16 long, and fewer entries than k; on
+// every instruction-set path this CPU has (the block skip is vectorized per ISA).
 #include "kernels/cpu/topk.h"
 
 #include <gtest/gtest.h>
@@ -10,8 +11,19 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
+
 namespace tnmt::kernels::cpu {
 namespace {
+
+class RowTopKTest : public ::testing::TestWithParam<CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(GetParam()) > static_cast<int>(DetectedIsa())) GTEST_SKIP() << "CPU lacks " << IsaName(GetParam());
+    SetIsaForTesting(GetParam());
+  }
+  void TearDown() override { SetIsaForTesting(CpuIsa::kAvx512); }
+};
 
 void Check(const std::vector<float>& logits, int k, int32_t exclude) {
   std::vector<int32_t> order(logits.size());
@@ -32,7 +44,7 @@ void Check(const std::vector<float>& logits, int k, int32_t exclude) {
   }
 }
 
-TEST(RowTopK, MatchesAStableSort) {
+TEST_P(RowTopKTest, MatchesAStableSort) {
   std::mt19937 rng(11);
   for (int vocab : {1, 3, 15, 16, 17, 100, 1000, 8003}) {
     for (int levels : {3, 1000000}) {
@@ -48,7 +60,7 @@ TEST(RowTopK, MatchesAStableSort) {
   }
 }
 
-TEST(RowTopK, RisingRowsAndInfinities) {
+TEST_P(RowTopKTest, RisingRowsAndInfinities) {
   // Every new value beats the list (the skip never applies), and -inf entries.
   std::vector<float> rising(300);
   for (int i = 0; i < 300; ++i) rising[i] = static_cast<float>(i);
@@ -56,7 +68,19 @@ TEST(RowTopK, RisingRowsAndInfinities) {
   std::vector<float> flat(64, -INFINITY);
   flat[40] = 1.0f;
   Check(flat, 3, -1);
+  // A late winner in each position of a 64-block, and -inf entries among them.
+  for (int at = 0; at < 130; ++at) {
+    std::vector<float> row(131, 0.0f);
+    row[5] = -INFINITY;
+    row[at] = 2.0f;
+    row[130 - at] = 1.0f;
+    Check(row, 2, -1);
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Isas, RowTopKTest,
+                         ::testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512),
+                         [](const auto& info) { return std::string(IsaName(info.param)); });
 
 }  // namespace
 }  // namespace tnmt::kernels::cpu
