@@ -55,8 +55,18 @@ TNMT_AVX512_TARGET inline float ReduceMax(__m512 x) { return _mm512_reduce_max_p
 // exp(x - max) (Exp16), which are also written to out[0, n) when out is not null (out may be x).
 // The softmax numerators of attention and the log-sum-exp of the output layer.
 TNMT_AVX512_TARGET inline float MaxAndExpSum(const float* x, int n, float* out, float* sum) {
-  __m512 mx = _mm512_set1_ps(-INFINITY);
-  for (int j = 0; j < n; j += 16) {
+  // The maximum in four independent chains (a maximum of non-NaN values does not depend on
+  // the order; one chain waited on each max's latency).
+  __m512 mx = _mm512_set1_ps(-INFINITY), m1 = mx, m2 = mx, m3 = mx;
+  int j = 0;
+  for (; j + 64 <= n; j += 64) {
+    mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + j));
+    m1 = _mm512_max_ps(m1, _mm512_loadu_ps(x + j + 16));
+    m2 = _mm512_max_ps(m2, _mm512_loadu_ps(x + j + 32));
+    m3 = _mm512_max_ps(m3, _mm512_loadu_ps(x + j + 48));
+  }
+  mx = _mm512_max_ps(_mm512_max_ps(mx, m1), _mm512_max_ps(m2, m3));
+  for (; j < n; j += 16) {
     const __mmask16 m = n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : TailMask(n - j);
     mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, x + j));
   }
@@ -128,8 +138,22 @@ TNMT_AVX2_TARGET inline float ReduceMax(__m256 lo, __m256 hi) {
 
 // avx512::MaxAndExpSum on halves.
 TNMT_AVX2_TARGET inline float MaxAndExpSum(const float* x, int n, float* out, float* sum) {
-  __m256 ml = _mm256_set1_ps(-INFINITY), mh = ml;
-  for (int j = 0; j < n; j += 16) {
+  // As avx512::MaxAndExpSum: four independent chains over whole 32-float blocks first.
+  __m256 ml = _mm256_set1_ps(-INFINITY), mh = ml, a1 = ml, a2 = ml, a3 = ml, a4 = ml, a5 = ml, a6 = ml;
+  int j = 0;
+  for (; j + 64 <= n; j += 64) {
+    ml = _mm256_max_ps(ml, _mm256_loadu_ps(x + j));
+    mh = _mm256_max_ps(mh, _mm256_loadu_ps(x + j + 8));
+    a1 = _mm256_max_ps(a1, _mm256_loadu_ps(x + j + 16));
+    a2 = _mm256_max_ps(a2, _mm256_loadu_ps(x + j + 24));
+    a3 = _mm256_max_ps(a3, _mm256_loadu_ps(x + j + 32));
+    a4 = _mm256_max_ps(a4, _mm256_loadu_ps(x + j + 40));
+    a5 = _mm256_max_ps(a5, _mm256_loadu_ps(x + j + 48));
+    a6 = _mm256_max_ps(a6, _mm256_loadu_ps(x + j + 56));
+  }
+  ml = _mm256_max_ps(_mm256_max_ps(ml, a1), _mm256_max_ps(a3, a5));
+  mh = _mm256_max_ps(_mm256_max_ps(mh, a2), _mm256_max_ps(a4, a6));
+  for (; j < n; j += 16) {
     const __m256i kl = LoMask(n - j), kh = HiMask(n - j);
     ml = _mm256_blendv_ps(ml, _mm256_max_ps(ml, _mm256_maskload_ps(x + j, kl)), _mm256_castsi256_ps(kl));
     mh = _mm256_blendv_ps(mh, _mm256_max_ps(mh, _mm256_maskload_ps(x + j + 8, kh)), _mm256_castsi256_ps(kh));
