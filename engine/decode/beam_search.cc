@@ -461,19 +461,29 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
       // The walk ends once K hypotheses are live (greedy: after the first candidate).
       if (greedy || static_cast<int>(next.size()) == K) break;
     }
-    // Stop when nothing is live, or no live hypothesis can enter the top n_best finished (the
-    // hypotheses returned; n_best <= K), so the output is final.
-    bool stop = next.empty();
+    // A live hypothesis whose best possible normalized score (its score divided by lp(max_len),
+    // or by lp(t) for alpha < 0) cannot beat the n_best-th best finished one is dropped: it and
+    // its descendants can never enter the hypotheses returned (n_best <= K). Nothing else
+    // changes: every candidate that could rank above a dropped one is itself below the same
+    // bar (candidates are ranked by score), so the surviving hypotheses, the walk over them
+    // and the output are those of decoding with the dropped rows kept. The sentence stops when
+    // nothing is live (then the output is final).
     const int N = o.n_best;
-    if (!stop && !greedy && static_cast<int>(s.finished.size()) >= N) {
+    if (!next.empty() && !greedy && static_cast<int>(s.finished.size()) >= N) {
       std::vector<double> norms;
       for (const Finished& f : s.finished) norms.push_back(f.normalized);
       std::nth_element(norms.begin(), norms.begin() + (N - 1), norms.end(), std::greater<>());
       const double kth = norms[N - 1];
-      const double best_live = next.front().score;
       const int bound_len = s.opt.length_penalty >= 0 ? s.max_len : t;
-      stop = kth >= best_live / LengthPenalty(bound_len, o.length_penalty, o.length_penalty_style);
+      const double lp = LengthPenalty(bound_len, o.length_penalty, o.length_penalty_style);
+      const auto hopeless = [&](const Live& l) { return kth >= l.score / lp; };
+      if (prune_) {
+        next.erase(std::remove_if(next.begin(), next.end(), hopeless), next.end());
+      } else if (std::all_of(next.begin(), next.end(), hopeless)) {
+        next.clear();
+      }
     }
+    const bool stop = next.empty();
     if (stop) {
       s.live.clear();
       finished.push_back(std::move(sp));

@@ -58,6 +58,11 @@ class BeamDecoder {
   // handle is not live.
   bool Cancel(int64_t handle);
 
+  // Tests: false keeps live hypotheses that can no longer enter a sentence's n_best (they are
+  // dropped by default; the output is the same either way, docs/model-format.md). Without
+  // dropping, a sentence still stops once its best live hypothesis is past that bar.
+  void set_prune_for_testing(bool prune) { prune_ = prune; }
+
   int live_sentences() const { return static_cast<int>(live_.size() + joining_.size()); }
   int live_rows() const;  // hypotheses decoded by the next Step()
   bool empty() const { return live_.empty() && joining_.empty(); }
@@ -74,6 +79,7 @@ class BeamDecoder {
   std::vector<std::unique_ptr<Sentence>> joining_;
   StepScores scores_;
   std::vector<int32_t> step_ids_;
+  bool prune_ = true;
 };
 
 // Decodes a batch of sources (each ending with eos_id, non-empty, within the model's position

@@ -176,6 +176,52 @@ TEST_P(DecodeTest, FewerNBestStopsNoLaterWithTheSameHypotheses) {
   EXPECT_LT(steps_one, steps_all) << "n_best 1 should stop earlier on some sentence";
 }
 
+// Live hypotheses that can no longer enter the n_best are dropped; decoding with them kept
+// (set_prune_for_testing(false)) gives the same hypotheses and scores, over every n_best,
+// length penalties (also negative and the "length" style), beam sizes and max lengths, while
+// the dropping decodes fewer rows.
+TEST_P(DecodeTest, DroppingHopelessHypothesesChangesNoOutput) {
+  int64_t rows_pruned = 0, rows_kept = 0;
+  for (int beam : {2, 4, 6}) {
+    for (float alpha : {0.6f, 1.0f, 0.0f, -0.5f}) {
+      for (int n_best : {1, 2}) {
+        for (auto style : {LengthPenaltyStyle::kGnmt, LengthPenaltyStyle::kLength}) {
+          DecodeOptions o;
+          o.beam_size = beam;
+          o.n_best = n_best;
+          o.length_penalty = alpha;
+          o.length_penalty_style = style;
+          o.max_length_offset = beam == 6 ? 4 : 50;
+          std::vector<DecodeResult> got[2];
+          for (bool prune : {true, false}) {
+            auto decoder = NewBeamDecoder(*model_, &ws_);
+            ASSERT_TRUE(decoder.ok());
+            decoder->set_prune_for_testing(prune);
+            ASSERT_TRUE(decoder->Add(sources_, o).ok());
+            std::vector<BeamDecoder::Done> done;
+            while (!decoder->empty()) {
+              (prune ? rows_pruned : rows_kept) += decoder->live_rows();
+              ASSERT_TRUE(decoder->Step(&done).ok());
+            }
+            got[prune].resize(sources_.size());
+            for (auto& d : done) got[prune][d.handle] = std::move(d.result);
+          }
+          for (size_t i = 0; i < sources_.size(); ++i) {
+            const auto& a = got[1][i].hypotheses;
+            const auto& b = got[0][i].hypotheses;
+            ASSERT_EQ(a.size(), b.size());
+            for (size_t h = 0; h < a.size(); ++h) {
+              EXPECT_EQ(a[h].ids, b[h].ids) << "beam " << beam << " alpha " << alpha << " sentence " << i;
+              EXPECT_EQ(a[h].score, b[h].score) << "beam " << beam << " alpha " << alpha << " sentence " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_LT(rows_pruned, rows_kept);
+}
+
 TEST_P(DecodeTest, NBestIsSortedAndLengthsRespectLimits) {
   DecodeOptions o;
   o.beam_size = 5;
