@@ -36,6 +36,7 @@
 #   LOAD_ARGS=...     extra serve_load flags (e.g. "--deadline-ms 60000").
 #   WORK=DIR          where the model, logs and per-row JSON go (default: a new temp dir).
 #   PYTHON=python3    interpreter for the table.
+#   TNMT=PATH         the tnmt binary to serve and time (default: the one built here).
 set -euo pipefail
 # SECONDS is bash's own clock too: take the caller's value from the environment itself.
 DURATION="$(printenv SECONDS || true)"
@@ -65,7 +66,7 @@ targets=(//tools/tnmt //bench:serve_load)
 [[ "$MODEL" != base ]] || targets+=(//bench:translate_bench)
 bazel build "${targets[@]}"
 BIN="$(bazel info bazel-bin 2>/dev/null)"
-TNMT="$BIN/tools/tnmt/tnmt"
+TNMT="${TNMT:-$BIN/tools/tnmt/tnmt}"  # TNMT=PATH: another build of tnmt (A/B runs)
 LOAD="$BIN/bench/serve_load"
 
 # 1. The model.

@@ -21,8 +21,7 @@ class Pool {
     std::unique_lock<std::mutex> lock(mu_);
     target_ = threads < 1 ? 1 : threads;
     while (static_cast<int>(workers_.size()) < target_ - 1) {
-      const int id = static_cast<int>(workers_.size()) + 1;
-      workers_.emplace_back([this, id] { Work(id); });
+      workers_.emplace_back([this] { Work(); });
       workers_.back().detach();
     }
   }
@@ -42,35 +41,45 @@ class Pool {
       fn_ = &fn;
       n_ = n;
       parts_ = parts;
+      next_ = 1;
       pending_ = parts - 1;
       ++generation_;
     }
     cv_.notify_all();
     fn(0, n / parts);  // the caller takes chunk 0
+    // Then every chunk no worker has claimed yet: on a busy machine (a server's other threads,
+    // a load generator) a worker may not be running when it is woken, and the call must not
+    // wait for the scheduler to get to it. The chunks are the same whoever runs them.
     std::unique_lock<std::mutex> lock(mu_);
+    RunClaimed(lock);
     done_cv_.wait(lock, [&] { return pending_ == 0; });
     fn_ = nullptr;
   }
 
  private:
-  void Work(int id) {
-    int64_t seen = 0;
-    for (;;) {
-      const std::function<void(int64_t, int64_t)>* fn;
-      int64_t n;
-      int parts;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return generation_ != seen; });
-        seen = generation_;
-        if (id >= parts_) continue;  // not needed this time
-        fn = fn_;
-        n = n_;
-        parts = parts_;
-      }
-      (*fn)(n * id / parts, n * (id + 1) / parts);
-      std::unique_lock<std::mutex> lock(mu_);
+  // Claims and runs chunks of the current call until none is left; `lock` holds mu_ (released
+  // while a chunk runs). A chunk's function, size and split are read with its claim, so a
+  // worker that wakes late takes chunks of whichever call is current, or none.
+  void RunClaimed(std::unique_lock<std::mutex>& lock) {
+    while (next_ < parts_) {
+      const int c = next_++;
+      const std::function<void(int64_t, int64_t)>* fn = fn_;
+      const int64_t n = n_;
+      const int parts = parts_;
+      lock.unlock();
+      (*fn)(n * c / parts, n * (c + 1) / parts);
+      lock.lock();
       if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+
+  void Work() {
+    int64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return generation_ != seen; });
+      seen = generation_;
+      RunClaimed(lock);
     }
   }
 
@@ -82,7 +91,8 @@ class Pool {
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int parts_ = 0;
-  int pending_ = 0;
+  int next_ = 0;     // the next chunk to claim, in [1, parts_]
+  int pending_ = 0;  // chunks 1.. of the current call not yet finished
   int64_t generation_ = 0;
 };
 

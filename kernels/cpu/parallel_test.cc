@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -24,6 +26,29 @@ TEST(ParallelFor, CoversEveryIndexOnce) {
   for (int threads : {1, 2, 3}) {
     SetComputeThreads(threads);
     for (int64_t n : {0, 1, 2, 3, 7, 100}) ExpectEachIndexOnce(n);
+  }
+  SetComputeThreads(1);
+}
+
+// Whoever runs a chunk (the caller takes every chunk no worker has claimed yet), the chunks
+// are always [n * c / parts, n * (c + 1) / parts): the split never depends on the timing.
+TEST(ParallelFor, ChunksAreTheFixedSplit) {
+  for (int threads : {2, 3}) {
+    SetComputeThreads(threads);
+    for (int rep = 0; rep < 200; ++rep) {
+      for (int64_t n : {2, 5, 64}) {
+        std::mutex mu;
+        std::set<std::pair<int64_t, int64_t>> chunks;
+        ParallelFor(n, [&](int64_t begin, int64_t end) {
+          std::lock_guard<std::mutex> lock(mu);
+          chunks.insert({begin, end});
+        });
+        const int64_t parts = std::min<int64_t>(threads, n);
+        std::set<std::pair<int64_t, int64_t>> want;
+        for (int64_t c = 0; c < parts; ++c) want.insert({n * c / parts, n * (c + 1) / parts});
+        ASSERT_EQ(chunks, want) << "n=" << n << " threads=" << threads;
+      }
+    }
   }
   SetComputeThreads(1);
 }
