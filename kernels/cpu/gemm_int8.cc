@@ -482,21 +482,21 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
       thread_local std::vector<float> sa;
       const int r_begin = static_cast<int>(b_begin * kRowBlock);
       const int r_end = static_cast<int>(std::min<int64_t>(m, b_end * kRowBlock));
-      qa.resize(static_cast<size_t>(r_end - r_begin) * kp);
-      sa.resize(r_end - r_begin);
-      quantize(r_begin, r_end, qa.data(), sa.data());
-      compute(r_begin, r_end, 0, panels, qa.data(), sa.data());
+      int8_t* q = GrowScratch(&qa, static_cast<size_t>(r_end - r_begin) * kp);
+      float* s = GrowScratch(&sa, static_cast<size_t>(r_end - r_begin));
+      quantize(r_begin, r_end, q, s);
+      compute(r_begin, r_end, 0, panels, q, s);
     });
     return;
   }
   // Activations, quantized per call by the calling thread; read by every compute thread.
   thread_local std::vector<int8_t> qa;
   thread_local std::vector<float> sa;
-  qa.resize(static_cast<size_t>(m) * kp);
-  sa.resize(m);
-  quantize(0, m, qa.data(), sa.data());
-  const int8_t* pa = qa.data();  // (thread_locals: the workers must not name them)
-  const float* psa = sa.data();
+  int8_t* q = GrowScratch(&qa, static_cast<size_t>(m) * kp);
+  float* s = GrowScratch(&sa, static_cast<size_t>(m));
+  quantize(0, m, q, s);
+  const int8_t* pa = q;  // (thread_locals: the workers must not name them)
+  const float* psa = s;
   ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) { compute(0, m, p_begin, p_end, pa, psa); });
 }
 

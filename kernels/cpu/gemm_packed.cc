@@ -326,9 +326,9 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
     const int mc = r_end - r_begin;
     const Tiling tiling(mc, max_mr);
     if (pack) {
-      packed->resize(static_cast<size_t>(mc) * k);
-      PackRows(packed->data(), a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, avx512);
-      pa = packed->data();
+      float* dst = GrowScratch(packed, static_cast<size_t>(mc) * k);
+      PackRows(dst, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, avx512);
+      pa = dst;
     }
     float* cm = c + static_cast<int64_t>(r_begin) * ldc;
     for (int k0 = 0; k0 < k; k0 += kKc) {
@@ -397,9 +397,9 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
   thread_local std::vector<float> packed_a;
   for (int m0 = 0; m0 < m; m0 += kMc) {
     const int mc = std::min(kMc, m - m0);
-    packed_a.resize(static_cast<size_t>(mc) * k);
-    PackRows(packed_a.data(), a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), avx512);
-    const float* pa = packed_a.data();  // (a thread_local: the workers must not name it)
+    float* dst = GrowScratch(&packed_a, static_cast<size_t>(mc) * k);
+    PackRows(dst, a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), avx512);
+    const float* pa = dst;  // (a thread_local: the workers must not name it)
     ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) {
       compute(m0, m0 + mc, p_begin, p_end, pa, false, nullptr);
     });

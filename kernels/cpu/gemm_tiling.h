@@ -1,7 +1,10 @@
-// Row tiling shared by the packed GEMM kernels (gemm_packed.cc, gemm_int8.cc).
+// Row tiling and per-call scratch shared by the packed GEMM kernels (gemm_packed.cc,
+// gemm_int8.cc).
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
+#include <vector>
 
 namespace tnmt::kernels::cpu {
 
@@ -18,5 +21,14 @@ struct Tiling {
   int rows(int t) const { return base + (t < extra ? 1 : 0); }
   int start(int t) const { return t * base + std::min(t, extra); }
 };
+
+// At least n elements of a reused per-thread buffer, uninitialized as far as the caller is
+// concerned: it only grows, so calls of alternating sizes (k = 256 and 1024 layers in turn) do
+// not zero-fill the difference on every call as vector::resize would.
+template <class T>
+T* GrowScratch(std::vector<T>* buffer, size_t n) {
+  if (buffer->size() < n) buffer->resize(n);
+  return buffer->data();
+}
 
 }  // namespace tnmt::kernels::cpu
