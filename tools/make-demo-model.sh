@@ -68,7 +68,7 @@ runs/multi30k-small), then \`tools/make-demo-model.sh runs/multi30k-small LAST\`
 models/demo and recomputes its test score; each later stage: \`tnmt train --config
 models/recipes/multi30k-small-continue.json --max-steps STEPS\` (from models/demo, into
 runs/multi30k-small-continue), then \`tools/make-demo-model.sh runs/multi30k-small-continue
-LAST\` (STEPS and LAST from the table). The \`train_config*.json\` files are the stages'
+LAST\` (STEPS, LAST and \`--seed\` from the table). The \`train_config*.json\` files are the stages'
 settings as trained; \`training-log.jsonl\` is the trainer's log of every stage (training loss,
 tokens/s and learning rate every 20 steps, validations, checkpoints; \`"stage"\` in each
 record). Dev perplexity and dev BLEU (first 300 sentences of val, beam 4) at each validation
