@@ -473,10 +473,10 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
       std::vector<double> norms;
       for (const Finished& f : s.finished) norms.push_back(f.normalized);
       std::nth_element(norms.begin(), norms.begin() + (N - 1), norms.end(), std::greater<>());
-      const double kth = norms[N - 1];
+      const double nth = norms[N - 1];
       const int bound_len = s.opt.length_penalty >= 0 ? s.max_len : t;
       const double lp = LengthPenalty(bound_len, o.length_penalty, o.length_penalty_style);
-      const auto hopeless = [&](const Live& l) { return kth >= l.score / lp; };
+      const auto hopeless = [&](const Live& l) { return nth >= l.score / lp; };
       if (prune_) {
         next.erase(std::remove_if(next.begin(), next.end(), hopeless), next.end());
       } else if (std::all_of(next.begin(), next.end(), hopeless)) {

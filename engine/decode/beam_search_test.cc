@@ -58,6 +58,31 @@ class DecodeTest : public ::testing::TestWithParam<Backend> {
     return GetParam().score_tolerance * (5.0 + std::fabs(score));
   }
 
+  // Decodes `s` with one decoder, dropping hopeless hypotheses or not; adds the rows decoded
+  // to *rows and the steps taken to *steps. Results in input order.
+  std::vector<DecodeResult> StepAll(const std::vector<std::vector<int32_t>>& s, const DecodeOptions& o,
+                                    bool prune, int64_t* rows, int* steps) {
+    std::vector<DecodeResult> out(s.size());
+    auto decoder = NewBeamDecoder(*model_, &ws_);
+    EXPECT_TRUE(decoder.ok()) << decoder.status();
+    if (!decoder.ok()) return out;
+    decoder->set_prune_for_testing(prune);
+    auto handles = decoder->Add(s, o);
+    EXPECT_TRUE(handles.ok()) << handles.status();
+    if (!handles.ok()) return out;
+    std::vector<BeamDecoder::Done> done;
+    while (!decoder->empty()) {
+      *rows += decoder->live_rows();
+      ++*steps;
+      const absl::Status st = decoder->Step(&done);
+      EXPECT_TRUE(st.ok()) << st;
+      if (!st.ok()) return out;
+    }
+    EXPECT_EQ(done.size(), s.size());
+    for (auto& d : done) out[d.handle - (*handles)[0]] = std::move(d.result);
+    return out;
+  }
+
   std::shared_ptr<const LoadedModel> model_;
   std::vector<std::vector<int32_t>> sources_;
   Workspace ws_;
@@ -144,17 +169,9 @@ TEST_P(DecodeTest, FewerNBestStopsNoLaterWithTheSameHypotheses) {
       DecodeOptions o;
       o.beam_size = 4;
       o.n_best = n;
-      auto decoder = NewBeamDecoder(*model_, &ws_);
-      ASSERT_TRUE(decoder.ok());
-      ASSERT_TRUE(decoder->Add({src}, o).ok());
-      std::vector<BeamDecoder::Done> done;
+      int64_t rows = 0;
       int count = 0;
-      while (!decoder->empty()) {
-        ASSERT_TRUE(decoder->Step(&done).ok());
-        ++count;
-      }
-      ASSERT_EQ(done.size(), 1u);
-      by_n.push_back(done[0].result);
+      by_n.push_back(StepAll({src}, o, /*prune=*/true, &rows, &count)[0]);
       steps.push_back(count);
     }
     const auto& all = by_n.back().hypotheses;
@@ -193,19 +210,9 @@ TEST_P(DecodeTest, DroppingHopelessHypothesesChangesNoOutput) {
           o.length_penalty_style = style;
           o.max_length_offset = beam == 6 ? 4 : 50;
           std::vector<DecodeResult> got[2];
-          for (bool prune : {true, false}) {
-            auto decoder = NewBeamDecoder(*model_, &ws_);
-            ASSERT_TRUE(decoder.ok());
-            decoder->set_prune_for_testing(prune);
-            ASSERT_TRUE(decoder->Add(sources_, o).ok());
-            std::vector<BeamDecoder::Done> done;
-            while (!decoder->empty()) {
-              (prune ? rows_pruned : rows_kept) += decoder->live_rows();
-              ASSERT_TRUE(decoder->Step(&done).ok());
-            }
-            got[prune].resize(sources_.size());
-            for (auto& d : done) got[prune][d.handle] = std::move(d.result);
-          }
+          int steps = 0;
+          got[1] = StepAll(sources_, o, /*prune=*/true, &rows_pruned, &steps);
+          got[0] = StepAll(sources_, o, /*prune=*/false, &rows_kept, &steps);
           for (size_t i = 0; i < sources_.size(); ++i) {
             const auto& a = got[1][i].hypotheses;
             const auto& b = got[0][i].hypotheses;
