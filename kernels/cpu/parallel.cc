@@ -1,14 +1,50 @@
 // Compute thread pool; see parallel.h.
 #include "kernels/cpu/parallel.h"
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace tnmt::kernels::cpu {
 
 namespace {
+
+// How long a thread polls before it sleeps on a condition variable: a worker after its chunk
+// (for the next call), the caller for the workers' chunks. A decoder step makes dozens of calls
+// with short serial stretches between them; waking a sleeping thread costs a futex call on each
+// side plus the scheduler's latency, often longer than the chunk itself, and a chunk the
+// worker is too late for runs serially on the caller. Polling a little longer than those
+// stretches keeps the workers awake through a step; after it they sleep, so an idle pool takes
+// no CPU from other threads (OpenBLAS's, a server's) for long.
+constexpr std::chrono::microseconds kSpin(50);
+
+inline void CpuRelax() {
+#if defined(__x86_64__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Polls `done` until it returns true or kSpin has passed; returns its last value.
+template <typename Done>
+bool SpinUntil(Done done) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 32; ++i) {
+      if (done()) return true;
+      CpuRelax();
+    }
+    if (std::chrono::steady_clock::now() >= until) return done();
+  }
+}
 
 class Pool {
  public:
@@ -36,23 +72,32 @@ class Pool {
       fn(0, n);
       return;
     }
+    bool wake;
     {
       std::unique_lock<std::mutex> lock(mu_);
       fn_ = &fn;
       n_ = n;
       parts_ = parts;
       next_ = 1;
-      pending_ = parts - 1;
-      ++generation_;
+      pending_.store(parts - 1, std::memory_order_relaxed);
+      generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+      wake = sleepers_ > 0;  // polling workers see generation_ without a wake-up
     }
-    cv_.notify_all();
+    if (wake) cv_.notify_all();
     fn(0, n / parts);  // the caller takes chunk 0
     // Then every chunk no worker has claimed yet: on a busy machine (a server's other threads,
     // a load generator) a worker may not be running when it is woken, and the call must not
     // wait for the scheduler to get to it. The chunks are the same whoever runs them.
     std::unique_lock<std::mutex> lock(mu_);
     RunClaimed(lock);
-    done_cv_.wait(lock, [&] { return pending_ == 0; });
+    if (pending_.load(std::memory_order_acquire) != 0) {
+      lock.unlock();
+      SpinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; });
+      lock.lock();
+      caller_waiting_ = true;
+      done_cv_.wait(lock, [&] { return pending_.load(std::memory_order_relaxed) == 0; });
+      caller_waiting_ = false;
+    }
     fn_ = nullptr;
   }
 
@@ -69,16 +114,23 @@ class Pool {
       lock.unlock();
       (*fn)(n * c / parts, n * (c + 1) / parts);
       lock.lock();
-      if (--pending_ == 0) done_cv_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1 && caller_waiting_) {
+        done_cv_.notify_one();
+      }
     }
   }
 
   void Work() {
     int64_t seen = 0;
-    std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return generation_ != seen; });
-      seen = generation_;
+      SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; });
+      std::unique_lock<std::mutex> lock(mu_);
+      if (generation_.load(std::memory_order_relaxed) == seen) {
+        ++sleepers_;
+        cv_.wait(lock, [&] { return generation_.load(std::memory_order_relaxed) != seen; });
+        --sleepers_;
+      }
+      seen = generation_.load(std::memory_order_relaxed);
       RunClaimed(lock);
     }
   }
@@ -91,9 +143,12 @@ class Pool {
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int parts_ = 0;
-  int next_ = 0;     // the next chunk to claim, in [1, parts_]
-  int pending_ = 0;  // chunks 1.. of the current call not yet finished
-  int64_t generation_ = 0;
+  // Written under mu_; the atomics are also polled without it.
+  int next_ = 0;                  // the next chunk to claim, in [1, parts_]
+  std::atomic<int> pending_{0};   // chunks 1.. of the current call not yet finished
+  std::atomic<int64_t> generation_{0};
+  int sleepers_ = 0;              // workers waiting on cv_
+  bool caller_waiting_ = false;   // the caller waits on done_cv_
 };
 
 }  // namespace
