@@ -257,16 +257,52 @@ TNMT_AVX512_TARGET void PackTileAvx512(float* d, const float* a, int64_t lda, in
   }
 }
 
+// PackRows (below) for the AVX2 path's tiles (mr <= 6): 8 columns of the tile's rows per step,
+// transposed 8 x 8 in registers (rows past mr are zero and never stored).
+TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr, int k) {
+  const __m256i row_mask = Avx2LaneMask(mr);
+  __m256 r[8];
+  for (int i = mr; i < 8; ++i) r[i] = _mm256_setzero_ps();
+  for (int p0 = 0; p0 < k; p0 += 8) {
+    const int kt = std::min(8, k - p0);
+    const __m256i col_mask = Avx2LaneMask(kt);
+    for (int i = 0; i < mr; ++i) r[i] = _mm256_maskload_ps(a + i * lda + p0, col_mask);
+    // t: pairs of rows interleaved; u: quads; c[q] = column q (lane i = row i).
+    __m256 t[8], u[8], c[8];
+    for (int j = 0; j < 4; ++j) {
+      t[2 * j] = _mm256_unpacklo_ps(r[2 * j], r[2 * j + 1]);
+      t[2 * j + 1] = _mm256_unpackhi_ps(r[2 * j], r[2 * j + 1]);
+    }
+    for (int g = 0; g < 2; ++g) {
+      u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+      u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+      u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+      u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    // u[s] (rows 0-3) and u[4 + s] (rows 4-7) hold columns s (low 128 bits) and 4 + s (high).
+    for (int s4 = 0; s4 < 4; ++s4) {
+      c[s4] = _mm256_permute2f128_ps(u[s4], u[4 + s4], 0x20);
+      c[4 + s4] = _mm256_permute2f128_ps(u[s4], u[4 + s4], 0x31);
+    }
+    for (int q = 0; q < kt; ++q) _mm256_maskstore_ps(d + (p0 + q) * mr, row_mask, c[q]);
+  }
+}
+
 #endif  // __x86_64__
 
 // dst, tile by tile: rows [start, start + mr) of a as [k, mr] (k-major) at dst + start * k.
-void PackRows(float* dst, const float* a, int lda, int k, const Tiling& tiling, bool avx512) {
+void PackRows(float* dst, const float* a, int lda, int k, const Tiling& tiling, bool avx512,
+              bool avx2) {
   for (int t = 0; t < tiling.tiles; ++t) {
     const int mr = tiling.rows(t), r0 = tiling.start(t);
     float* d = dst + static_cast<int64_t>(r0) * k;
 #if defined(__x86_64__)
     if (avx512) {
       PackTileAvx512(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k);
+      continue;
+    }
+    if (avx2 && mr <= 8) {
+      PackTileAvx2(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k);
       continue;
     }
 #endif
@@ -327,7 +363,7 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
     const Tiling tiling(mc, max_mr);
     if (pack) {
       float* dst = GrowScratch(packed, static_cast<size_t>(mc) * k);
-      PackRows(dst, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, avx512);
+      PackRows(dst, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, avx512, avx2);
       pa = dst;
     }
     float* cm = c + static_cast<int64_t>(r_begin) * ldc;
@@ -398,7 +434,7 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
   for (int m0 = 0; m0 < m; m0 += kMc) {
     const int mc = std::min(kMc, m - m0);
     float* dst = GrowScratch(&packed_a, static_cast<size_t>(mc) * k);
-    PackRows(dst, a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), avx512);
+    PackRows(dst, a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), avx512, avx2);
     const float* pa = dst;  // (a thread_local: the workers must not name it)
     ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) {
       compute(m0, m0 + mc, p_begin, p_end, pa, false, nullptr);
