@@ -90,29 +90,56 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
                    [&](int a, int b) { return sources[a].size() > sources[b].size(); });
   int done = n - static_cast<int>(todo.size());
   if (todo.empty()) return out;
-  // One decoder for every batch (on a GPU it owns a stream and scratch worth keeping).
+  // One decoder for the whole input (on a GPU it owns a stream and scratch worth keeping), with
+  // continuous batching: sentences join the running decode as others finish, so it never runs
+  // on with a batch's last few sentences while the rest of the input waits. Groups of sentences
+  // are encoded together (one encoder pass each), and the groups being decoded hold at most
+  // max_batch_tokens padded source tokens. A sentence's result does not depend on what else
+  // is decoded with it, so the output is that of decoding each batch separately.
   TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, NewBeamDecoder(*model_, &workspace_));
+  const bool pieces = opt.decode.return_token_scores || opt.decode.return_alignments;
+  std::vector<int> line_of;      // by handle (handles count up from 0)
+  std::vector<int64_t> cost_of;  // by handle: its padded source length (its group's longest)
+  int64_t in_flight = 0;         // padded source tokens of the sentences being decoded
   size_t pos = 0;
-  while (pos < todo.size()) {
-    const size_t longest = sources[todo[pos]].size();
-    size_t count = std::max<size_t>(1, opt.max_batch_tokens / longest);
-    count = std::min(count, todo.size() - pos);
-    std::vector<DecodeInput> batch;
-    for (size_t k = 0; k < count; ++k) {
-      const int i = todo[pos + k];
-      batch.push_back({sources[i], prefixes[i], opt.first_stream + static_cast<uint64_t>(i)});
+  std::vector<BeamDecoder::Done> finished;
+  while (pos < todo.size() || !decoder.empty()) {
+    if (pos < todo.size()) {
+      const int64_t longest = static_cast<int64_t>(sources[todo[pos]].size());
+      const int64_t full = std::max<int64_t>(1, opt.max_batch_tokens / longest);
+      const int64_t room = (opt.max_batch_tokens - in_flight) / longest;
+      int64_t count = std::min<int64_t>(room, static_cast<int64_t>(todo.size() - pos));
+      if (decoder.empty()) count = std::min<int64_t>(full, static_cast<int64_t>(todo.size() - pos));
+      // Join in groups of at least an eighth of a full batch (or all that is left): the
+      // encoder is inefficient on a few sentences at a time.
+      const int64_t least = std::min<int64_t>(std::max<int64_t>(1, full / 8), static_cast<int64_t>(todo.size() - pos));
+      if (count >= least) {
+        std::vector<DecodeInput> group;
+        for (int64_t k = 0; k < count; ++k) {
+          const int i = todo[pos + k];
+          group.push_back({sources[i], prefixes[i], opt.first_stream + static_cast<uint64_t>(i)});
+        }
+        TNMT_ASSIGN_OR_RETURN(std::vector<int64_t> handles, decoder.Add(group, opt.decode));
+        in_flight += count * longest;
+        for (int64_t k = 0; k < count; ++k) {
+          const size_t h = static_cast<size_t>(handles[k]);
+          if (line_of.size() <= h) line_of.resize(h + 1, -1), cost_of.resize(h + 1, 0);
+          line_of[h] = todo[pos + k];
+          cost_of[h] = longest;
+        }
+        pos += count;
+      }
     }
-    TNMT_ASSIGN_OR_RETURN(std::vector<DecodeResult> results,
-                          Decode(decoder, batch, opt.decode));
-    const bool pieces = opt.decode.return_token_scores || opt.decode.return_alignments;
-    for (size_t k = 0; k < count; ++k) {
-      const int i = todo[pos + k];
-      TNMT_ASSIGN_OR_RETURN(out[i]->hypotheses, ToTextHypotheses(*model_->tokenizer, std::move(results[k]), pieces));
+    finished.clear();
+    TNMT_RETURN_IF_ERROR(decoder.Step(&finished));
+    for (BeamDecoder::Done& d : finished) {
+      const int i = line_of[static_cast<size_t>(d.handle)];
+      TNMT_ASSIGN_OR_RETURN(out[i]->hypotheses, ToTextHypotheses(*model_->tokenizer, std::move(d.result), pieces));
       if (opt.decode.return_alignments) out[i]->source_pieces = SourcePieces(*model_->tokenizer, sources[i]);
+      in_flight -= cost_of[static_cast<size_t>(d.handle)];
     }
-    pos += count;
-    done += static_cast<int>(count);
-    if (progress) progress(done, n);
+    done += static_cast<int>(finished.size());
+    if (progress && !finished.empty()) progress(done, n);
   }
   return out;
 }

@@ -18,7 +18,8 @@ namespace tnmt {
 
 struct TranslationOptions {
   DecodeOptions decode;
-  // Source tokens per batch, counting padding (batch rows x longest source).
+  // Source tokens decoded at once, counting padding (each group of sentences encoded together
+  // counts its rows x its longest source); Translate adds sentences as others finish.
   int max_batch_tokens = 4096;
   // Longer sources (in pieces, including </s>) are a per-line error.
   int max_input_length = 1024;

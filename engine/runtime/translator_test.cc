@@ -50,6 +50,41 @@ TEST_F(TranslatorTest, OrderAndBatchSizeDoNotChangeOutputs) {
   EXPECT_FALSE((*a)[0]->hypotheses[0].ids.empty());
 }
 
+// Sentences join the running decode as others finish (continuous batching): with a budget of
+// a few sentences, most lines start while others are mid-decode, at other positions. Each
+// line's hypotheses, ids and scores are still those of translating it alone.
+TEST_F(TranslatorTest, SentencesJoiningMidDecodeKeepTheirOutputs) {
+  const std::vector<std::string> words = {"Das", "Haus", "ist", "rot", "und", "der", "Hund", "läuft",
+                                          "schnell", "über", "die", "Straße"};
+  std::vector<std::string> lines;
+  for (int i = 0; i < 24; ++i) {
+    std::string line;
+    for (int w = 0; w <= (i * 7) % 11; ++w) line += (w ? " " : "") + words[(i + 3 * w) % words.size()];
+    lines.push_back(line);
+  }
+  Translator t(model_);
+  for (int beam : {1, 4}) {
+    TranslationOptions o;
+    o.decode.beam_size = beam;
+    o.decode.n_best = beam == 4 ? 2 : 1;
+    o.max_batch_tokens = 40;  // 2-8 sentences at a time
+    int calls = 0;
+    auto r = t.Translate(lines, o, [&](int, int) { ++calls; });
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_GT(calls, 3) << "sentences finished at several steps";
+    for (size_t i = 0; i < lines.size(); ++i) {
+      auto alone = t.Translate({lines[i]}, o);
+      ASSERT_TRUE(alone.ok());
+      ASSERT_TRUE((*r)[i].ok());
+      ASSERT_EQ((*alone)[0]->hypotheses.size(), (*r)[i]->hypotheses.size()) << i;
+      for (size_t h = 0; h < (*r)[i]->hypotheses.size(); ++h) {
+        EXPECT_EQ((*alone)[0]->hypotheses[h].ids, (*r)[i]->hypotheses[h].ids) << "beam " << beam << " line " << i;
+        EXPECT_EQ((*alone)[0]->hypotheses[h].score, (*r)[i]->hypotheses[h].score) << "beam " << beam << " line " << i;
+      }
+    }
+  }
+}
+
 TEST_F(TranslatorTest, BadLinesAreErrorsNamingTheLine) {
   std::string long_line;
   for (int i = 0; i < 10000; ++i) long_line += "Haus ";

@@ -112,7 +112,7 @@ int TranslateCommand(int argc, char** argv) {
   args.AddInt("alignment-layer", -1, "with --alignments: the decoder layer whose cross-attention aligns, from 0", "the last layer");
   args.AddString("n-best-format", "tnmt", "tnmt ('LINE ||| TEXT ||| SCORE' for --n-best > 1) or moses ('ID ||| TEXT ||| F0= SCORE ||| SCORE', IDs from 0, every --n-best)");
   const TranslationOptions defaults;
-  args.AddInt("max-batch-tokens", defaults.max_batch_tokens, "source tokens per batch, padding included");
+  args.AddInt("max-batch-tokens", defaults.max_batch_tokens, "source tokens decoded at once, padding included (sentences join as others finish)");
   args.AddInt("max-input-length", defaults.max_input_length, "longer lines (in pieces) are an error for that line");
   args.AddInt("threads", 0, "compute threads", "all cores");
   args.AddString("device", "cpu", "cpu, cuda or cuda:N (CUDA builds)");
