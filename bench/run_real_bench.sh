@@ -5,8 +5,8 @@
 # sentences), beam 4 (alpha 0.6) and greedy, 1 and 2 threads; tnmt float32 and int8
 # (--compute-type) against CTranslate2 float32 and int8 (compute_type); each CTranslate2 row
 # is compared with the tnmt row of the same type. Each run is a whole process (`tnmt translate
-# --input F`, or Python + ctranslate2 translating the same file), batches of 4096 source
-# tokens in both; wall time and peak RSS from /usr/bin/time. Runs alternate engines and the
+# --input F`, or Python + ctranslate2 translating the same file), 4096 source tokens at once
+# in both (tnmt adds sentences as others finish, CTranslate2 translates batches of that size); wall time and peak RSS from /usr/bin/time. Runs alternate engines and the
 # table shows the best of REPEAT runs (the least disturbed), with the spread.
 #
 #   bench/run_real_bench.sh DATA_DIR
