@@ -6,8 +6,9 @@
 # (--compute-type) against CTranslate2 float32 and int8 (compute_type); each CTranslate2 row
 # is compared with the tnmt row of the same type. Each run is a whole process (`tnmt translate
 # --input F`, or Python + ctranslate2 translating the same file), 4096 source tokens at once
-# in both (tnmt adds sentences as others finish, CTranslate2 translates batches of that size); wall time and peak RSS from /usr/bin/time. Runs alternate engines and the
-# table shows the best of REPEAT runs (the least disturbed), with the spread.
+# in both (tnmt adds sentences as others finish, CTranslate2 translates batches of that size);
+# wall time and peak RSS from /usr/bin/time. Runs alternate engines and the table shows the
+# best of REPEAT runs (the least disturbed), with the spread.
 #
 #   bench/run_real_bench.sh DATA_DIR
 #     DATA_DIR  holds test_2016_flickr.en.gz and test_2016_flickr.de.gz (tools/get-multi30k.sh)
