@@ -257,33 +257,38 @@ TNMT_AVX512_TARGET void PackTileAvx512(float* d, const float* a, int64_t lda, in
   }
 }
 
-// PackRows (below) for the AVX2 path's tiles (mr <= 6): 8 columns of the tile's rows per step,
-// transposed 8 x 8 in registers (rows past mr are zero and never stored).
+// c[q] lane i = r[i] lane q (8 x 8 transpose; Transpose16's first two steps on 256-bit
+// vectors, then one 128-bit lane exchange).
+TNMT_AVX2_TARGET inline void Transpose8(const __m256* r, __m256* c) {
+  __m256 t[8], u[8];
+  for (int j = 0; j < 4; ++j) {
+    t[2 * j] = _mm256_unpacklo_ps(r[2 * j], r[2 * j + 1]);
+    t[2 * j + 1] = _mm256_unpackhi_ps(r[2 * j], r[2 * j + 1]);
+  }
+  for (int g = 0; g < 2; ++g) {
+    u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // u[s] (rows 0-3) and u[4 + s] (rows 4-7) hold columns s (low 128 bits) and 4 + s (high).
+  for (int s = 0; s < 4; ++s) {
+    c[s] = _mm256_permute2f128_ps(u[s], u[4 + s], 0x20);
+    c[4 + s] = _mm256_permute2f128_ps(u[s], u[4 + s], 0x31);
+  }
+}
+
+// PackRows (below) for the AVX2 path's tiles (mr <= 8) with 8 x 8 transposes: 8 columns of
+// the tile's rows per step (rows past mr are zero and never stored).
 TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr, int k) {
   const __m256i row_mask = Avx2LaneMask(mr);
-  __m256 r[8];
+  __m256 r[8], c[8];
   for (int i = mr; i < 8; ++i) r[i] = _mm256_setzero_ps();
   for (int p0 = 0; p0 < k; p0 += 8) {
     const int kt = std::min(8, k - p0);
     const __m256i col_mask = Avx2LaneMask(kt);
     for (int i = 0; i < mr; ++i) r[i] = _mm256_maskload_ps(a + i * lda + p0, col_mask);
-    // t: pairs of rows interleaved; u: quads; c[q] = column q (lane i = row i).
-    __m256 t[8], u[8], c[8];
-    for (int j = 0; j < 4; ++j) {
-      t[2 * j] = _mm256_unpacklo_ps(r[2 * j], r[2 * j + 1]);
-      t[2 * j + 1] = _mm256_unpackhi_ps(r[2 * j], r[2 * j + 1]);
-    }
-    for (int g = 0; g < 2; ++g) {
-      u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
-      u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
-      u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
-      u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    // u[s] (rows 0-3) and u[4 + s] (rows 4-7) hold columns s (low 128 bits) and 4 + s (high).
-    for (int s4 = 0; s4 < 4; ++s4) {
-      c[s4] = _mm256_permute2f128_ps(u[s4], u[4 + s4], 0x20);
-      c[4 + s4] = _mm256_permute2f128_ps(u[s4], u[4 + s4], 0x31);
-    }
+    Transpose8(r, c);
     for (int q = 0; q < kt; ++q) _mm256_maskstore_ps(d + (p0 + q) * mr, row_mask, c[q]);
   }
 }
