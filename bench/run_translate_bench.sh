@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Engine throughput benchmark (issue "engine throughput"): tnmt vs CTranslate2 on the same
 # random Transformer-base model, beam 4, batch 32, 200 sources of 20 tokens, outputs fixed at
-# 70 tokens, on 1 and 2 threads; plus GEMM GFLOP/s vs. the BLAS's own 2048^3 rate.
+# 70 tokens, on 1 and 2 threads; plus GEMM GFLOP/s vs. the BLAS's own 2048^3 rate; then the
+# same shape with outputs that stop by themselves (NATURAL below).
 #
 #   bench/run_translate_bench.sh            # everything; prints one table at the end
 #
@@ -19,6 +20,13 @@
 #   REPEAT=1          runs per engine and thread count (alternating tnmt, CT2, tnmt, CT2, ...);
 #                     the table shows the best run (the least disturbed on a shared machine)
 #                     and the range.
+#   NATURAL=DATA_DIR  (default data/multi30k when it holds test_2016_flickr.*.gz; "" skips)
+#                     a second table where outputs stop by themselves: random weights cannot
+#                     (their outputs run to the length limit), so the Transformer-base shape
+#                     comes from the demo model widened to 512/2048, 8 heads, 6+6 layers by
+#                     bench/widen_model.py, translating test_2016_flickr with beam 4, tnmt and
+#                     CTranslate2 in float32 and int8 (bench/run_real_bench.sh on that model,
+#                     with $PYTHON as its interpreter, so it needs sentencepiece too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$(pwd)"
@@ -183,4 +191,17 @@ if runs:
         print(f"{label:<18}" + "".join(f"{c:>26}" for c in cells))
     print("BLAS core per column: " + ", ".join(f"{n}: {r['blas_core']}" for n, r in runs))
 EOF
+
+# 6. Natural output lengths on the Transformer-base shape (see NATURAL above).
+NATURAL="${NATURAL-data/multi30k}"
+if [[ -n "$NATURAL" && -f "$NATURAL/test_2016_flickr.en.gz" && $have_ct2 == 1 ]]; then
+  "$PYTHON" bench/widen_model.py models/demo "$WORK/base-natural" --layers 6
+  echo
+  echo "Natural output lengths: the demo model widened to the Transformer-base shape (6+6 layers,"
+  echo "512/2048, 8 heads, vocab 8000), beam 4, test_2016_flickr (1000 sentences):"
+  MODEL="$WORK/base-natural" DECODING=beam4 THREADS="$THREADS" REPEAT="$REPEAT" PYTHON="$PYTHON" \
+    WORK="$WORK/natural" bench/run_real_bench.sh "$NATURAL" | grep -E '^(==|\|)'
+elif [[ -n "$NATURAL" ]]; then
+  echo "== natural-length table skipped: needs $NATURAL/test_2016_flickr.en.gz (tools/get-multi30k.sh) and ctranslate2"
+fi
 echo "(logs and result files: $WORK)"
