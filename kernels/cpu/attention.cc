@@ -8,7 +8,8 @@
 //   cross-attention K/V and the self-attention cache slots of their common prefix; or the
 //   queries of one group). Keys are walked once per block and head, so a K/V row that several
 //   rows of the block read is fetched from memory once and then hit in L1. Scores are computed
-//   16 keys at a time with one transposing reduction (no horizontal sum per key and head), the
+//   16 keys at a time (8 for a row's last chunk when at most 8 are left: decoder steps at the
+//   first positions) with one transposing reduction (no horizontal sum per key and head), the
 //   softmax runs over vectors of keys, and P·V accumulates several rows x columns in
 //   registers. Each row's arithmetic does not depend on the other rows of its block, so
 //   results do not depend on batching. The AVX2 kernels hold each 16-lane vector of the
@@ -100,6 +101,10 @@ TNMT_VECTORIZE void AttentionGroupsPortable(float* out, int64_t ld_out, const fl
 #if defined(__x86_64__)
 
 constexpr int kBlockRows = 8;  // query rows per block (beams of a sentence, up to beam 8)
+
+namespace avx2 {
+TNMT_AVX2_TARGET inline __m256 Reduce8(const __m256* v);  // below
+}  // namespace avx2
 
 namespace avx512 {
 
@@ -196,6 +201,44 @@ Scores16Fn PickScores(int dh) {
   }
 }
 
+// Scores16 for the first 8 of its keys (a row's last chunk when it has at most 8 keys left),
+// each key's score bit for bit what Scores16 gives it: the same products and chunk sums per
+// lane, then Reduce16's tree on 256-bit halves (its first step, lanes l + l+8, then
+// avx2::Reduce8, the rest of the same tree).
+template <int kChunks>
+TNMT_AVX512_TARGET void Scores8(float* s, const float* q, const float* k, const int64_t* off,
+                                int dh, float scale) {
+  const __mmask16 tail = dh % 16 != 0 ? TailMask(dh % 16) : static_cast<__mmask16>(0xFFFF);
+  __m512 qc[kChunks];
+#pragma GCC unroll 4
+  for (int c = 0; c < kChunks; ++c) {
+    qc[c] = _mm512_maskz_loadu_ps(c == kChunks - 1 ? tail : static_cast<__mmask16>(0xFFFF), q + 16 * c);
+  }
+  __m256 p1[8];
+#pragma GCC unroll 8
+  for (int t = 0; t < 8; ++t) {
+    const float* kt = k + off[t];
+    __m512 x = _mm512_mul_ps(qc[0], LoadChunk(kt, kChunks == 1, tail));
+#pragma GCC unroll 4
+    for (int c = 1; c < kChunks; ++c) {
+      x = _mm512_fmadd_ps(qc[c], LoadChunk(kt + 16 * c, c == kChunks - 1, tail), x);
+    }
+    p1[t] = _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1));
+  }
+  _mm256_storeu_ps(s, _mm256_mul_ps(avx2::Reduce8(p1), _mm256_set1_ps(scale)));
+}
+
+// Scores8 for head widths up to 64 (nullptr: use Scores16).
+Scores16Fn PickScores8(int dh) {
+  switch ((dh + 15) / 16) {
+    case 1: return &Scores8<1>;
+    case 2: return &Scores8<2>;
+    case 3: return &Scores8<3>;
+    case 4: return &Scores8<4>;
+    default: return nullptr;
+  }
+}
+
 // In place: s[0, n) = exp(s - max(s)); returns 1 / sum.
 TNMT_AVX512_TARGET float SoftmaxNumerators(float* s, int n) {
   float sum;
@@ -279,6 +322,7 @@ struct Isa {
   static Mask Full() { return static_cast<Mask>(0xFFFF); }
   static Mask Tail(int n) { return TailMask(n); }
   static Scores16Fn Scores(int dh) { return PickScores(dh); }
+  static Scores16Fn Scores8(int dh) { return PickScores8(dh); }
   static float Softmax(float* s, int n) { return SoftmaxNumerators(s, n); }
   static ProbsTimesVFn Pv(int r, int c) { return PickPv(r, c); }
 };
@@ -314,10 +358,12 @@ TNMT_AVX2_TARGET inline __m256 Reduce8(const __m256* v) {
   return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7));
 }
 
-// avx512::Scores16: s[t] = scale * (q · k[off[t]]) for 16 keys.
-template <int kChunks>
+// avx512::Scores16: s[t] = scale * (q · k[off[t]]) for kKeys = 16 keys; kKeys = 8 is
+// avx512::Scores8 (kChunks > 0 only).
+template <int kChunks, int kKeys = 16>
 TNMT_AVX2_TARGET void Scores16(float* s, const float* q, const float* k, const int64_t* off,
                                int dh, float scale) {
+  static_assert(kKeys == 16 || (kKeys == 8 && kChunks > 0));
   __m256 p1[16];  // per key: the products' lanes l + lanes l+8
   const Mask tail = dh % 16 != 0 ? dh % 16 : 16;
   const __m256i tlo = LoMask(tail), thi = HiMask(tail);
@@ -331,7 +377,7 @@ TNMT_AVX2_TARGET void Scores16(float* s, const float* q, const float* k, const i
       qhi[c] = _mm256_maskload_ps(q + 16 * c + 8, mhi);
     }
 #pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) {
+    for (int t = 0; t < kKeys; ++t) {
       const float* kt = k + off[t];
       __m256 xlo, xhi;
       if constexpr (kChunks == 1) {
@@ -378,7 +424,7 @@ TNMT_AVX2_TARGET void Scores16(float* s, const float* q, const float* k, const i
   }
   const __m256 vscale = _mm256_set1_ps(scale);
   _mm256_storeu_ps(s, _mm256_mul_ps(Reduce8(p1), vscale));
-  _mm256_storeu_ps(s + 8, _mm256_mul_ps(Reduce8(p1 + 8), vscale));
+  if constexpr (kKeys == 16) _mm256_storeu_ps(s + 8, _mm256_mul_ps(Reduce8(p1 + 8), vscale));
 }
 
 using Scores16Fn = void (*)(float*, const float*, const float*, const int64_t*, int, float);
@@ -390,6 +436,16 @@ Scores16Fn PickScores(int dh) {
     case 3: return &Scores16<3>;
     case 4: return &Scores16<4>;
     default: return &Scores16<0>;
+  }
+}
+
+Scores16Fn PickScores8(int dh) {
+  switch ((dh + 15) / 16) {
+    case 1: return &Scores16<1, 8>;
+    case 2: return &Scores16<2, 8>;
+    case 3: return &Scores16<3, 8>;
+    case 4: return &Scores16<4, 8>;
+    default: return nullptr;
   }
 }
 
@@ -463,6 +519,7 @@ struct Isa {
   static Mask Full() { return 16; }
   static Mask Tail(int n) { return n; }
   static Scores16Fn Scores(int dh) { return PickScores(dh); }
+  static Scores16Fn Scores8(int dh) { return PickScores8(dh); }
   static float Softmax(float* s, int n) { return SoftmaxNumerators(s, n); }
   static ProbsTimesVFn Pv(int r, int c) { return PickPv(r, c); }
 };
@@ -546,13 +603,16 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
       return scratch->scores.data() + (static_cast<int64_t>(r) * heads + h) * k_pad;
     };
     auto offsets = [&](int r) { return scratch->offsets.data() + static_cast<int64_t>(r) * k_pad; };
-    // Scores: per 16 keys and head, every row of the block (the keys' head slices stay in L1).
+    // Scores: per 16 keys and head, every row of the block (the keys' head slices stay in L1);
+    // a row's last chunk with at most 8 keys left takes the 8-key kernel (the same bits per key).
     const auto scores16 = Isa::Scores(dh);
+    const auto scores8 = Isa::Scores8(dh);
     for (int j0 = 0; j0 < jmax; j0 += 16) {
       for (int h = 0; h < heads; ++h) {
         for (int r = 0; r < n; ++r) {
           if (j0 >= limit[r]) continue;
-          scores16(scores(r, h) + j0, qr[r] + h * dh, k + h * dh, offsets(r) + j0, dh, a.scale);
+          const auto kernel = scores8 != nullptr && limit[r] - j0 <= 8 ? scores8 : scores16;
+          kernel(scores(r, h) + j0, qr[r] + h * dh, k + h * dh, offsets(r) + j0, dh, a.scale);
         }
       }
     }

@@ -507,10 +507,11 @@ TEST_P(MultiHeadAttentionTest, CrossAttentionBeamsShareSourceSlots) {
 
 TEST_P(MultiHeadAttentionTest, OddHeadSizesAndKeyCounts) {
   // Head widths around the 16-float vector and the 64-column P·V pass, key counts around the
-  // 16-key score chunks; beams of 3 share one K/V group through kv_index.
+  // 16-key score chunks and the 8-key kernel of a row's last chunk; beams of 3 share one K/V
+  // group through kv_index.
   uint32_t seed = 1100;
   for (int dh : {1, 7, 15, 16, 31, 48, 65, 128}) {
-    for (int k_len : {1, 15, 16, 17, 32, 47}) {
+    for (int k_len : {1, 8, 9, 13, 15, 16, 17, 24, 25, 32, 47}) {
       Problem p = Make(6, 1, k_len, 3, dh);
       p.kv_groups = 2;
       p.kv_index = {0, 0, 0, 1, 1, 1};
@@ -522,14 +523,15 @@ TEST_P(MultiHeadAttentionTest, OddHeadSizesAndKeyCounts) {
 }
 
 // The AVX2 path computes what the AVX-512 path computes, bit for bit: head widths around the
-// 16-float chunks (each of the score kernels), key counts around the 16-key chunks, padding,
+// 16-float chunks (each of the score kernels), key counts around the 16-key chunks and the
+// 8-key kernel, padding,
 // causal masks, beams sharing K/V, rows of a block with different key counts.
 TEST(AttentionPathsTest, Avx2EqualsAvx512BitForBit) {
   if (DetectedIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "needs a CPU with AVX-512 (and so AVX2)";
   uint32_t seed = 5000;
   int compared = 0;
   for (int dh : {1, 8, 15, 16, 17, 32, 33, 48, 64, 65, 96, 128}) {
-    for (int k_len : {1, 7, 16, 17, 31, 64, 100}) {
+    for (int k_len : {1, 7, 8, 9, 16, 17, 24, 31, 64, 100}) {
       for (int causal : {-1, 0, 5}) {
         Problem p = Make(6, causal >= 0 ? 3 : 2, k_len, 3, dh);
         p.args.causal_offset = causal;
@@ -553,7 +555,7 @@ TEST(AttentionPathsTest, Avx2EqualsAvx512BitForBit) {
       }
     }
   }
-  EXPECT_EQ(compared, 12 * 7 * 3);
+  EXPECT_EQ(compared, 12 * 10 * 3);
 }
 
 // AttentionArgmax against the naive reference's probabilities (averaged over the heads, the
