@@ -524,8 +524,8 @@ TEST_P(MultiHeadAttentionTest, OddHeadSizesAndKeyCounts) {
 
 // The AVX2 path computes what the AVX-512 path computes, bit for bit: head widths around the
 // 16-float chunks (each of the score kernels), key counts around the 16-key chunks and the
-// 8-key kernel, padding,
-// causal masks, beams sharing K/V, rows of a block with different key counts.
+// 8-key kernel, padding, causal masks, beams sharing K/V, rows of a block with different key
+// counts.
 TEST(AttentionPathsTest, Avx2EqualsAvx512BitForBit) {
   if (DetectedIsa() < CpuIsa::kAvx512) GTEST_SKIP() << "needs a CPU with AVX-512 (and so AVX2)";
   uint32_t seed = 5000;
