@@ -144,9 +144,14 @@ TNMT_AVX512_TARGET inline __m512 LoadChunk(const float* p, bool last, __mmask16 
 // are computed from a valid row and ignored by the softmax.
 // kChunks > 0: dh <= 64 with kChunks = ceil(dh / 16) (q in registers, one key at a time);
 // 0: any dh (chunks outer).
-template <int kChunks>
+// kKeys = 8 (kChunks > 0 only): the first 8 keys (a row's last chunk when at most 8 are left),
+// each score bit for bit what kKeys = 16 gives it: the same products and chunk sums per lane,
+// then Reduce16's tree on 256-bit halves (its first step, lanes l + l+8, then avx2::Reduce8,
+// the rest of the same tree).
+template <int kChunks, int kKeys = 16>
 TNMT_AVX512_TARGET void Scores16(float* s, const float* q, const float* k, const int64_t* off,
                                  int dh, float scale) {
+  static_assert(kKeys == 16 || (kKeys == 8 && kChunks > 0));
   __m512 acc[16];
   const __mmask16 tail = dh % 16 != 0 ? TailMask(dh % 16) : static_cast<__mmask16>(0xFFFF);
   if constexpr (kChunks > 0) {
@@ -157,7 +162,7 @@ TNMT_AVX512_TARGET void Scores16(float* s, const float* q, const float* k, const
                                     q + 16 * c);
     }
 #pragma GCC unroll 16
-    for (int t = 0; t < 16; ++t) {
+    for (int t = 0; t < kKeys; ++t) {
       const float* kt = k + off[t];
       // The last chunk is loaded masked (never past the row; lanes past dh are 0 in q and k).
       __m512 x = _mm512_mul_ps(qc[0], LoadChunk(kt, kChunks == 1, tail));
@@ -186,58 +191,31 @@ TNMT_AVX512_TARGET void Scores16(float* s, const float* q, const float* k, const
       }
     }
   }
-  _mm512_storeu_ps(s, _mm512_mul_ps(Reduce16(acc), _mm512_set1_ps(scale)));
+  if constexpr (kKeys == 16) {
+    _mm512_storeu_ps(s, _mm512_mul_ps(Reduce16(acc), _mm512_set1_ps(scale)));
+  } else {
+    __m256 p1[8];
+    for (int t = 0; t < 8; ++t) {
+      p1[t] = _mm256_add_ps(_mm512_castps512_ps256(acc[t]), _mm512_extractf32x8_ps(acc[t], 1));
+    }
+    _mm256_storeu_ps(s, _mm256_mul_ps(avx2::Reduce8(p1), _mm256_set1_ps(scale)));
+  }
 }
 
 using Scores16Fn = void (*)(float*, const float*, const float*, const int64_t*, int, float);
 
-Scores16Fn PickScores(int dh) {
+// The kernel for `keys` keys (16, or 8: nullptr for head widths above 64, which use 16).
+Scores16Fn PickScores(int dh, int keys) {
+  const bool eight = keys == 8;
   switch ((dh + 15) / 16) {
-    case 1: return &Scores16<1>;
-    case 2: return &Scores16<2>;
-    case 3: return &Scores16<3>;
-    case 4: return &Scores16<4>;
-    default: return &Scores16<0>;
+    case 1: return eight ? &Scores16<1, 8> : &Scores16<1>;
+    case 2: return eight ? &Scores16<2, 8> : &Scores16<2>;
+    case 3: return eight ? &Scores16<3, 8> : &Scores16<3>;
+    case 4: return eight ? &Scores16<4, 8> : &Scores16<4>;
+    default: return eight ? nullptr : &Scores16<0>;
   }
 }
 
-// Scores16 for the first 8 of its keys (a row's last chunk when it has at most 8 keys left),
-// each key's score bit for bit what Scores16 gives it: the same products and chunk sums per
-// lane, then Reduce16's tree on 256-bit halves (its first step, lanes l + l+8, then
-// avx2::Reduce8, the rest of the same tree).
-template <int kChunks>
-TNMT_AVX512_TARGET void Scores8(float* s, const float* q, const float* k, const int64_t* off,
-                                int dh, float scale) {
-  const __mmask16 tail = dh % 16 != 0 ? TailMask(dh % 16) : static_cast<__mmask16>(0xFFFF);
-  __m512 qc[kChunks];
-#pragma GCC unroll 4
-  for (int c = 0; c < kChunks; ++c) {
-    qc[c] = _mm512_maskz_loadu_ps(c == kChunks - 1 ? tail : static_cast<__mmask16>(0xFFFF), q + 16 * c);
-  }
-  __m256 p1[8];
-#pragma GCC unroll 8
-  for (int t = 0; t < 8; ++t) {
-    const float* kt = k + off[t];
-    __m512 x = _mm512_mul_ps(qc[0], LoadChunk(kt, kChunks == 1, tail));
-#pragma GCC unroll 4
-    for (int c = 1; c < kChunks; ++c) {
-      x = _mm512_fmadd_ps(qc[c], LoadChunk(kt + 16 * c, c == kChunks - 1, tail), x);
-    }
-    p1[t] = _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1));
-  }
-  _mm256_storeu_ps(s, _mm256_mul_ps(avx2::Reduce8(p1), _mm256_set1_ps(scale)));
-}
-
-// Scores8 for head widths up to 64 (nullptr: use Scores16).
-Scores16Fn PickScores8(int dh) {
-  switch ((dh + 15) / 16) {
-    case 1: return &Scores8<1>;
-    case 2: return &Scores8<2>;
-    case 3: return &Scores8<3>;
-    case 4: return &Scores8<4>;
-    default: return nullptr;
-  }
-}
 
 // In place: s[0, n) = exp(s - max(s)); returns 1 / sum.
 TNMT_AVX512_TARGET float SoftmaxNumerators(float* s, int n) {
@@ -321,8 +299,8 @@ struct Isa {
   static constexpr int kPvChunks = 4;  // 16-column chunks per P·V pass (64 columns)
   static Mask Full() { return static_cast<Mask>(0xFFFF); }
   static Mask Tail(int n) { return TailMask(n); }
-  static Scores16Fn Scores(int dh) { return PickScores(dh); }
-  static Scores16Fn Scores8(int dh) { return PickScores8(dh); }
+  static Scores16Fn Scores(int dh) { return PickScores(dh, 16); }
+  static Scores16Fn Scores8(int dh) { return PickScores(dh, 8); }
   static float Softmax(float* s, int n) { return SoftmaxNumerators(s, n); }
   static ProbsTimesVFn Pv(int r, int c) { return PickPv(r, c); }
 };
@@ -358,8 +336,7 @@ TNMT_AVX2_TARGET inline __m256 Reduce8(const __m256* v) {
   return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 2, 1, 3, 4, 6, 5, 7));
 }
 
-// avx512::Scores16: s[t] = scale * (q · k[off[t]]) for kKeys = 16 keys; kKeys = 8 is
-// avx512::Scores8 (kChunks > 0 only).
+// avx512::Scores16: s[t] = scale * (q · k[off[t]]) for kKeys keys (16, or 8 as there).
 template <int kChunks, int kKeys = 16>
 TNMT_AVX2_TARGET void Scores16(float* s, const float* q, const float* k, const int64_t* off,
                                int dh, float scale) {
@@ -429,25 +406,18 @@ TNMT_AVX2_TARGET void Scores16(float* s, const float* q, const float* k, const i
 
 using Scores16Fn = void (*)(float*, const float*, const float*, const int64_t*, int, float);
 
-Scores16Fn PickScores(int dh) {
+// The kernel for `keys` keys (16, or 8: nullptr for head widths above 64, which use 16).
+Scores16Fn PickScores(int dh, int keys) {
+  const bool eight = keys == 8;
   switch ((dh + 15) / 16) {
-    case 1: return &Scores16<1>;
-    case 2: return &Scores16<2>;
-    case 3: return &Scores16<3>;
-    case 4: return &Scores16<4>;
-    default: return &Scores16<0>;
+    case 1: return eight ? &Scores16<1, 8> : &Scores16<1>;
+    case 2: return eight ? &Scores16<2, 8> : &Scores16<2>;
+    case 3: return eight ? &Scores16<3, 8> : &Scores16<3>;
+    case 4: return eight ? &Scores16<4, 8> : &Scores16<4>;
+    default: return eight ? nullptr : &Scores16<0>;
   }
 }
 
-Scores16Fn PickScores8(int dh) {
-  switch ((dh + 15) / 16) {
-    case 1: return &Scores16<1, 8>;
-    case 2: return &Scores16<2, 8>;
-    case 3: return &Scores16<3, 8>;
-    case 4: return &Scores16<4, 8>;
-    default: return nullptr;
-  }
-}
 
 // avx512::SoftmaxNumerators: in place s[0, n) = exp(s - max(s)); returns 1 / sum.
 TNMT_AVX2_TARGET float SoftmaxNumerators(float* s, int n) {
@@ -518,8 +488,8 @@ struct Isa {
   static constexpr int kPvChunks = 2;  // 16-column chunks per P·V pass (2 x 4 ymm accumulators)
   static Mask Full() { return 16; }
   static Mask Tail(int n) { return n; }
-  static Scores16Fn Scores(int dh) { return PickScores(dh); }
-  static Scores16Fn Scores8(int dh) { return PickScores8(dh); }
+  static Scores16Fn Scores(int dh) { return PickScores(dh, 16); }
+  static Scores16Fn Scores8(int dh) { return PickScores(dh, 8); }
   static float Softmax(float* s, int n) { return SoftmaxNumerators(s, n); }
   static ProbsTimesVFn Pv(int r, int c) { return PickPv(r, c); }
 };
