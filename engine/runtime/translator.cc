@@ -106,14 +106,13 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
   while (pos < todo.size() || !decoder.empty()) {
     if (pos < todo.size()) {
       const int64_t longest = static_cast<int64_t>(sources[todo[pos]].size());
+      const int64_t left = static_cast<int64_t>(todo.size() - pos);
       const int64_t full = std::max<int64_t>(1, opt.max_batch_tokens / longest);
-      const int64_t room = (opt.max_batch_tokens - in_flight) / longest;
-      int64_t count = std::min<int64_t>(room, static_cast<int64_t>(todo.size() - pos));
-      if (decoder.empty()) count = std::min<int64_t>(full, static_cast<int64_t>(todo.size() - pos));
+      const int64_t room = decoder.empty() ? full : (opt.max_batch_tokens - in_flight) / longest;
+      const int64_t count = std::min(room, left);
       // Join in groups of at least an eighth of a full batch (or all that is left): the
       // encoder is inefficient on a few sentences at a time.
-      const int64_t least = std::min<int64_t>(std::max<int64_t>(1, full / 8), static_cast<int64_t>(todo.size() - pos));
-      if (count >= least) {
+      if (count >= std::min(std::max<int64_t>(1, full / 8), left)) {
         std::vector<DecodeInput> group;
         for (int64_t k = 0; k < count; ++k) {
           const int i = todo[pos + k];

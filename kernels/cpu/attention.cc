@@ -216,7 +216,6 @@ Scores16Fn PickScores(int dh, int keys) {
   }
 }
 
-
 // In place: s[0, n) = exp(s - max(s)); returns 1 / sum.
 TNMT_AVX512_TARGET float SoftmaxNumerators(float* s, int n) {
   float sum;
@@ -417,7 +416,6 @@ Scores16Fn PickScores(int dh, int keys) {
     default: return eight ? nullptr : &Scores16<0>;
   }
 }
-
 
 // avx512::SoftmaxNumerators: in place s[0, n) = exp(s - max(s)); returns 1 / sum.
 TNMT_AVX2_TARGET float SoftmaxNumerators(float* s, int n) {

@@ -296,17 +296,16 @@ TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr
 #endif  // __x86_64__
 
 // dst, tile by tile: rows [start, start + mr) of a as [k, mr] (k-major) at dst + start * k.
-void PackRows(float* dst, const float* a, int lda, int k, const Tiling& tiling, bool avx512,
-              bool avx2) {
+void PackRows(float* dst, const float* a, int lda, int k, const Tiling& tiling, CpuIsa isa) {
   for (int t = 0; t < tiling.tiles; ++t) {
     const int mr = tiling.rows(t), r0 = tiling.start(t);
     float* d = dst + static_cast<int64_t>(r0) * k;
 #if defined(__x86_64__)
-    if (avx512) {
+    if (isa == CpuIsa::kAvx512) {
       PackTileAvx512(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k);
       continue;
     }
-    if (avx2 && mr <= 8) {
+    if (isa == CpuIsa::kAvx2 && mr <= 8) {
       PackTileAvx2(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k);
       continue;
     }
@@ -368,7 +367,7 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
     const Tiling tiling(mc, max_mr);
     if (pack) {
       float* dst = GrowScratch(packed, static_cast<size_t>(mc) * k);
-      PackRows(dst, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, avx512, avx2);
+      PackRows(dst, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, isa);
       pa = dst;
     }
     float* cm = c + static_cast<int64_t>(r_begin) * ldc;
@@ -439,7 +438,7 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
   for (int m0 = 0; m0 < m; m0 += kMc) {
     const int mc = std::min(kMc, m - m0);
     float* dst = GrowScratch(&packed_a, static_cast<size_t>(mc) * k);
-    PackRows(dst, a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), avx512, avx2);
+    PackRows(dst, a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), isa);
     const float* pa = dst;  // (a thread_local: the workers must not name it)
     ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) {
       compute(m0, m0 + mc, p_begin, p_end, pa, false, nullptr);
