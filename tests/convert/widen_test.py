@@ -49,8 +49,6 @@ def main():
         subprocess.run([a.tnmt, "translate", "--model", TINY, "--input", SENTENCES, "--threads", "1"],
                        check=True, stdout=f, stderr=subprocess.DEVNULL)
     hyps = open(hyp).read().splitlines()
-    with open(hyp, "w") as f:
-        f.write("".join(h + "\n" for h in hyps))
 
     def scores(model):
         out = subprocess.run([a.tnmt, "score", "--model", model, "--source", SENTENCES, "--target", hyp,
