@@ -448,11 +448,23 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
   // Rows [r_begin, r_end) (quantized at pa/psa) times panels [p_begin, p_end).
   auto compute = [&](int r_begin, int r_end, int64_t p_begin, int64_t p_end, const int8_t* pa, const float* psa) {
     const Tiling tiling(r_end - r_begin, max_mr);
+    // The thread's next panel is prefetched into L2 in slices, one slice before each tile of
+    // this one, so that its first tile does not wait on memory (as gemm_packed.cc).
+    const int panel_lines = groups * kGroupBytes / 64;
+    const int slice = (panel_lines + tiling.tiles - 1) / tiling.tiles;
     for (int64_t p = p_begin; p < p_end; ++p) {
       const int col = static_cast<int>(p) * kNr;
       const int8_t* pb = w.panels + p * groups * kGroupBytes;
+      const char* next = p + 1 < p_end ? reinterpret_cast<const char*>(pb + groups * kGroupBytes) : nullptr;
       for (int t = 0; t < tiling.tiles; ++t) {
         const int mr = tiling.rows(t), r0 = tiling.start(t);
+#if defined(__x86_64__)
+        if (next != nullptr) {
+          for (int l = t * slice, end = std::min(panel_lines, l + slice); l < end; ++l) {
+            _mm_prefetch(next + 64 * l, _MM_HINT_T1);
+          }
+        }
+#endif
         const int8_t* ta = pa + static_cast<int64_t>(r0) * kp;
         Epilogue e{psa + r0, w.scale.data() + col, w.comp.data() + col,
                    bias != nullptr ? bias + col : nullptr, accumulate,

@@ -149,10 +149,11 @@ constexpr auto kKernels = MakeKernels(std::make_integer_sequence<int, kMaxMr>{})
 
 // AVX2: c[MR, 16] (the 16 columns of one panel half, the first valid0 + valid1 of them
 // written) = init + a[kc, MR] . b[kc, 16 of 32]. b points at the half's first column of the
-// panel's first k row.
+// panel's first k row. Prefetches pf_lines lines from pf into L2 as Kernel does.
 template <int MR>
 TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* c, int64_t ldc,
-                                 int valid0, int valid1, Init init, const float* bias) {
+                                 int valid0, int valid1, Init init, const float* bias,
+                                 const char* pf, int pf_lines) {
   const __m256i m0 = Avx2LaneMask(valid0), m1 = Avx2LaneMask(valid1);
   __m256 c0[MR], c1[MR];
   const bool with_bias = init == Init::kBias || init == Init::kLoadBias;
@@ -177,6 +178,7 @@ TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* 
   }
 #pragma GCC unroll 2
   for (int p = 0; p < kc; ++p) {
+    if (p < pf_lines) _mm_prefetch(pf + 64 * p, _MM_HINT_T1);
     const __m256 v0 = _mm256_load_ps(b);
     const __m256 v1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
@@ -195,7 +197,8 @@ TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* 
   }
 }
 
-using KernelAvx2Fn = void (*)(int, const float*, const float*, float*, int64_t, int, int, Init, const float*);
+using KernelAvx2Fn = void (*)(int, const float*, const float*, float*, int64_t, int, int, Init, const float*,
+                              const char*, int);
 
 template <int... MR>
 constexpr std::array<KernelAvx2Fn, sizeof...(MR) + 1> MakeKernelsAvx2(std::integer_sequence<int, MR...>) {
@@ -205,14 +208,15 @@ constexpr std::array<KernelAvx2Fn, sizeof...(MR) + 1> MakeKernelsAvx2(std::integ
 // kKernelsAvx2[mr]: the AVX2 kernel for tiles of mr rows (1..kMaxMrAvx2).
 constexpr auto kKernelsAvx2 = MakeKernelsAvx2(std::make_integer_sequence<int, kMaxMrAvx2>{});
 
-// The AVX2 path for one tile and one panel: both 16-column halves that have valid columns.
+// The AVX2 path for one tile and one panel: both 16-column halves that have valid columns
+// (the first half prefetches, as Kernel).
 TNMT_AVX2_TARGET void TileAvx2(int mr, int kc, const float* a, const float* b, float* c, int64_t ldc,
-                               int nvalid, Init init, const float* bias) {
+                               int nvalid, Init init, const float* bias, const char* pf, int pf_lines) {
   for (int h = 0; h < 2; ++h) {
     const int valid = nvalid - 16 * h;
     if (valid <= 0) break;
     kKernelsAvx2[mr](kc, a, b + 16 * h, c + 16 * h, ldc, std::min(valid, 8), std::max(0, std::min(valid - 8, 8)),
-                     init, bias != nullptr ? bias + 16 * h : nullptr);
+                     init, bias != nullptr ? bias + 16 * h : nullptr, h == 0 ? pf : nullptr, h == 0 ? pf_lines : 0);
   }
 }
 
@@ -399,16 +403,17 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
           const float* ta = pa + static_cast<int64_t>(r0) * k + static_cast<int64_t>(k0) * mr;
           float* tc = cm + static_cast<int64_t>(r0) * ldc + col;
 #if defined(__x86_64__)
+          const int first = t * slice, lines = std::max(0, std::min(slice, next_lines - first));
+          const char* pf = next != nullptr ? next + 64 * first : nullptr;
+          const int pf_lines = next != nullptr ? lines : 0;
           if (avx512) {
             const __mmask16 lo = nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1;
             const __mmask16 hi = nvalid >= 32 ? 0xFFFF : nvalid <= 16 ? 0 : (1u << (nvalid - 16)) - 1;
-            const int first = t * slice, lines = std::max(0, std::min(slice, next_lines - first));
-            kKernels[mr](kc, ta, pb, tc, ldc, lo, hi, init, pbias,
-                         next != nullptr ? next + 64 * first : nullptr, next != nullptr ? lines : 0);
+            kKernels[mr](kc, ta, pb, tc, ldc, lo, hi, init, pbias, pf, pf_lines);
             continue;
           }
           if (avx2) {
-            TileAvx2(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias);
+            TileAvx2(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias, pf, pf_lines);
             continue;
           }
 #endif
