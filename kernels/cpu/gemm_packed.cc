@@ -403,17 +403,17 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
           const float* ta = pa + static_cast<int64_t>(r0) * k + static_cast<int64_t>(k0) * mr;
           float* tc = cm + static_cast<int64_t>(r0) * ldc + col;
 #if defined(__x86_64__)
+          // This tile's slice of the next block (no lines when there is none: next_lines is 0).
           const int first = t * slice, lines = std::max(0, std::min(slice, next_lines - first));
           const char* pf = next != nullptr ? next + 64 * first : nullptr;
-          const int pf_lines = next != nullptr ? lines : 0;
           if (avx512) {
             const __mmask16 lo = nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1;
             const __mmask16 hi = nvalid >= 32 ? 0xFFFF : nvalid <= 16 ? 0 : (1u << (nvalid - 16)) - 1;
-            kKernels[mr](kc, ta, pb, tc, ldc, lo, hi, init, pbias, pf, pf_lines);
+            kKernels[mr](kc, ta, pb, tc, ldc, lo, hi, init, pbias, pf, lines);
             continue;
           }
           if (avx2) {
-            TileAvx2(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias, pf, pf_lines);
+            TileAvx2(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias, pf, lines);
             continue;
           }
 #endif
