@@ -131,7 +131,8 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
   const std::set<std::string> known = {
       "train_source", "train_target", "valid_source", "valid_target", "spm_model", "init_model", "vocab_size",
       "max_length", "max_length_ratio", "preset", "max_tokens", "accum_steps", "warmup_steps",
-      "lr_scale", "max_steps", "max_epochs", "clip_norm", "dropout", "seed", "save_dir",
+      "lr_scale", "max_steps", "max_epochs", "clip_norm", "dropout", "attention_dropout",
+      "activation_dropout", "seed", "save_dir",
       "save_every_steps", "save_every_minutes", "keep_last", "valid_every_steps", "valid_bleu",
       "valid_beam_size", "valid_max_sentences", "metrics_file", "log_every_steps", "threads", "device", "dtype"};
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -151,7 +152,9 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
                          integer("accum_steps", &t.accum_steps), integer("warmup_steps", &t.warmup_steps),
                          number("lr_scale", &t.lr_scale), integer("max_steps", &t.max_steps),
                          integer("max_epochs", &t.max_epochs), number("clip_norm", &t.clip_norm),
-                         number("dropout", &t.dropout), integer("seed", &t.seed), str("save_dir", &t.save_dir),
+                         number("dropout", &t.dropout), number("attention_dropout", &t.attention_dropout),
+                         number("activation_dropout", &t.activation_dropout), integer("seed", &t.seed),
+                         str("save_dir", &t.save_dir),
                          integer("save_every_steps", &t.save_every_steps),
                          number("save_every_minutes", &t.save_every_minutes), integer("keep_last", &t.keep_last),
                          integer("valid_every_steps", &t.valid_every_steps), boolean("valid_bleu", &t.valid_bleu),
@@ -193,6 +196,8 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
   if (t.max_epochs < 0) return bad("max_epochs", "must be >= 0");
   if (!(t.clip_norm >= 0)) return bad("clip_norm", "must be >= 0");
   if (!(t.dropout >= 0 && t.dropout < 1)) return bad("dropout", "must be in [0, 1)");
+  if (!(t.attention_dropout >= 0 && t.attention_dropout < 1)) return bad("attention_dropout", "must be in [0, 1)");
+  if (!(t.activation_dropout >= 0 && t.activation_dropout < 1)) return bad("activation_dropout", "must be in [0, 1)");
   if (t.save_every_steps < 0) return bad("save_every_steps", "must be >= 0");
   if (t.valid_every_steps < 0) return bad("valid_every_steps", "must be >= 0");
   if (t.log_every_steps < 1) return bad("log_every_steps", "must be positive");
@@ -268,6 +273,8 @@ json TrainConfig::ToJson() const {
   j["max_epochs"] = max_epochs;
   j["clip_norm"] = clip_norm;
   j["dropout"] = dropout;
+  j["attention_dropout"] = attention_dropout;
+  j["activation_dropout"] = activation_dropout;
   j["seed"] = seed;
   j["save_dir"] = save_dir;
   j["save_every_steps"] = save_every_steps;

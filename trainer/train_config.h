@@ -49,7 +49,9 @@ struct TrainConfig {
   int64_t max_steps = 100000;
   int64_t max_epochs = 0;          // 0: no epoch limit
   double clip_norm = 0.0;          // 0: no clipping
-  float dropout = 0.1f;
+  float dropout = 0.1f;             // residual: sub-layer outputs, embeddings
+  float attention_dropout = 0.0f;   // attention probabilities
+  float activation_dropout = 0.0f;  // the feed-forward's hidden layer after the activation
   uint64_t seed = 1;
   // Checkpoints and validation.
   std::string save_dir;

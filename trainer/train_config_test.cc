@@ -26,6 +26,24 @@ TEST(TrainConfigTest, DeviceAndDtypeDefaults) {
   EXPECT_EQ(c->dtype, "float32");
 }
 
+TEST(TrainConfigTest, AttentionAndActivationDropoutDefaultOffAndRoundTrip) {
+  auto c = TrainConfig::FromJson(Minimal(), "test.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attention_dropout, 0.0f);
+  EXPECT_EQ(c->activation_dropout, 0.0f);
+  json j = Minimal();
+  j["attention_dropout"] = 0.1;
+  j["activation_dropout"] = 0.25;
+  c = TrainConfig::FromJson(j, "test.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->attention_dropout, 0.1f);
+  EXPECT_FLOAT_EQ(c->activation_dropout, 0.25f);
+  auto again = TrainConfig::FromJson(c->ToJson(), "round trip");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->attention_dropout, c->attention_dropout);
+  EXPECT_EQ(again->activation_dropout, c->activation_dropout);
+}
+
 TEST(TrainConfigTest, AcceptsCudaDevicesAndHalfPrecisionOnCuda) {
   for (const char* device : {"cuda", "cuda:0", "cuda:7", "cuda:12"}) {
     for (const char* dtype : {"float32", "float16", "bfloat16"}) {
@@ -106,6 +124,8 @@ TEST(TrainConfigTest, ABadFlagIsBlamedOnTheFlag) {
     const char* flag;
   };
   for (const Case& c : {Case{"preset", "huge", "--preset"}, Case{"dropout", 2.0, "--dropout"},
+                        Case{"attention_dropout", 1.0, "--attention-dropout"},
+                        Case{"activation_dropout", -0.5, "--activation-dropout"},
                         Case{"max_steps", 0, "--max-steps"}, Case{"log_every_steps", 0, "--log-every-steps"},
                         Case{"device", "tpu", "--device"}, Case{"vocab_size", "many", "--vocab-size"}}) {
     json j = Minimal();

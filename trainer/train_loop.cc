@@ -271,6 +271,8 @@ class Trainer {
         TNMT_RETURN_IF_ERROR(batches_->Next(&b));
         TrainStepOptions o;
         o.dropout = cfg_.dropout;
+        o.attention_dropout = cfg_.attention_dropout;
+        o.activation_dropout = cfg_.activation_dropout;
         o.label_smoothing = config_.label_smoothing;
         o.dropout_seed = MixSeed(cfg_.seed, state_.step, a, coll_->rank());
         TNMT_RETURN_IF_ERROR(engine_->ForwardBackward(ToTrainBatch(std::move(b)), o));

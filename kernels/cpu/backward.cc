@@ -93,15 +93,18 @@ TNMT_VECTORIZE void AccumulateColumnSum(float* db, const float* dy, int64_t rows
 
 void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
                            const float* k, const float* v, int64_t ld_kv, int batch, int q_len,
-                           int k_len, int heads, int d_head, const int32_t* k_valid, bool causal) {
+                           int k_len, int heads, int d_head, const int32_t* k_valid, bool causal,
+                           const AttentionDropout& drop, float* scratch) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
+  const int64_t block = static_cast<int64_t>(q_len) * k_len;
   for (int b = 0; b < batch; ++b) {
     const int valid = k_valid != nullptr ? k_valid[b] : k_len;
     for (int h = 0; h < heads; ++h) {
       const float* qb = q + static_cast<int64_t>(b) * q_len * ld_q + h * d_head;
       const float* kb = k + static_cast<int64_t>(b) * k_len * ld_kv + h * d_head;
       const float* vb = v + static_cast<int64_t>(b) * k_len * ld_kv + h * d_head;
-      float* p = probs + (static_cast<int64_t>(b) * heads + h) * q_len * k_len;
+      const int64_t first = (static_cast<int64_t>(b) * heads + h) * block;
+      float* p = probs + first;
       GemmNT(q_len, k_len, d_head, scale, qb, ld_q, kb, ld_kv, 0.0f, p, k_len);
       for (int i = 0; i < q_len; ++i) {
         float* row = p + static_cast<int64_t>(i) * k_len;
@@ -109,7 +112,13 @@ void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float
         for (int j = limit; j < k_len; ++j) row[j] = -INFINITY;
       }
       Softmax(p, q_len, k_len);
-      GemmNN(q_len, d_head, k_len, 1.0f, p, k_len, vb, ld_kv, 0.0f,
+      const float* pv = p;  // the probabilities that multiply v
+      if (drop.p > 0.0f) {
+        std::memcpy(scratch, p, sizeof(float) * block);
+        DropoutBlock(scratch, block, static_cast<uint64_t>(first), drop.p, drop.seed, drop.stream);
+        pv = scratch;
+      }
+      GemmNN(q_len, d_head, k_len, 1.0f, pv, k_len, vb, ld_kv, 0.0f,
              out + static_cast<int64_t>(b) * q_len * ld_out + h * d_head, ld_out);
     }
   }
@@ -118,17 +127,26 @@ void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float
 void AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv,
                        const float* dout, int64_t ld_dout, const float* probs, const float* q,
                        int64_t ld_q, const float* k, const float* v, int64_t ld_kv, int batch,
-                       int q_len, int k_len, int heads, int d_head, float* ds) {
+                       int q_len, int k_len, int heads, int d_head, float* ds, const AttentionDropout& drop) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
+  const int64_t block = static_cast<int64_t>(q_len) * k_len;
   for (int b = 0; b < batch; ++b) {
     for (int h = 0; h < heads; ++h) {
       const int64_t qoff = static_cast<int64_t>(b) * q_len, koff = static_cast<int64_t>(b) * k_len;
-      const float* p = probs + (static_cast<int64_t>(b) * heads + h) * q_len * k_len;
+      const int64_t first = (static_cast<int64_t>(b) * heads + h) * block;
+      const float* p = probs + first;
       const float* dob = dout + qoff * ld_dout + h * d_head;
-      // dv += p^T dout
-      GemmTN(k_len, d_head, q_len, 1.0f, p, k_len, dob, ld_dout, 1.0f, dv + koff * ld_dkv + h * d_head, ld_dkv);
-      // dp = dout v^T, then ds = p * (dp - rowsum(dp * p))
+      // dv += drop(p)^T dout (the dropped probabilities go through the scratch first)
+      const float* pv = p;
+      if (drop.p > 0.0f) {
+        std::memcpy(ds, p, sizeof(float) * block);
+        DropoutBlock(ds, block, static_cast<uint64_t>(first), drop.p, drop.seed, drop.stream);
+        pv = ds;
+      }
+      GemmTN(k_len, d_head, q_len, 1.0f, pv, k_len, dob, ld_dout, 1.0f, dv + koff * ld_dkv + h * d_head, ld_dkv);
+      // dp = drop'(dout v^T) (the same mask and scale), then ds = p * (dp - rowsum(dp * p))
       GemmNT(q_len, k_len, d_head, 1.0f, dob, ld_dout, v + koff * ld_kv + h * d_head, ld_kv, 0.0f, ds, k_len);
+      DropoutBlock(ds, block, static_cast<uint64_t>(first), drop.p, drop.seed, drop.stream);
       for (int i = 0; i < q_len; ++i) {
         float* dsr = ds + static_cast<int64_t>(i) * k_len;
         const float* pr = p + static_cast<int64_t>(i) * k_len;
@@ -294,10 +312,11 @@ double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t 
 
 namespace {
 
-TNMT_VECTORIZE void DropoutRange(float* x, int64_t begin, int64_t end, float p, uint64_t seed, uint64_t stream) {
+// x[t] for t in [0, n) is element index0 + t of the tensor the mask is defined over.
+TNMT_VECTORIZE void DropoutRange(float* x, int64_t n, uint64_t index0, float p, uint64_t seed, uint64_t stream) {
   const float keep_scale = 1.0f / (1.0f - p);
-  for (int64_t i = begin; i < end; ++i) {
-    x[i] = CounterUniform(seed, stream, static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
+  for (int64_t t = 0; t < n; ++t) {
+    x[t] = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(t)) >= p ? x[t] * keep_scale : 0.0f;
   }
 }
 
@@ -325,14 +344,15 @@ TNMT_AVX2_TARGET inline __m128 Uniform4(__m256i z) {
 }
 
 // DropoutRange with the hash vectorized: 8 elements per step, same masks and values.
-TNMT_AVX2_TARGET void DropoutRange(float* x, int64_t begin, int64_t end, float p, uint64_t seed, uint64_t stream) {
+TNMT_AVX2_TARGET void DropoutRange(float* x, int64_t n, uint64_t index0, float p, uint64_t seed, uint64_t stream) {
   constexpr uint64_t kGolden = kCounterStep;
   const float keep_scale = 1.0f / (1.0f - p);
   const uint64_t base = CounterStart(seed, stream);
   const __m256 vp = _mm256_set1_ps(p), vscale = _mm256_set1_ps(keep_scale);
-  int64_t i = begin;
+  int64_t i = 0;
+  const int64_t end = n;
   if (end - i >= 8) {
-    const uint64_t z0 = base + static_cast<uint64_t>(i) * kGolden;
+    const uint64_t z0 = base + index0 * kGolden;
     __m256i lo = _mm256_setr_epi64x(static_cast<int64_t>(z0), static_cast<int64_t>(z0 + kGolden),
                                     static_cast<int64_t>(z0 + 2 * kGolden), static_cast<int64_t>(z0 + 3 * kGolden));
     __m256i hi = _mm256_add_epi64(lo, _mm256_set1_epi64x(static_cast<int64_t>(4 * kGolden)));
@@ -346,7 +366,7 @@ TNMT_AVX2_TARGET void DropoutRange(float* x, int64_t begin, int64_t end, float p
     }
   }
   for (; i < end; ++i) {
-    x[i] = CounterUniform(seed, stream, static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
+    x[i] = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
   }
 }
 
@@ -355,16 +375,23 @@ TNMT_AVX2_TARGET void DropoutRange(float* x, int64_t begin, int64_t end, float p
 
 }  // namespace
 
-void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
-  if (p <= 0.0f) return;
+void DropoutBlock(float* x, int64_t count, uint64_t first_index, float p, uint64_t seed, uint64_t stream) {
+  if (p <= 0.0f || count <= 0) return;
 #if defined(__x86_64__)
   // AVX-512 has a 64-bit multiply and the compiler vectorizes DropoutRange itself; AVX2 does not.
   if (UseAvx2() && !UseAvx512()) {
-    ParallelFor(count, [&](int64_t begin, int64_t end) { avx2::DropoutRange(x, begin, end, p, seed, stream); });
+    avx2::DropoutRange(x, count, first_index, p, seed, stream);
     return;
   }
 #endif
-  ParallelFor(count, [&](int64_t begin, int64_t end) { DropoutRange(x, begin, end, p, seed, stream); });
+  DropoutRange(x, count, first_index, p, seed, stream);
+}
+
+void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
+  if (p <= 0.0f) return;
+  ParallelFor(count, [&](int64_t begin, int64_t end) {
+    DropoutBlock(x + begin, end - begin, static_cast<uint64_t>(begin), p, seed, stream);
+  });
 }
 
 TNMT_VECTORIZE void AdamUpdate(float* w, float* m, float* v, const float* g, int64_t count, float grad_scale,

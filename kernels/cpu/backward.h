@@ -25,20 +25,32 @@ void ActivationBackward(float* dx, const float* dy, const float* pre, int64_t co
 // db: [n] += column sums of dy: [rows, n].
 void AccumulateColumnSum(float* db, const float* dy, int64_t rows, int n);
 
+// Attention dropout: the probabilities that multiply v are dropped as Dropout would drop the
+// whole probs tensor [batch, heads, q_len, k_len] (element (b, h, i, j) at its index there),
+// while probs keeps the undropped values the backward needs. p == 0: none.
+struct AttentionDropout {
+  float p = 0.0f;
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+};
+
 // Training attention for one projected Q/K/V set; saves probabilities for the backward.
 // q: rows b*q_len+i (stride ld_q); k, v: rows b*k_len+j (stride ld_kv), per group b.
 // probs: [batch, heads, q_len, k_len]; out: [batch*q_len, ld_out].
 // k_valid: [batch] valid keys (null: all); causal: key j visible to query i iff j <= i.
+// scratch: q_len * k_len floats when drop.p > 0 (else unused, may be null).
 void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
                            const float* k, const float* v, int64_t ld_kv, int batch, int q_len,
-                           int k_len, int heads, int d_head, const int32_t* k_valid, bool causal);
+                           int k_len, int heads, int d_head, const int32_t* k_valid, bool causal,
+                           const AttentionDropout& drop = {}, float* scratch = nullptr);
 
-// Gradients of AttentionTrainForward: dq written, dk and dv accumulated (+=), all with the
-// same layouts as q, k, v. scratch: q_len * k_len floats.
+// Gradients of AttentionTrainForward (with the same `drop`): dq written, dk and dv accumulated
+// (+=), all with the same layouts as q, k, v. scratch: q_len * k_len floats.
 void AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv,
                        const float* dout, int64_t ld_dout, const float* probs, const float* q,
                        int64_t ld_q, const float* k, const float* v, int64_t ld_kv, int batch,
-                       int q_len, int k_len, int heads, int d_head, float* scratch);
+                       int q_len, int k_len, int heads, int d_head, float* scratch,
+                       const AttentionDropout& drop = {});
 
 // dtable[ids[i]] += scale * dx[i]; dpos[positions[i]] += dx[i] (dpos may be null).
 void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_t* ids,
@@ -58,6 +70,11 @@ using ::tnmt::kernels::CounterUniform;
 // In place: x[i] = keep ? x[i] / (1 - p) : 0, keep iff CounterUniform(seed, stream, i) >= p.
 // Used identically for the forward and (on the gradient) the backward. p == 0: no-op.
 void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream);
+
+// Dropout of a block of a larger tensor: x[i] is that tensor's element first_index + i, so the
+// mask is the one Dropout(tensor, ...) applies there. Runs on the calling thread.
+void DropoutBlock(float* x, int64_t count, uint64_t first_index, float p, uint64_t seed,
+                  uint64_t stream);
 
 struct AdamOptions {
   float lr = 0.0f;

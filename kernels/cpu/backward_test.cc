@@ -241,7 +241,17 @@ struct AttnCase {
   int64_t ld_q, ld_kv, ld_out, ld_dq, ld_dkv, ld_dout;  // 0: heads * d_head
   std::vector<int32_t> k_valid;  // empty: null
   bool causal;
+  float drop_p = 0.0f;  // attention dropout (seed kDropSeed, stream kDropStream)
 };
+
+constexpr uint64_t kDropSeed = 77, kDropStream = 3005;
+
+// The factor attention dropout applies to probs element `index`: 0 or 1 / (1 - p).
+double DropFactor(const AttnCase& c, int64_t index) {
+  if (c.drop_p <= 0.0f) return 1.0;
+  const float keep_scale = 1.0f / (1.0f - c.drop_p);
+  return CounterUniform(kDropSeed, kDropStream, static_cast<uint64_t>(index)) >= c.drop_p ? keep_scale : 0.0;
+}
 
 bool Visible(const AttnCase& c, int b, int i, int j) {
   const int valid = c.k_valid.empty() ? c.k_len : c.k_valid[b];
@@ -249,7 +259,8 @@ bool Visible(const AttnCase& c, int b, int i, int j) {
 }
 
 // Naive double forward; out is compact [batch*q_len, heads*d_head]; probs
-// [batch, heads, q_len, k_len] (0 where masked; rows with no visible key are all 0).
+// [batch, heads, q_len, k_len] (0 where masked; rows with no visible key are all 0), before
+// attention dropout, which only changes what multiplies v.
 void NaiveAttention(const AttnCase& c, const std::vector<double>& q, const std::vector<double>& k,
                     const std::vector<double>& v, std::vector<double>* out,
                     std::vector<double>* probs) {
@@ -281,8 +292,9 @@ void NaiveAttention(const AttnCase& c, const std::vector<double>& q, const std::
         for (int j = 0; j < c.k_len; ++j) {
           if (!Visible(c, b, i, j)) continue;
           pr[j] = std::exp(s[j] - mx) / sum;
+          const double pd = pr[j] * DropFactor(c, &pr[j] - probs->data());
           const double* vj = &v[(static_cast<int64_t>(b) * c.k_len + j) * c.ld_kv + h * c.d_head];
-          for (int e = 0; e < c.d_head; ++e) o[e] += pr[j] * vj[e];
+          for (int e = 0; e < c.d_head; ++e) o[e] += pd * vj[e];
         }
       }
     }
@@ -326,9 +338,12 @@ void RunAttentionCase(AttnCase c, uint32_t seed) {
   const float kOutFill = 777.0f;
   std::vector<float> out(q_rows * c.ld_out, kOutFill);
   std::vector<float> probs(static_cast<size_t>(c.batch) * c.heads * c.q_len * c.k_len, -5.0f);
+  const AttentionDropout drop{c.drop_p, kDropSeed, kDropStream};
+  std::vector<float> fwd_scratch(static_cast<size_t>(c.q_len) * c.k_len, 1e30f);
   AttentionTrainForward(out.data(), c.ld_out, probs.data(), q.data(), c.ld_q, k.data(), v.data(),
                         c.ld_kv, c.batch, c.q_len, c.k_len, c.heads, c.d_head,
-                        c.k_valid.empty() ? nullptr : c.k_valid.data(), c.causal);
+                        c.k_valid.empty() ? nullptr : c.k_valid.data(), c.causal, drop,
+                        c.drop_p > 0 ? fwd_scratch.data() : nullptr);
   std::vector<double> want_out, want_probs;
   NaiveAttention(c, qd, kd, vd, &want_out, &want_probs);
   std::vector<float> out_compact(q_rows * width);
@@ -398,7 +413,7 @@ void RunAttentionCase(AttnCase c, uint32_t seed) {
   std::vector<float> scratch(static_cast<size_t>(c.q_len) * c.k_len, 1e30f);
   AttentionBackward(dq.data(), c.ld_dq, dk.data(), dv.data(), c.ld_dkv, dout.data(), c.ld_dout,
                     probs.data(), q.data(), c.ld_q, k.data(), v.data(), c.ld_kv, c.batch, c.q_len,
-                    c.k_len, c.heads, c.d_head, scratch.data());
+                    c.k_len, c.heads, c.d_head, scratch.data(), drop);
 
   std::vector<double> want_dq_s = relayout(want_dq, q_rows, c.ld_q, c.ld_dq);
   for (int64_t i = 0; i < q_rows; ++i) {
@@ -436,6 +451,12 @@ TEST(Attention, CrossAttentionQLenDiffersFromKLen) {
 
 TEST(Attention, CausalWithMoreQueriesThanKeys) {
   RunAttentionCase({"causal q>k", 2, 5, 3, 2, 3, 0, 0, 0, 0, 0, 0, {}, true}, 28);
+}
+
+TEST(Attention, DropoutOnProbabilitiesMatchesNaiveAndFiniteDifferences) {
+  RunAttentionCase({"dropout", 2, 5, 5, 3, 4, 0, 0, 0, 0, 0, 0, {}, false, 0.3f}, 31);
+  RunAttentionCase({"dropout+causal+padded", 2, 6, 6, 3, 2, 0, 0, 0, 0, 0, 0, {4, 6}, true, 0.5f}, 32);
+  RunAttentionCase({"dropout+cross+strides", 3, 3, 7, 2, 4, 9, 10, 11, 12, 13, 14, {7, 2, 4}, false, 0.2f}, 33);
 }
 
 TEST(Attention, GroupWithNoValidKeysGivesZeros) {
@@ -774,6 +795,16 @@ TEST(Dropout, EveryIsaPathMatchesTheScalarDefinition) {
         for (int64_t i = 0; i < n; ++i) {
           const float want = CounterUniform(seed, stream, i) >= p ? x[i] * (1.0f / (1.0f - p)) : 0.0f;
           ASSERT_EQ(y[i], want) << "n " << n << " seed " << seed << " i " << i;
+        }
+        // A block of the same tensor, starting anywhere, gets that part of the mask.
+        for (int64_t first : {int64_t{0}, int64_t{3}, n / 2, n - 1}) {
+          if (first >= n) continue;
+          const int64_t count = std::min<int64_t>(n - first, 1031);
+          std::vector<float> blk(x.begin() + first, x.begin() + first + count);
+          DropoutBlock(blk.data(), count, static_cast<uint64_t>(first), p, seed, stream);
+          for (int64_t i = 0; i < count; ++i) {
+            ASSERT_EQ(blk[i], y[first + i]) << "block at " << first << ", n " << n << " i " << i;
+          }
         }
       }
     }

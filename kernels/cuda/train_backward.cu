@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/counter_uniform.h"
 #include "kernels/cuda/check.h"
 
 namespace tnmt::kernels::cuda {
@@ -244,7 +245,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     AttentionForwardKernel(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
                            const float* k, const float* v, int64_t ld_kv, int q_len, int k_len,
                            int heads, int d_head, const int32_t* k_valid, bool causal,
-                           float scale) {
+                           float scale, float drop_p, float keep_scale, uint64_t seed,
+                           uint64_t stream, float* dropped) {
   extern __shared__ float q_sh[];  // [d_head]
   __shared__ float shared_f[32];
   __shared__ double shared_d[32];
@@ -291,12 +293,22 @@ __global__ void __launch_bounds__(kAttnThreads)
   sum = BlockSum(sum, shared_d);
   const float inv = 1.0f / static_cast<float>(sum);
   for (int j = threadIdx.x; j < limit; j += blockDim.x) p[j] *= inv;
+  // Attention dropout: what multiplies v is the dropped row (element row * k_len + j of probs).
+  const float* pv = p;
+  if (drop_p > 0.0f) {
+    float* d = dropped + row * k_len;
+    for (int j = threadIdx.x; j < limit; j += blockDim.x) {
+      const uint64_t index = static_cast<uint64_t>(row) * k_len + j;
+      d[j] = CounterUniform(seed, stream, index) >= drop_p ? __fmul_rn(p[j], keep_scale) : 0.0f;
+    }
+    pv = d;
+  }
   __syncthreads();
 
   const float* vb = v + static_cast<int64_t>(b) * k_len * ld_kv + static_cast<int64_t>(h) * d_head;
   for (int c = threadIdx.x; c < d_head; c += blockDim.x) {
     float acc = 0.0f;
-    for (int j = 0; j < limit; ++j) acc += p[j] * vb[static_cast<int64_t>(j) * ld_kv + c];
+    for (int j = 0; j < limit; ++j) acc += pv[j] * vb[static_cast<int64_t>(j) * ld_kv + c];
     o[c] = acc;
   }
 }
@@ -307,7 +319,8 @@ __global__ void __launch_bounds__(kAttnThreads)
     AttentionBackwardQueryKernel(float* dq, int64_t ld_dq, float* ds, const float* dout,
                                  int64_t ld_dout, const float* probs, const float* k,
                                  const float* v, int64_t ld_kv, int q_len, int k_len, int heads,
-                                 int d_head, float scale) {
+                                 int d_head, float scale, float drop_p, float keep_scale,
+                                 uint64_t seed, uint64_t stream, float* dropped) {
   extern __shared__ float do_sh[];  // [d_head]
   __shared__ double shared_d[32];
   const int64_t row = blockIdx.x;
@@ -336,6 +349,17 @@ __global__ void __launch_bounds__(kAttnThreads)
     s = WarpSum(s);
     if (lane == 0) dsr[j] = s;
   }
+  // Attention dropout: the gradient reaches p through the forward's mask and scale; the key
+  // kernel gets the dropped row for dv.
+  if (drop_p > 0.0f) {
+    __syncthreads();
+    float* d = dropped + row * k_len;
+    for (int j = threadIdx.x; j < k_len; j += blockDim.x) {
+      const bool keep = CounterUniform(seed, stream, static_cast<uint64_t>(row) * k_len + j) >= drop_p;
+      dsr[j] = keep ? __fmul_rn(dsr[j], keep_scale) : 0.0f;
+      d[j] = keep ? __fmul_rn(p[j], keep_scale) : 0.0f;
+    }
+  }
   __syncthreads();
 
   double dot = 0.0;
@@ -359,13 +383,13 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
 }
 
-// One block per key row: dv_j += sum_i p_ij dout_i, dk_j += scale * sum_i ds_ij q_i, queries in
-// order; queries with p_ij == 0 are skipped.
+// One block per key row: dv_j += sum_i pv_ij dout_i, dk_j += scale * sum_i ds_ij q_i, queries
+// in order; queries with p_ij == 0 are skipped. pv: the dropped probabilities (null: probs).
 __global__ void AttentionBackwardKeyKernel(float* dk, float* dv, int64_t ld_dkv,
                                           const float* dout, int64_t ld_dout, const float* probs,
                                           const float* ds, const float* q, int64_t ld_q,
                                           int q_len, int k_len, int heads, int d_head,
-                                          float scale) {
+                                          float scale, const float* dropped) {
   const int64_t key_row = blockIdx.x;
   const int j = static_cast<int>(key_row % k_len);
   const int64_t bh = key_row / k_len;
@@ -373,6 +397,7 @@ __global__ void AttentionBackwardKeyKernel(float* dk, float* dv, int64_t ld_dkv,
   const int b = static_cast<int>(bh / heads);
   const float* pcol = probs + bh * q_len * k_len + j;  // p_ij at pcol[i * k_len]
   const float* dscol = ds + bh * q_len * k_len + j;
+  const float* pvcol = dropped != nullptr ? dropped + bh * q_len * k_len + j : pcol;
   const int64_t qrow0 = static_cast<int64_t>(b) * q_len;
   const int64_t col0 = static_cast<int64_t>(h) * d_head;
   const int64_t krow = static_cast<int64_t>(b) * k_len + j;
@@ -382,7 +407,7 @@ __global__ void AttentionBackwardKeyKernel(float* dk, float* dv, int64_t ld_dkv,
       const float pij = pcol[static_cast<int64_t>(i) * k_len];
       if (pij == 0.0f) continue;
       const int64_t qrow = qrow0 + i;
-      av += pij * dout[qrow * ld_dout + col0 + c];
+      av += pvcol[static_cast<int64_t>(i) * k_len] * dout[qrow * ld_dout + col0 + c];
       ak += dscol[static_cast<int64_t>(i) * k_len] * q[qrow * ld_q + col0 + c];
     }
     dv[krow * ld_dkv + col0 + c] += av;
@@ -426,6 +451,16 @@ absl::Status CheckCount(const char* fn, int64_t count) {
   if (count < 0) return absl::InvalidArgumentError(absl::StrCat("cuda::", fn, ": count ", count, " < 0"));
   return absl::OkStatus();
 }
+
+absl::Status CheckDropout(const char* fn, const AttentionDropout& drop) {
+  if (!(drop.p >= 0.0f && drop.p < 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda::", fn, ": attention dropout ", drop.p, " outside [0, 1)"));
+  }
+  return absl::OkStatus();
+}
+
+float KeepScale(const AttentionDropout& drop) { return drop.p > 0.0f ? 1.0f / (1.0f - drop.p) : 1.0f; }
 
 absl::Status CheckAttention(const char* fn, int batch, int q_len, int k_len, int heads, int d_head,
                             std::initializer_list<int64_t> strides) {
@@ -534,15 +569,24 @@ absl::Status AccumulateColumnSum(Context& ctx, float* db, const float* dy, int64
 absl::Status AttentionTrainForward(Context& ctx, float* out, int64_t ld_out, float* probs,
                                    const float* q, int64_t ld_q, const float* k, const float* v,
                                    int64_t ld_kv, int batch, int q_len, int k_len, int heads,
-                                   int d_head, const int32_t* k_valid, bool causal) {
+                                   int d_head, const int32_t* k_valid, bool causal,
+                                   const AttentionDropout& drop) {
   TB_RETURN_IF_ERROR(CheckAttention("AttentionTrainForward", batch, q_len, k_len, heads, d_head,
                                       {ld_out, ld_q, ld_kv}));
+  TB_RETURN_IF_ERROR(CheckDropout("AttentionTrainForward", drop));
   const int64_t rows = static_cast<int64_t>(batch) * heads * q_len;
   if (rows == 0) return absl::OkStatus();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
+  absl::StatusOr<DeviceBuffer> dropped;
+  if (drop.p > 0.0f) {
+    dropped = Scratch(ctx, sizeof(float) * static_cast<size_t>(rows) * static_cast<size_t>(k_len));
+    if (!dropped.ok()) return dropped.status();
+  }
   AttentionForwardKernel<<<static_cast<unsigned>(rows), kAttnThreads, sizeof(float) * d_head,
                            ctx.stream()>>>(out, ld_out, probs, q, ld_q, k, v, ld_kv, q_len, k_len,
-                                           heads, d_head, k_valid, causal, scale);
+                                           heads, d_head, k_valid, causal, scale, drop.p,
+                                           KeepScale(drop), drop.seed, drop.stream,
+                                           drop.p > 0.0f ? dropped->as<float>() : nullptr);
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
@@ -550,9 +594,10 @@ absl::Status AttentionBackward(Context& ctx, float* dq, int64_t ld_dq, float* dk
                                int64_t ld_dkv, const float* dout, int64_t ld_dout,
                                const float* probs, const float* q, int64_t ld_q, const float* k,
                                const float* v, int64_t ld_kv, int batch, int q_len, int k_len,
-                               int heads, int d_head) {
+                               int heads, int d_head, const AttentionDropout& drop) {
   TB_RETURN_IF_ERROR(CheckAttention("AttentionBackward", batch, q_len, k_len, heads, d_head,
                                       {ld_dq, ld_dkv, ld_dout, ld_q, ld_kv}));
+  TB_RETURN_IF_ERROR(CheckDropout("AttentionBackward", drop));
   const int64_t q_rows = static_cast<int64_t>(batch) * heads * q_len;
   const int64_t k_rows = static_cast<int64_t>(batch) * heads * k_len;
   if (q_rows == 0) return absl::OkStatus();  // no query: dq empty, dk and dv unchanged
@@ -560,16 +605,22 @@ absl::Status AttentionBackward(Context& ctx, float* dq, int64_t ld_dq, float* dk
   absl::StatusOr<DeviceBuffer> ds =
       Scratch(ctx, sizeof(float) * static_cast<size_t>(q_rows) * static_cast<size_t>(k_len));
   if (!ds.ok()) return ds.status();
+  absl::StatusOr<DeviceBuffer> dropped;
+  if (drop.p > 0.0f) {
+    dropped = Scratch(ctx, sizeof(float) * static_cast<size_t>(q_rows) * static_cast<size_t>(k_len));
+    if (!dropped.ok()) return dropped.status();
+  }
+  float* dropped_ptr = drop.p > 0.0f ? dropped->as<float>() : nullptr;
   AttentionBackwardQueryKernel<<<static_cast<unsigned>(q_rows), kAttnThreads,
                                  sizeof(float) * d_head, ctx.stream()>>>(
       dq, ld_dq, ds->as<float>(), dout, ld_dout, probs, k, v, ld_kv, q_len, k_len, heads, d_head,
-      scale);
+      scale, drop.p, KeepScale(drop), drop.seed, drop.stream, dropped_ptr);
   TB_RETURN_IF_ERROR(TNMT_CUDA_LAUNCH_CHECK());
   if (k_rows == 0) return absl::OkStatus();
   const int threads = std::min(256, (d_head + 31) / 32 * 32);
   AttentionBackwardKeyKernel<<<static_cast<unsigned>(k_rows), threads, 0, ctx.stream()>>>(
       dk, dv, ld_dkv, dout, ld_dout, probs, ds->as<float>(), q, ld_q, q_len, k_len, heads, d_head,
-      scale);
+      scale, dropped_ptr);
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 

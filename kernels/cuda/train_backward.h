@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/activation.h"
+#include "kernels/cpu/backward.h"
 #include "kernels/cuda/context.h"
 
 namespace tnmt::kernels::cuda {
@@ -43,20 +44,25 @@ absl::Status AccumulateColumnSum(Context& ctx, float* db, const float* dy, int64
 // clamped to [0, k_len]); causal: key j visible to query i iff j <= i. A query with no visible
 // key gets all-zero probabilities and a zero output row (the CPU's convention).
 // Any k_len (the probability row itself is the working buffer); d_head in [1, 4096].
+// drop: attention dropout as on the CPU (the same elements dropped: the counter RNG over the
+// probs index); probs keeps the undropped values. Scratch with drop.p > 0: the probs' size.
+using AttentionDropout = cpu::AttentionDropout;
 absl::Status AttentionTrainForward(Context& ctx, float* out, int64_t ld_out, float* probs,
                                    const float* q, int64_t ld_q, const float* k, const float* v,
                                    int64_t ld_kv, int batch, int q_len, int k_len, int heads,
-                                   int d_head, const int32_t* k_valid, bool causal);
+                                   int d_head, const int32_t* k_valid, bool causal,
+                                   const AttentionDropout& drop = {});
 
 // Gradients of AttentionTrainForward from its saved probs: dq written, dk and dv accumulated
 // (+=), with the layouts of q, k, v (dq stride ld_dq; dk, dv stride ld_dkv). Keys whose
 // probability is exactly 0 (masked) contribute nothing, even if their k/v rows hold NaN.
-// Scratch: batch * heads * q_len * k_len floats (the softmax gradient).
+// Scratch: batch * heads * q_len * k_len floats (the softmax gradient), twice that with
+// drop.p > 0 (the dropped probabilities). drop: the forward's.
 absl::Status AttentionBackward(Context& ctx, float* dq, int64_t ld_dq, float* dk, float* dv,
                                int64_t ld_dkv, const float* dout, int64_t ld_dout,
                                const float* probs, const float* q, int64_t ld_q, const float* k,
                                const float* v, int64_t ld_kv, int batch, int q_len, int k_len,
-                               int heads, int d_head);
+                               int heads, int d_head, const AttentionDropout& drop = {});
 
 // dtable[ids[i]] += scale * dx[i]; dpos[positions[i]] += dx[i] (dpos may be null; then
 // positions is not read). dx: [count, d]; ids, positions: device [count], valid rows.

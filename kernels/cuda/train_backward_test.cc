@@ -304,20 +304,21 @@ bool CpuBlasLoads() {
   return false;
 }
 
-// The CPU kernels (forward, then backward from their own probabilities). Needs OpenBLAS.
-AttnResult CpuAttention(const AttnCase& c, const AttnInputs& in) {
+// The CPU kernels (forward, then backward from their own probabilities), with attention
+// dropout `drop`. Needs OpenBLAS.
+AttnResult CpuAttention(const AttnCase& c, const AttnInputs& in, const cpu::AttentionDropout& drop = {}) {
   const AttnLayout L(c);
   const int64_t ld_kv = L.ld_kv(c);
   const float* kv = c.fused ? in.a.data() : in.b.data();
   AttnResult r{OutBuffer(c, 0.0f), std::vector<float>(L.p_size), WithDq(c, in.ga0, 0.0f), in.gb0};
+  std::vector<float> scratch(static_cast<size_t>(c.q_len) * c.k_len);
   cpu::AttentionTrainForward(r.out.data(), L.ld_out, r.probs.data(), in.a.data(), L.ld_a,
                              kv + L.k_off, kv + L.v_off, ld_kv, c.batch, c.q_len, c.k_len, c.heads,
-                             c.d_head, c.valid_or_null(), c.causal);
+                             c.d_head, c.valid_or_null(), c.causal, drop, scratch.data());
   float* gkv = c.fused ? r.ga.data() : r.gb.data();
-  std::vector<float> scratch(static_cast<size_t>(c.q_len) * c.k_len);
   cpu::AttentionBackward(r.ga.data(), L.ld_a, gkv + L.k_off, gkv + L.v_off, ld_kv, in.dout.data(),
                          L.ld_out, r.probs.data(), in.a.data(), L.ld_a, kv + L.k_off, kv + L.v_off,
-                         ld_kv, c.batch, c.q_len, c.k_len, c.heads, c.d_head, scratch.data());
+                         ld_kv, c.batch, c.q_len, c.k_len, c.heads, c.d_head, scratch.data(), drop);
   return r;
 }
 
@@ -421,7 +422,7 @@ class AttentionTest : public TrainBackwardTest {
  protected:
   // GPU forward (outputs poisoned first), then backward from the GPU's probabilities (dq
   // poisoned, dk and dv accumulated onto the inputs' initial values).
-  AttnResult RunGpu(const AttnCase& c, const AttnInputs& in) {
+  AttnResult RunGpu(const AttnCase& c, const AttnInputs& in, const AttentionDropout& drop = {}) {
     const AttnLayout L(c);
     const int64_t ld_kv = L.ld_kv(c);
     float* d_a = Copy(in.a);
@@ -432,14 +433,16 @@ class AttentionTest : public TrainBackwardTest {
     Poison(d_p, L.p_size * sizeof(float));
     absl::Status st = AttentionTrainForward(*ctx_, d_out, L.ld_out, d_p, d_a, L.ld_a,
                                             d_kv + L.k_off, d_kv + L.v_off, ld_kv, c.batch,
-                                            c.q_len, c.k_len, c.heads, c.d_head, d_valid, c.causal);
+                                            c.q_len, c.k_len, c.heads, c.d_head, d_valid, c.causal,
+                                            drop);
     EXPECT_TRUE(st.ok()) << st;
     float* d_ga = Copy(WithDq(c, in.ga0, std::numeric_limits<float>::quiet_NaN()));
     float* d_gb = c.fused ? nullptr : Copy(in.gb0);
     float* d_gkv = c.fused ? d_ga : d_gb;
     st = AttentionBackward(*ctx_, d_ga, L.ld_a, d_gkv + L.k_off, d_gkv + L.v_off, ld_kv,
                            Copy(in.dout), L.ld_out, d_p, d_a, L.ld_a, d_kv + L.k_off,
-                           d_kv + L.v_off, ld_kv, c.batch, c.q_len, c.k_len, c.heads, c.d_head);
+                           d_kv + L.v_off, ld_kv, c.batch, c.q_len, c.k_len, c.heads, c.d_head,
+                           drop);
     EXPECT_TRUE(st.ok()) << st;
     AttnResult r;
     r.out = ToHost(d_out, L.out_size);
@@ -470,6 +473,29 @@ TEST_F(AttentionTest, MatchesReferenceAndCpu) {
     EXPECT_TRUE(SameBits(got.ga, again.ga)) << "dq (dk, dv) not deterministic";
     EXPECT_TRUE(SameBits(got.gb, again.gb)) << "dk, dv not deterministic";
   }
+}
+
+// Attention dropout drops the CPU's elements (the counter RNG over the probs index), so the GPU
+// matches the CPU kernels (checked against finite differences in kernels/cpu/backward_test).
+TEST_F(AttentionTest, DropoutMatchesCpu) {
+  if (!CpuBlasLoads()) GTEST_SKIP() << "SKIPPED: OpenBLAS not loadable, no CPU reference";
+  for (const AttnCase& c : AttnCases()) {
+    SCOPED_TRACE(c.Name());
+    const AttnInputs in = MakeInputs(c, rng_);
+    const AttentionDropout drop{0.3f, 17, 3005};
+    const AttnResult got = RunGpu(c, in, drop);
+    ExpectAttentionClose(c, in, got, CpuAttention(c, in, drop));
+    const AttnResult again = RunGpu(c, in, drop);
+    EXPECT_TRUE(SameBits(got.out, again.out)) << "out not deterministic";
+    EXPECT_TRUE(SameBits(got.ga, again.ga)) << "dq (dk, dv) not deterministic";
+    EXPECT_TRUE(SameBits(got.gb, again.gb)) << "dk, dv not deterministic";
+  }
+  // Out of [0, 1) is an error that names it.
+  float* p = Alloc<float>(64);
+  const absl::Status st = AttentionTrainForward(*ctx_, p, 4, p, p, 4, p, p, 4, 1, 1, 1, 1, 4, nullptr, false,
+                                                AttentionDropout{1.0f, 0, 0});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(st.message()).find("attention dropout"), std::string::npos) << st;
 }
 
 // Padded key rows (j >= k_valid) are never read: NaN there changes no output bit.

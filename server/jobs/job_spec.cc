@@ -253,6 +253,8 @@ absl::StatusOr<nlohmann::json> TrainConfigJson(const JobSpec& spec, const std::s
   set_if("encoder_layers", m.encoder_layers());
   set_if("decoder_layers", m.decoder_layers());
   set_if("dropout", m.dropout());
+  set_if("attention_dropout", m.attention_dropout());
+  set_if("activation_dropout", m.activation_dropout());
   set_if("label_smoothing", m.label_smoothing());
   const auto& s = spec.schedule();
   set_if("max_tokens", s.max_tokens());

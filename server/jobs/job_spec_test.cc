@@ -67,6 +67,14 @@ TEST_F(JobSpecTest, ValidSpecPassesAndBecomesATrainerConfig) {
   EXPECT_EQ((*j)["vocab_size"], 60);
   EXPECT_TRUE((*j)["valid_bleu"].get<bool>());
   EXPECT_FALSE(j->contains("d_model"));  // unset overrides keep the preset's
+  EXPECT_FALSE(j->contains("attention_dropout"));  // off unless asked for
+  tnmt::v1::JobSpec regularized = Valid();
+  regularized.mutable_model()->set_attention_dropout(0.1f);
+  regularized.mutable_model()->set_activation_dropout(0.2f);
+  auto rj = TrainConfigJson(regularized, root_, "/x", 1);
+  ASSERT_TRUE(rj.ok()) << rj.status();
+  EXPECT_FLOAT_EQ((*rj)["attention_dropout"].get<float>(), 0.1f);
+  EXPECT_FLOAT_EQ((*rj)["activation_dropout"].get<float>(), 0.2f);
   EXPECT_EQ(PublishedModelName(Valid(), "job-000001"), "tiny-en-de");
   tnmt::v1::JobSpec unnamed = Valid();
   unnamed.mutable_publish()->clear_model_name();

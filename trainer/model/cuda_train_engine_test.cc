@@ -112,7 +112,10 @@ TEST_F(CudaTrainEngineTest, ForwardBackwardMatchesCpu) {
       auto gpu = Gpu(c, *init, precision, o16);
       ASSERT_TRUE(cpu && gpu);
       const TrainBatch b = RandomBatch(c, 8, 4, 9, 7);
-      const TrainStepOptions o = Options(c, 1234);
+      // Every kind of dropout on: the GPU must drop the CPU's elements.
+      TrainStepOptions o = Options(c, 1234);
+      o.attention_dropout = 0.1f;
+      o.activation_dropout = 0.2f;
       StepTotals want, got;
       for (TrainEngine* e : {cpu.get(), gpu.get()}) {
         ASSERT_TRUE(e->BeginStep(1).ok());

@@ -156,15 +156,17 @@ class CudaTrainOps {
   // ---- attention ------------------------------------------------------------------------
   absl::Status AttentionForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
                                 const float* kk, const float* v, int64_t ld_kv, int q_len, int k_len,
-                                bool source_keys, bool causal) {
+                                bool source_keys, bool causal, float dropout, uint64_t seed, uint64_t stream) {
     return k::AttentionTrainForward(ctx_, out, ld_out, probs, q, ld_q, kk, v, ld_kv, b_.batch, q_len, k_len,
-                                    c_.num_heads, c_.d_head(), source_keys ? ids_.src_lengths : nullptr, causal);
+                                    c_.num_heads, c_.d_head(), source_keys ? ids_.src_lengths : nullptr, causal,
+                                    k::AttentionDropout{dropout, seed, stream});
   }
   absl::Status AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv, const float* dout,
                                  int64_t ld_dout, const float* probs, const float* q, int64_t ld_q, const float* kk,
-                                 const float* v, int64_t ld_kv, int q_len, int k_len) {
+                                 const float* v, int64_t ld_kv, int q_len, int k_len, float dropout, uint64_t seed,
+                                 uint64_t stream) {
     return k::AttentionBackward(ctx_, dq, ld_dq, dk, dv, ld_dkv, dout, ld_dout, probs, q, ld_q, kk, v, ld_kv,
-                                b_.batch, q_len, k_len, c_.num_heads, c_.d_head());
+                                b_.batch, q_len, k_len, c_.num_heads, c_.d_head(), k::AttentionDropout{dropout, seed, stream});
   }
 
   // ---- embeddings, logits, loss -----------------------------------------------------------
@@ -274,7 +276,7 @@ absl::Status CudaTrainModel::Run(const TrainBatch& batch, const TrainStepOptions
   }
   CudaTrainOps ops(c_, layout_, *ctx_, precision_, arrays, batch, sums, done);
   TNMT_RETURN_IF_ERROR(ops.Upload());
-  TrainGraph<CudaTrainOps> graph(ops, batch.batch, batch.src_len, batch.tgt_len, options.dropout,
+  TrainGraph<CudaTrainOps> graph(ops, batch.batch, batch.src_len, batch.tgt_len, options.rates(),
                                  options.dropout_seed);
   TNMT_RETURN_IF_ERROR(graph.Forward());
   return graph.LossAndBackward(options.label_smoothing, loss_scale, backward);

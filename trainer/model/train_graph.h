@@ -8,8 +8,11 @@
 // Each residual sub-layer F is wired as the config says:
 //   post-norm: y = LN(x + drop(F(x)))      backward: dr = LN'(dy); dx = dr + F'(drop(dr))
 //   pre-norm:  y = x + drop(F(LN(x)))      backward: dx = dy + LN'(F'(drop(dy)))
-// Dropout masks depend on (seed, stream, element) only, so the backward regenerates the
-// forward's mask instead of storing it; the stream ids below are part of that contract.
+// Dropout (DropoutRates): residual dropout on each sub-layer's output and on the embeddings;
+// attention dropout on the probabilities that multiply the values; activation dropout on the
+// feed-forward's hidden layer after its activation. Masks depend on (seed, stream, element)
+// only, so the backward regenerates the forward's mask instead of storing it; the stream ids
+// below are part of that contract.
 //
 // An `Ops` type provides (pointers in the device's memory; calls may queue work in order):
 //   using Buffer = ...;  // owns floats; movable; a default-constructed one is empty
@@ -36,13 +39,15 @@
 //       // counter-RNG mask of kernels/cpu/backward.h (p == 0: nothing)
 //   Status AttentionForward(float* out, int64_t ld_out, float* probs, const float* q,
 //                           int64_t ld_q, const float* k, const float* v, int64_t ld_kv,
-//                           int q_len, int k_len, bool source_keys, bool causal);
+//                           int q_len, int k_len, bool source_keys, bool causal,
+//                           float dropout, uint64_t seed, uint64_t stream);
 //   Status AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv,
 //                            const float* dout, int64_t ld_dout, const float* probs,
 //                            const float* q, int64_t ld_q, const float* k, const float* v,
-//                            int64_t ld_kv, int q_len, int k_len);
-//       // kernels/cpu/backward.h contracts over the batch's groups; source_keys: keys beyond a
-//       // row's source length are masked
+//                            int64_t ld_kv, int q_len, int k_len,
+//                            float dropout, uint64_t seed, uint64_t stream);
+//       // kernels/cpu/backward.h contracts over the batch's groups (dropout: its
+//       // AttentionDropout); source_keys: keys beyond a row's source length are masked
 //   Status Embed(float* x, bool decoder);  // the batch's source or target-input tokens
 //   Status EmbedBackward(const float* dx, bool decoder);
 //   Status Logits(float* logits, const float* h, int64_t rows);  // output projection
@@ -77,6 +82,13 @@ struct BackwardStages {
   int count() const { return encoder_embed() + 1; }
 };
 
+// Dropout probabilities; 0 turns a kind off.
+struct DropoutRates {
+  float residual = 0.0f;    // sub-layer outputs and embeddings+positions (the paper's P_drop)
+  float attention = 0.0f;   // attention probabilities
+  float activation = 0.0f;  // the feed-forward's hidden layer, after the activation
+};
+
 template <class Ops>
 class TrainGraph {
  public:
@@ -85,9 +97,9 @@ class TrainGraph {
   using Norm = typename Ops::NormParams;
 
   // ops: over the batch (batch rows, source and target lengths as given) and the weights.
-  TrainGraph(Ops& ops, int batch, int src_len, int tgt_len, float dropout, uint64_t seed)
+  TrainGraph(Ops& ops, int batch, int src_len, int tgt_len, const DropoutRates& dropout, uint64_t seed)
       : ops_(ops), c_(ops.config()), d_(c_.d_model), batch_(batch), src_len_(src_len), tgt_len_(tgt_len),
-        p_(dropout), seed_(seed), rs_(static_cast<int64_t>(batch) * src_len),
+        p_(dropout.residual), p_attn_(dropout.attention), p_act_(dropout.activation), seed_(seed), rs_(static_cast<int64_t>(batch) * src_len),
         rt_(static_cast<int64_t>(batch) * tgt_len) {
     stages_.encoder_layers = static_cast<int>(ops.weights().encoder.size());
     stages_.decoder_layers = static_cast<int>(ops.weights().decoder.size());
@@ -139,7 +151,10 @@ class TrainGraph {
     FfnTape ffn;
   };
 
+  // Streams: a layer's sub-layers use LayerStream + 0, 1 (encoder) or + 0, 1, 2 (decoder) for
+  // residual dropout, and the offsets below for attention and activation dropout.
   static constexpr uint64_t kEncoderStream = 1000, kDecoderStream = 2000;
+  static constexpr uint64_t kSelfAttentionStream = 5, kCrossAttentionStream = 6, kActivationStream = 7;
   static uint64_t LayerStream(uint64_t base, size_t layer) { return base + 10 * (layer + 1); }
 
   float* D(const Buffer& b) const { return ops_.Data(b); }
@@ -199,26 +214,30 @@ class TrainGraph {
   }
 
   // ---- feed-forward ---------------------------------------------------------------------
-  absl::Status FfnForward(const float* in, float* out, int64_t rows, const Lin& fc1, const Lin& fc2, FfnTape* t) {
+  // t->h holds the hidden layer as fc2 sees it: after the activation and activation dropout.
+  absl::Status FfnForward(const float* in, float* out, int64_t rows, const Lin& fc1, const Lin& fc2, uint64_t stream,
+                          FfnTape* t) {
     const int64_t nh = rows * c_.d_ff;
     TNMT_ASSIGN_OR_RETURN(t->pre, ops_.Alloc(nh));
     TNMT_RETURN_IF_ERROR(ops_.Linear(D(t->pre), in, rows, fc1));
     TNMT_ASSIGN_OR_RETURN(t->h, ops_.Copy(D(t->pre), nh));
     TNMT_RETURN_IF_ERROR(ops_.Activation(D(t->h), rows, c_.d_ff));
+    TNMT_RETURN_IF_ERROR(ops_.Dropout(D(t->h), nh, p_act_, seed_, stream + kActivationStream));
     return ops_.Linear(out, D(t->h), rows, fc2);
   }
   absl::Status FfnBackward(const float* d_out, const float* in, float* d_in, int64_t rows, const Lin& fc1,
-                           const Lin& fc2, const FfnTape& t) {
+                           const Lin& fc2, uint64_t stream, const FfnTape& t) {
     const int64_t nh = rows * c_.d_ff;
     TNMT_ASSIGN_OR_RETURN(Buffer dh, ops_.Alloc(nh));
     TNMT_RETURN_IF_ERROR(ops_.LinearBackward(D(dh), false, d_out, D(t.h), rows, fc2));
+    TNMT_RETURN_IF_ERROR(ops_.Dropout(D(dh), nh, p_act_, seed_, stream + kActivationStream));
     TNMT_RETURN_IF_ERROR(ops_.ActivationBackward(D(dh), D(t.pre), nh));
     return ops_.LinearBackward(d_in, false, D(dh), in, rows, fc1);
   }
 
   // ---- attention ------------------------------------------------------------------------
   absl::Status SelfAttentionForward(const float* in, float* out, int len, bool decoder, const Lin& qkv,
-                                    const Lin& o, AttentionTape* t) {
+                                    const Lin& o, uint64_t stream, AttentionTape* t) {
     const int64_t rows = static_cast<int64_t>(batch_) * len;
     TNMT_ASSIGN_OR_RETURN(t->q, ops_.Alloc(rows * 3 * d_));
     TNMT_RETURN_IF_ERROR(ops_.Linear(D(t->q), in, rows, qkv));
@@ -227,11 +246,12 @@ class TrainGraph {
     const float* q = D(t->q);
     // The encoder masks padded source keys; the decoder is causal (its padding comes last).
     TNMT_RETURN_IF_ERROR(ops_.AttentionForward(D(t->ctx), d_, D(t->probs), q, 3 * d_, q + d_, q + 2 * d_, 3 * d_,
-                                               len, len, /*source_keys=*/!decoder, /*causal=*/decoder));
+                                               len, len, /*source_keys=*/!decoder, /*causal=*/decoder, p_attn_,
+                                               seed_, stream + kSelfAttentionStream));
     return ops_.Linear(out, D(t->ctx), rows, o);
   }
   absl::Status SelfAttentionBackward(const float* d_out, const float* in, float* d_in, int len, const Lin& qkv,
-                                     const Lin& o, const AttentionTape& t) {
+                                     const Lin& o, uint64_t stream, const AttentionTape& t) {
     const int64_t rows = static_cast<int64_t>(batch_) * len;
     TNMT_ASSIGN_OR_RETURN(Buffer dctx, ops_.Alloc(rows * d_));
     TNMT_RETURN_IF_ERROR(ops_.LinearBackward(D(dctx), false, d_out, D(t.ctx), rows, o));
@@ -239,12 +259,13 @@ class TrainGraph {
     const float* q = D(t.q);
     float* dqp = D(dq);
     TNMT_RETURN_IF_ERROR(ops_.AttentionBackward(dqp, 3 * d_, dqp + d_, dqp + 2 * d_, 3 * d_, D(dctx), d_,
-                                                D(t.probs), q, 3 * d_, q + d_, q + 2 * d_, 3 * d_, len, len));
+                                                D(t.probs), q, 3 * d_, q + d_, q + 2 * d_, 3 * d_, len, len, p_attn_,
+                                                seed_, stream + kSelfAttentionStream));
     TNMT_RETURN_IF_ERROR(ops_.LinearBackward(d_in, false, dqp, in, rows, qkv));
     return ZeroKeyBiasGradient(qkv, d_);
   }
   template <class Layer>
-  absl::Status CrossAttentionForward(const float* in, float* out, const Layer& l, AttentionTape* t) {
+  absl::Status CrossAttentionForward(const float* in, float* out, const Layer& l, uint64_t stream, AttentionTape* t) {
     TNMT_ASSIGN_OR_RETURN(t->q, ops_.Alloc(rt_ * d_));
     TNMT_RETURN_IF_ERROR(ops_.Linear(D(t->q), in, rt_, l.cross_q));
     TNMT_ASSIGN_OR_RETURN(t->kv, ops_.Alloc(rs_ * 2 * d_));
@@ -253,18 +274,19 @@ class TrainGraph {
     TNMT_ASSIGN_OR_RETURN(t->ctx, ops_.Alloc(rt_ * d_));
     TNMT_RETURN_IF_ERROR(ops_.AttentionForward(D(t->ctx), d_, D(t->probs), D(t->q), d_, D(t->kv), D(t->kv) + d_,
                                                2 * d_, tgt_len_, src_len_, /*source_keys=*/true,
-                                               /*causal=*/false));
+                                               /*causal=*/false, p_attn_, seed_, stream + kCrossAttentionStream));
     return ops_.Linear(out, D(t->ctx), rt_, l.cross_out);
   }
   template <class Layer>
   absl::Status CrossAttentionBackward(const float* d_out, const float* in, float* d_in, const Layer& l,
-                                      const AttentionTape& t, float* d_enc) {
+                                      uint64_t stream, const AttentionTape& t, float* d_enc) {
     TNMT_ASSIGN_OR_RETURN(Buffer dctx, ops_.Alloc(rt_ * d_));
     TNMT_ASSIGN_OR_RETURN(Buffer dq, ops_.Alloc(rt_ * d_));
     TNMT_ASSIGN_OR_RETURN(Buffer dkv, ops_.Zeros(rs_ * 2 * d_));  // dk, dv accumulate
     TNMT_RETURN_IF_ERROR(ops_.LinearBackward(D(dctx), false, d_out, D(t.ctx), rt_, l.cross_out));
     TNMT_RETURN_IF_ERROR(ops_.AttentionBackward(D(dq), d_, D(dkv), D(dkv) + d_, 2 * d_, D(dctx), d_, D(t.probs),
-                                                D(t.q), d_, D(t.kv), D(t.kv) + d_, 2 * d_, tgt_len_, src_len_));
+                                                D(t.q), d_, D(t.kv), D(t.kv) + d_, 2 * d_, tgt_len_, src_len_, p_attn_,
+                                                seed_, stream + kCrossAttentionStream));
     TNMT_RETURN_IF_ERROR(ops_.LinearBackward(d_in, false, D(dq), in, rt_, l.cross_q));
     TNMT_RETURN_IF_ERROR(ops_.LinearBackward(d_enc, true, D(dkv), D(enc_out_), rs_, l.cross_kv));
     return ZeroKeyBiasGradient(l.cross_kv, 0);
@@ -309,10 +331,10 @@ class TrainGraph {
       LayerTape& t = enc_tapes_[i];
       const uint64_t s = LayerStream(kEncoderStream, i);
       TNMT_RETURN_IF_ERROR(SublayerForward(&x, rs_, &t.self_sub, l.self_ln, s, [&](const float* in, float* out) {
-        return SelfAttentionForward(in, out, src_len_, /*decoder=*/false, l.self_qkv, l.self_out, &t.self_attn);
+        return SelfAttentionForward(in, out, src_len_, /*decoder=*/false, l.self_qkv, l.self_out, s, &t.self_attn);
       }));
       TNMT_RETURN_IF_ERROR(SublayerForward(&x, rs_, &t.ffn_sub, l.final_ln, s + 1, [&](const float* in, float* out) {
-        return FfnForward(in, out, rs_, l.fc1, l.fc2, &t.ffn);
+        return FfnForward(in, out, rs_, l.fc1, l.fc2, s, &t.ffn);
       }));
     }
     TNMT_RETURN_IF_ERROR(FinalNorm(&x, &enc_final_in_, rs_, ops_.weights().encoder_final_ln));
@@ -330,12 +352,12 @@ class TrainGraph {
       const uint64_t s = LayerStream(kEncoderStream, i);
       TNMT_RETURN_IF_ERROR(SublayerBackward(D(dx), rs_, t.ffn_sub, l.final_ln, s + 1,
                                             [&](const float* d_out, const float* in, float* d_in) {
-                                              return FfnBackward(d_out, in, d_in, rs_, l.fc1, l.fc2, t.ffn);
+                                              return FfnBackward(d_out, in, d_in, rs_, l.fc1, l.fc2, s, t.ffn);
                                             }));
       TNMT_RETURN_IF_ERROR(SublayerBackward(D(dx), rs_, t.self_sub, l.self_ln, s,
                                             [&](const float* d_out, const float* in, float* d_in) {
                                               return SelfAttentionBackward(d_out, in, d_in, src_len_, l.self_qkv,
-                                                                           l.self_out, t.self_attn);
+                                                                           l.self_out, s, t.self_attn);
                                             }));
       t = LayerTape();  // this layer's activations are no longer needed
       TNMT_RETURN_IF_ERROR(ops_.Done(stages_.encoder_layer(i)));
@@ -354,13 +376,13 @@ class TrainGraph {
       LayerTape& t = dec_tapes_[i];
       const uint64_t s = LayerStream(kDecoderStream, i);
       TNMT_RETURN_IF_ERROR(SublayerForward(&x, rt_, &t.self_sub, l.self_ln, s, [&](const float* in, float* out) {
-        return SelfAttentionForward(in, out, tgt_len_, /*decoder=*/true, l.self_qkv, l.self_out, &t.self_attn);
+        return SelfAttentionForward(in, out, tgt_len_, /*decoder=*/true, l.self_qkv, l.self_out, s, &t.self_attn);
       }));
       TNMT_RETURN_IF_ERROR(SublayerForward(&x, rt_, &t.cross_sub, l.cross_ln, s + 1, [&](const float* in, float* out) {
-        return CrossAttentionForward(in, out, l, &t.cross_attn);
+        return CrossAttentionForward(in, out, l, s, &t.cross_attn);
       }));
       TNMT_RETURN_IF_ERROR(SublayerForward(&x, rt_, &t.ffn_sub, l.final_ln, s + 2, [&](const float* in, float* out) {
-        return FfnForward(in, out, rt_, l.fc1, l.fc2, &t.ffn);
+        return FfnForward(in, out, rt_, l.fc1, l.fc2, s, &t.ffn);
       }));
     }
     TNMT_RETURN_IF_ERROR(FinalNorm(&x, &dec_final_in_, rt_, ops_.weights().decoder_final_ln));
@@ -378,16 +400,16 @@ class TrainGraph {
       const uint64_t s = LayerStream(kDecoderStream, i);
       TNMT_RETURN_IF_ERROR(SublayerBackward(D(dx), rt_, t.ffn_sub, l.final_ln, s + 2,
                                             [&](const float* d_out, const float* in, float* d_in) {
-                                              return FfnBackward(d_out, in, d_in, rt_, l.fc1, l.fc2, t.ffn);
+                                              return FfnBackward(d_out, in, d_in, rt_, l.fc1, l.fc2, s, t.ffn);
                                             }));
       TNMT_RETURN_IF_ERROR(SublayerBackward(D(dx), rt_, t.cross_sub, l.cross_ln, s + 1,
                                             [&](const float* d_out, const float* in, float* d_in) {
-                                              return CrossAttentionBackward(d_out, in, d_in, l, t.cross_attn, d_enc);
+                                              return CrossAttentionBackward(d_out, in, d_in, l, s, t.cross_attn, d_enc);
                                             }));
       TNMT_RETURN_IF_ERROR(SublayerBackward(D(dx), rt_, t.self_sub, l.self_ln, s,
                                             [&](const float* d_out, const float* in, float* d_in) {
                                               return SelfAttentionBackward(d_out, in, d_in, tgt_len_, l.self_qkv,
-                                                                           l.self_out, t.self_attn);
+                                                                           l.self_out, s, t.self_attn);
                                             }));
       t = LayerTape();
       TNMT_RETURN_IF_ERROR(ops_.Done(stages_.decoder_layer(i)));
@@ -400,7 +422,7 @@ class TrainGraph {
   const ModelConfig& c_;
   const int d_;
   const int batch_, src_len_, tgt_len_;
-  const float p_;
+  const float p_, p_attn_, p_act_;
   const uint64_t seed_;
   const int64_t rs_, rt_;
   BackwardStages stages_;

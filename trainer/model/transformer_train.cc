@@ -150,17 +150,23 @@ class CpuTrainOps {
 
   absl::Status AttentionForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
                                 const float* kk, const float* v, int64_t ld_kv, int q_len, int k_len,
-                                bool source_keys, bool causal) {
+                                bool source_keys, bool causal, float dropout, uint64_t seed, uint64_t stream) {
+    Tensor scratch;
+    if (dropout > 0.0f) {
+      TNMT_ASSIGN_OR_RETURN(scratch, Alloc(static_cast<int64_t>(q_len) * k_len));
+    }
     k::AttentionTrainForward(out, ld_out, probs, q, ld_q, kk, v, ld_kv, b_.batch, q_len, k_len, c_.num_heads,
-                             c_.d_head(), source_keys ? b_.src_lengths.data() : nullptr, causal);
+                             c_.d_head(), source_keys ? b_.src_lengths.data() : nullptr, causal,
+                             k::AttentionDropout{dropout, seed, stream}, dropout > 0.0f ? scratch.f32() : nullptr);
     return absl::OkStatus();
   }
   absl::Status AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv, const float* dout,
                                  int64_t ld_dout, const float* probs, const float* q, int64_t ld_q, const float* kk,
-                                 const float* v, int64_t ld_kv, int q_len, int k_len) {
+                                 const float* v, int64_t ld_kv, int q_len, int k_len, float dropout, uint64_t seed,
+                                 uint64_t stream) {
     TNMT_ASSIGN_OR_RETURN(Tensor scratch, Alloc(static_cast<int64_t>(q_len) * k_len));
     k::AttentionBackward(dq, ld_dq, dk, dv, ld_dkv, dout, ld_dout, probs, q, ld_q, kk, v, ld_kv, b_.batch, q_len,
-                         k_len, c_.num_heads, c_.d_head(), scratch.f32());
+                         k_len, c_.num_heads, c_.d_head(), scratch.f32(), k::AttentionDropout{dropout, seed, stream});
     return absl::OkStatus();
   }
 
@@ -225,7 +231,8 @@ class CpuTrainOps {
 };
 
 absl::StatusOr<LossStats> Run(const ModelConfig& c, const ModelWeights& w, const TrainBatch& b,
-                              float dropout, float eps, uint64_t seed, float loss_scale, ModelWeights* g) {
+                              const DropoutRates& dropout, float eps, uint64_t seed, float loss_scale,
+                              ModelWeights* g) {
   TNMT_RETURN_IF_ERROR(ValidateBatch(c, b));
   CpuTrainOps ops(c, w, g, b);
   TrainGraph<CpuTrainOps> graph(ops, b.batch, b.src_len, b.tgt_len, dropout, seed);
@@ -259,14 +266,14 @@ absl::Status ValidateBatch(const ModelConfig& c, const TrainBatch& b) {
 
 absl::StatusOr<LossStats> ForwardBackward(const ModelConfig& c, const ModelWeights& params, const TrainBatch& batch,
                                           const TrainStepOptions& o, float loss_scale, ModelWeights* grads) {
-  return Run(c, params, batch, o.dropout, o.label_smoothing, o.dropout_seed, loss_scale, grads);
+  return Run(c, params, batch, o.rates(), o.label_smoothing, o.dropout_seed, loss_scale, grads);
 }
 
 void PoisonNewBuffersForTesting(bool on) { poison_buffers.store(on, std::memory_order_relaxed); }
 
 absl::StatusOr<LossStats> EvaluateLoss(const ModelConfig& c, const ModelWeights& params, const TrainBatch& batch,
                                        float label_smoothing) {
-  return Run(c, params, batch, 0.0f, label_smoothing, 0, 1.0f, nullptr);
+  return Run(c, params, batch, DropoutRates{}, label_smoothing, 0, 1.0f, nullptr);
 }
 
 }  // namespace tnmt::train

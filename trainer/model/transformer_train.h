@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
+#include "trainer/model/train_graph.h"
 
 namespace tnmt::train {
 
@@ -26,9 +27,13 @@ struct TrainBatch {
 };
 
 struct TrainStepOptions {
-  float dropout = 0.1f;          // on embeddings+positions and on every sub-layer output
-  float label_smoothing = 0.1f;  // ε
-  uint64_t dropout_seed = 0;     // masks depend on (seed, site, element) only
+  float dropout = 0.1f;             // on embeddings+positions and on every sub-layer output
+  float attention_dropout = 0.0f;   // on the attention probabilities
+  float activation_dropout = 0.0f;  // on the feed-forward's hidden layer after the activation
+  float label_smoothing = 0.1f;     // ε
+  uint64_t dropout_seed = 0;        // masks depend on (seed, site, element) only
+
+  DropoutRates rates() const { return {dropout, attention_dropout, activation_dropout}; }
 };
 
 struct LossStats {
