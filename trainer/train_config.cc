@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "engine/core/tensor.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace tnmt::train {
 
@@ -132,7 +133,7 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
       "train_source", "train_target", "valid_source", "valid_target", "spm_model", "init_model", "vocab_size",
       "max_length", "max_length_ratio", "preset", "max_tokens", "accum_steps", "warmup_steps",
       "lr_scale", "max_steps", "max_epochs", "clip_norm", "dropout", "attention_dropout",
-      "activation_dropout", "seed", "save_dir",
+      "activation_dropout", "subword_nbest", "subword_alpha", "seed", "save_dir",
       "save_every_steps", "save_every_minutes", "keep_last", "valid_every_steps", "valid_bleu",
       "valid_beam_size", "valid_max_sentences", "metrics_file", "log_every_steps", "threads", "device", "dtype"};
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -153,7 +154,9 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
                          number("lr_scale", &t.lr_scale), integer("max_steps", &t.max_steps),
                          integer("max_epochs", &t.max_epochs), number("clip_norm", &t.clip_norm),
                          number("dropout", &t.dropout), number("attention_dropout", &t.attention_dropout),
-                         number("activation_dropout", &t.activation_dropout), integer("seed", &t.seed),
+                         number("activation_dropout", &t.activation_dropout),
+                         integer("subword_nbest", &t.subword_nbest), number("subword_alpha", &t.subword_alpha),
+                         integer("seed", &t.seed),
                          str("save_dir", &t.save_dir),
                          integer("save_every_steps", &t.save_every_steps),
                          number("save_every_minutes", &t.save_every_minutes), integer("keep_last", &t.keep_last),
@@ -198,6 +201,10 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
   if (!(t.dropout >= 0 && t.dropout < 1)) return bad("dropout", "must be in [0, 1)");
   if (!(t.attention_dropout >= 0 && t.attention_dropout < 1)) return bad("attention_dropout", "must be in [0, 1)");
   if (!(t.activation_dropout >= 0 && t.activation_dropout < 1)) return bad("activation_dropout", "must be in [0, 1)");
+  if (t.subword_nbest < 1 || t.subword_nbest > Tokenizer::kNBestMax) {
+    return bad("subword_nbest", absl::StrCat("must be in [1, ", Tokenizer::kNBestMax, "]"));
+  }
+  if (!(t.subword_alpha >= 0 && t.subword_alpha <= 10)) return bad("subword_alpha", "must be in [0, 10]");
   if (t.save_every_steps < 0) return bad("save_every_steps", "must be >= 0");
   if (t.valid_every_steps < 0) return bad("valid_every_steps", "must be >= 0");
   if (t.log_every_steps < 1) return bad("log_every_steps", "must be positive");
@@ -275,6 +282,8 @@ json TrainConfig::ToJson() const {
   j["dropout"] = dropout;
   j["attention_dropout"] = attention_dropout;
   j["activation_dropout"] = activation_dropout;
+  j["subword_nbest"] = subword_nbest;
+  j["subword_alpha"] = subword_alpha;
   j["seed"] = seed;
   j["save_dir"] = save_dir;
   j["save_every_steps"] = save_every_steps;

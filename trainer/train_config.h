@@ -52,6 +52,10 @@ struct TrainConfig {
   float dropout = 0.1f;             // residual: sub-layer outputs, embeddings
   float attention_dropout = 0.0f;   // attention probabilities
   float activation_dropout = 0.0f;  // the feed-forward's hidden layer after the activation
+  // Subword sampling of the training data: segmentations per side drawn from (1: the best
+  // only, off) and the exponent of their probabilities (data::DatasetOptions).
+  int subword_nbest = 1;
+  float subword_alpha = 0.1f;
   uint64_t seed = 1;
   // Checkpoints and validation.
   std::string save_dir;

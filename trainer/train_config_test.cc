@@ -44,6 +44,25 @@ TEST(TrainConfigTest, AttentionAndActivationDropoutDefaultOffAndRoundTrip) {
   EXPECT_EQ(again->activation_dropout, c->activation_dropout);
 }
 
+TEST(TrainConfigTest, SubwordSamplingDefaultsOffAndRoundTrips) {
+  auto c = TrainConfig::FromJson(Minimal(), "test.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->subword_nbest, 1);
+  json j = Minimal();
+  j["subword_nbest"] = 32;
+  j["subword_alpha"] = 0.2;
+  c = TrainConfig::FromJson(j, "test.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto again = TrainConfig::FromJson(c->ToJson(), "round trip");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->subword_nbest, 32);
+  EXPECT_FLOAT_EQ(again->subword_alpha, 0.2f);
+  j["subword_nbest"] = 65;
+  c = TrainConfig::FromJson(j, "test.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("subword_nbest"), std::string::npos) << c.status();
+}
+
 TEST(TrainConfigTest, AcceptsCudaDevicesAndHalfPrecisionOnCuda) {
   for (const char* device : {"cuda", "cuda:0", "cuda:7", "cuda:12"}) {
     for (const char* dtype : {"float32", "float16", "bfloat16"}) {
@@ -126,6 +145,7 @@ TEST(TrainConfigTest, ABadFlagIsBlamedOnTheFlag) {
   for (const Case& c : {Case{"preset", "huge", "--preset"}, Case{"dropout", 2.0, "--dropout"},
                         Case{"attention_dropout", 1.0, "--attention-dropout"},
                         Case{"activation_dropout", -0.5, "--activation-dropout"},
+                        Case{"subword_nbest", 0, "--subword-nbest"}, Case{"subword_alpha", -1.0, "--subword-alpha"},
                         Case{"max_steps", 0, "--max-steps"}, Case{"log_every_steps", 0, "--log-every-steps"},
                         Case{"device", "tpu", "--device"}, Case{"vocab_size", "many", "--vocab-size"}}) {
     json j = Minimal();

@@ -163,7 +163,10 @@ class Trainer {
     dopt.max_length = cfg_.max_length;
     dopt.max_length_ratio = cfg_.max_length_ratio;
     const std::string cache = absl::StrCat(cfg_.save_dir, "/train.rank", coll_->rank(), ".cache");
-    TNMT_ASSIGN_OR_RETURN(train_, data::Dataset::Build(cfg_.train_source, cfg_.train_target, *tokenizer_, cache, dopt));
+    data::DatasetOptions topt = dopt;  // subword sampling for the training data only
+    topt.subword_nbest = cfg_.subword_nbest;
+    topt.subword_alpha = cfg_.subword_alpha;
+    TNMT_ASSIGN_OR_RETURN(train_, data::Dataset::Build(cfg_.train_source, cfg_.train_target, *tokenizer_, cache, topt));
     const auto& st = train_->stats();
     Log(absl::StrCat("training pairs: ", st.pairs_kept, " kept of ", st.pairs_read, " (empty ", st.dropped_empty,
                      ", too long ", st.dropped_too_long, ", ratio ", st.dropped_ratio, ")"));

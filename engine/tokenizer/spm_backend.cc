@@ -32,6 +32,12 @@ bool SpmBackend::Encode(const std::string& text, std::vector<int>* ids, std::str
   return impl_->lib->encode(impl_->processor, &text, ids, error);
 }
 
+bool SpmBackend::NBestEncode(const std::string& text, int nbest, std::vector<std::vector<int>>* ids,
+                             std::vector<float>* scores, std::string* error) const {
+  if (impl_->processor == nullptr) return *error = "no SentencePiece model loaded", false;
+  return impl_->lib->nbest(impl_->processor, &text, nbest, ids, scores, error);
+}
+
 bool SpmBackend::Decode(const std::vector<int>& ids, std::string* text, std::string* error) const {
   if (impl_->processor == nullptr) return *error = "no SentencePiece model loaded", false;
   return impl_->lib->decode(impl_->processor, &ids, text, error);

@@ -18,6 +18,9 @@ class SpmBackend {
   bool Encode(const std::string& text, std::vector<int>* ids, std::string* error) const;
   bool Decode(const std::vector<int>& ids, std::string* text, std::string* error) const;
   bool EncodePieces(const std::string& text, std::vector<std::string>* pieces, std::string* error) const;
+  // Up to `nbest` best segmentations, best first, with their log-probabilities.
+  bool NBestEncode(const std::string& text, int nbest, std::vector<std::vector<int>>* ids,
+                   std::vector<float>* scores, std::string* error) const;
   bool DecodePieces(const std::vector<std::string>& pieces, std::string* text, std::string* error) const;
   // False if `id` is outside the vocabulary; *control: a control or unknown symbol.
   bool IdToPiece(int id, std::string* piece, bool* control) const;

@@ -71,6 +71,7 @@ const SpmLibrary* GetSpmLibrary(std::string* error) {
           Resolve(h, "tnmt_spm_encode_pieces", &lib.encode_pieces, &load_error) &&
           Resolve(h, "tnmt_spm_decode_pieces", &lib.decode_pieces, &load_error) &&
           Resolve(h, "tnmt_spm_id_to_piece", &lib.id_to_piece, &load_error) &&
+          Resolve(h, "tnmt_spm_nbest", &lib.nbest, &load_error) &&
           Resolve(h, "tnmt_spm_train", &lib.train, &load_error)) {
         loaded = &lib;
       }

@@ -22,6 +22,9 @@ struct SpmLibrary {
                         std::string* error);
   // The piece of `id` (false if out of range); *control: a control or unknown symbol.
   bool (*id_to_piece)(const void* processor, int id, std::string* piece, bool* control);
+  // Up to `nbest` best segmentations, best first, with their log-probabilities (unigram models).
+  bool (*nbest)(const void* processor, const std::string* text, int nbest, std::vector<std::vector<int>>* ids,
+                std::vector<float>* scores, std::string* error);
   bool (*train)(const std::map<std::string, std::string>* flags, unsigned seed,
                 bool (*next)(void*, std::string*), bool (*failed)(void*), void* ctx,
                 std::string* model_proto, std::string* error);

@@ -96,6 +96,24 @@ __attribute__((visibility("default"))) bool tnmt_spm_id_to_piece(const void* pro
   return true;
 }
 
+// Up to `nbest` best segmentations of `text`, best first, with their log-probabilities.
+__attribute__((visibility("default"))) bool tnmt_spm_nbest(const void* processor, const std::string* text, int nbest,
+                                                           std::vector<std::vector<int>>* ids,
+                                                           std::vector<float>* scores, std::string* error) {
+  const auto* p = static_cast<const Processor*>(processor);
+  sentencepiece::ImmutableNBestSentencePieceText result;
+  if (!Fail(p->NBestEncode(*text, nbest, result.mutable_proto()), error)) return false;
+  ids->clear();
+  scores->clear();
+  for (const auto& segmentation : result.nbests()) {
+    std::vector<int> pieces;
+    for (const auto& piece : segmentation.pieces()) pieces.push_back(static_cast<int>(piece.id()));
+    ids->push_back(std::move(pieces));
+    scores->push_back(segmentation.score());
+  }
+  return true;
+}
+
 // what: 0 vocabulary size, 1 pad id, 2 unk id, 3 bos id, 4 eos id.
 __attribute__((visibility("default"))) int tnmt_spm_info(const void* processor, int what) {
   const auto* p = static_cast<const Processor*>(processor);

@@ -1,6 +1,7 @@
 // Tokenizer over SpmBackend plus strict UTF-8 validation; see tokenizer.h.
 #include "engine/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -105,6 +106,31 @@ std::string Tokenizer::Piece(int id) const {
   std::string piece;
   bool control = false;
   return source_.IdToPiece(id, &piece, &control) ? piece : std::string();
+}
+
+absl::StatusOr<std::vector<Tokenizer::Segmentation>> Tokenizer::EncodeNBest(std::string_view text,
+                                                                            int nbest) const {
+  if (separate_) {
+    return absl::FailedPreconditionError("n-best segmentation needs a joint SentencePiece vocabulary");
+  }
+  if (nbest < 1) return absl::InvalidArgumentError(absl::StrCat("n-best size ", nbest, " (must be >= 1)"));
+  absl::StatusOr<std::vector<int32_t>> best = Encode(text);
+  if (!best.ok()) return best.status();
+  // SentencePiece's n-best search keeps an agenda that grows with the length; past its bound it
+  // logs (which crashes inside the shim) and prunes. Long texts keep their best segmentation.
+  if (best->size() > kNBestMaxPieces) return std::vector<Segmentation>{{*std::move(best), 0.0f}};
+  std::vector<std::vector<int>> ids;
+  std::vector<float> scores;
+  std::string error;
+  if (!source_.NBestEncode(std::string(text), std::min(nbest, kNBestMax), &ids, &scores, &error)) {
+    return absl::InvalidArgumentError(absl::StrCat("n-best tokenization failed: ", error));
+  }
+  std::vector<Segmentation> out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    out.push_back({std::vector<int32_t>(ids[i].begin(), ids[i].end()), i < scores.size() ? scores[i] : 0.0f});
+  }
+  if (out.empty()) out.push_back({{}, 0.0f});  // empty text: one empty segmentation
+  return out;
 }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const {

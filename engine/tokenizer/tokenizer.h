@@ -36,6 +36,16 @@ class Tokenizer {
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text) const;
   // Target pieces of `text` (no </s>): what Decode would turn back into `text`.
   absl::StatusOr<std::vector<int32_t>> EncodeTarget(std::string_view text) const;
+  // Joint vocabularies (unigram models) only: up to `nbest` (>= 1) segmentations of `text`,
+  // best first, with their log-probabilities; the first is Encode's. For subword sampling.
+  struct Segmentation {
+    std::vector<int32_t> ids;
+    float log_prob = 0.0f;
+  };
+  // Texts of more than kNBestMaxPieces pieces, and nbest above kNBestMax, get only the best.
+  static constexpr size_t kNBestMaxPieces = 128;
+  static constexpr int kNBestMax = 64;
+  absl::StatusOr<std::vector<Segmentation>> EncodeNBest(std::string_view text, int nbest) const;
   // Target text of `ids`.
   absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
 

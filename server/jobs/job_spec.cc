@@ -245,6 +245,8 @@ absl::StatusOr<nlohmann::json> TrainConfigJson(const JobSpec& spec, const std::s
     if (value != 0) j[key] = value;
   };
   set_if("vocab_size", spec.vocabulary().vocab_size());
+  set_if("subword_nbest", spec.vocabulary().subword_nbest());
+  set_if("subword_alpha", spec.vocabulary().subword_alpha());
   const auto& m = spec.model();
   j["preset"] = m.preset().empty() ? "base" : m.preset();
   set_if("d_model", m.d_model());

@@ -85,6 +85,8 @@ const Key kKeys[] = {
     {"dropout", Kind::kFloat, "residual dropout: sub-layer outputs and embeddings"},
     {"attention_dropout", Kind::kFloat, "dropout on the attention probabilities", "0"},
     {"activation_dropout", Kind::kFloat, "dropout on the feed-forward's hidden layer", "0"},
+    {"subword_nbest", Kind::kInt, "subword sampling: draw each epoch's segmentations from the n best (1: off)", "1"},
+    {"subword_alpha", Kind::kFloat, "subword sampling: exponent of the segmentations' probabilities", "0.1"},
     {"seed", Kind::kInt, "random seed"},
     {"save_dir", Kind::kString, "where checkpoints, the vocabulary and metrics go (required)"},
     {"save_every_steps", Kind::kInt, "checkpoint every N updates; 0: off"},

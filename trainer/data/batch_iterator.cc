@@ -150,13 +150,18 @@ absl::Status BatchIterator::Next(Batch* batch) {
 absl::Status BatchIterator::Fill(const Span& span, Batch* batch) const {
   const Dataset& data = *dataset_;
   const int rows = static_cast<int>(span.end - span.begin);
-  int32_t longest_source = 0, longest_target = 0;
-  for (int64_t k = span.begin; k < span.end; ++k) {
-    longest_source = std::max(longest_source, data.source_length(order_[k]));
-    longest_target = std::max(longest_target, data.target_length(order_[k]));
+  // The pairs (with subword sampling: the segmentations drawn for this epoch), then the batch
+  // sized by what was read.
+  std::vector<std::vector<int32_t>> sources(rows), targets(rows);
+  size_t longest_source = 0, longest_target = 0;
+  for (int b = 0; b < rows; ++b) {
+    const uint32_t pair = order_[span.begin + b];
+    TNMT_RETURN_IF_ERROR(data.ReadSampledPair(pair, options_.seed, epoch_, &sources[b], &targets[b]));
+    longest_source = std::max(longest_source, sources[b].size());
+    longest_target = std::max(longest_target, targets[b].size());
   }
-  const int src_len = longest_source + 1;
-  const int tgt_len = longest_target + 1;
+  const int src_len = static_cast<int>(longest_source) + 1;
+  const int tgt_len = static_cast<int>(longest_target) + 1;
   batch->batch_size = rows;
   batch->src_len = src_len;
   batch->tgt_len = tgt_len;
@@ -167,10 +172,9 @@ absl::Status BatchIterator::Fill(const Span& span, Batch* batch) const {
   batch->pair_indices.assign(rows, 0);
   batch->src_tokens = 0;
   batch->tgt_tokens = 0;
-  std::vector<int32_t> source, target;
   for (int b = 0; b < rows; ++b) {
-    const uint32_t pair = order_[span.begin + b];
-    TNMT_RETURN_IF_ERROR(data.ReadPair(pair, &source, &target));
+    const std::vector<int32_t>& source = sources[b];
+    const std::vector<int32_t>& target = targets[b];
     int32_t* src = batch->src.data() + static_cast<size_t>(b) * src_len;
     int32_t* tgt_in = batch->tgt_in.data() + static_cast<size_t>(b) * tgt_len;
     int32_t* tgt_out = batch->tgt_out.data() + static_cast<size_t>(b) * tgt_len;
@@ -181,7 +185,7 @@ absl::Status BatchIterator::Fill(const Span& span, Batch* batch) const {
     std::copy(target.begin(), target.end(), tgt_out);
     tgt_out[target.size()] = options_.eos_id;
     batch->src_lengths[b] = static_cast<int32_t>(source.size()) + 1;
-    batch->pair_indices[b] = pair;
+    batch->pair_indices[b] = order_[span.begin + b];
     batch->src_tokens += static_cast<int64_t>(source.size()) + 1;
     batch->tgt_tokens += static_cast<int64_t>(target.size()) + 1;
   }

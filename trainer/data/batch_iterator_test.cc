@@ -195,6 +195,57 @@ TEST(BatchIteratorTest, SeekToASavedPositionReproducesTheContinuation) {
   }
 }
 
+// Subword sampling: batches hold the segmentations drawn for their epoch (padded to the drawn
+// lengths), replay exactly after a seek, and change with the epoch.
+TEST(BatchIteratorTest, SampledSegmentationsReplayAfterASeekAndChangeWithTheEpoch) {
+  DatasetOptions options;
+  options.max_length = 0;
+  options.max_length_ratio = 0;
+  options.subword_nbest = 3;
+  options.subword_alpha = 0.0f;  // uniform over the three
+  auto writer = DatasetWriter::Create(::testing::TempDir() + "/sampled_batches.cache", options);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  const auto segs = [](int pair, int side, int length) {
+    std::vector<Tokenizer::Segmentation> out;
+    for (int c = 0; c < 3; ++c) out.push_back({SyntheticIds(pair * 3 + c, length + c, side), -1.0f * c});
+    return out;
+  };
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE((*writer)->AddSegmentations(segs(i, 0, 5 + i % 9), segs(i, 1, 4 + i % 7)).ok());
+  auto dataset = (*writer)->Finish();
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  const auto contents = [](BatchIterator* it, int64_t count) {
+    std::vector<std::vector<int32_t>> out;
+    Batch batch;
+    for (int64_t i = 0; i < count; ++i) {
+      EXPECT_TRUE(it->Next(&batch).ok());
+      int longest = 0;
+      for (int32_t len : batch.src_lengths) longest = std::max(longest, static_cast<int>(len));
+      EXPECT_EQ(batch.src_len, longest) << "padded to the drawn lengths";
+      out.push_back(batch.src);
+      out.push_back(batch.tgt_out);
+    }
+    return out;
+  };
+  std::unique_ptr<BatchIterator> first = MakeIterator(dataset->get(), Options(200, 4));
+  const int64_t per_epoch = first->batches_per_epoch();
+  contents(first.get(), per_epoch / 2);
+  const DataPosition saved = first->Position();
+  const auto expected = contents(first.get(), per_epoch);
+  std::unique_ptr<BatchIterator> resumed = MakeIterator(dataset->get(), Options(200, 4));
+  ASSERT_TRUE(resumed->Seek(saved).ok());
+  EXPECT_EQ(contents(resumed.get(), per_epoch), expected);
+
+  // The same pair in two epochs: some pairs read other segmentations.
+  std::vector<int32_t> a_src, a_tgt, b_src, b_tgt;
+  int differ = 0;
+  for (int i = 0; i < (*dataset)->size(); ++i) {
+    ASSERT_TRUE((*dataset)->ReadSampledPair(i, 4, 0, &a_src, &a_tgt).ok());
+    ASSERT_TRUE((*dataset)->ReadSampledPair(i, 4, 1, &b_src, &b_tgt).ok());
+    differ += a_src != b_src;
+  }
+  EXPECT_GT(differ, 100);  // uniform over 3: about 2/3 of the pairs
+}
+
 TEST(BatchIteratorTest, SeekRejectsPositionsOutsideTheEpoch) {
   std::unique_ptr<Dataset> dataset = MakeDataset("seek_errors", 300, 20);
   std::unique_ptr<BatchIterator> iterator = MakeIterator(dataset.get(), Options(200));

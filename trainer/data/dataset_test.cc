@@ -2,6 +2,7 @@
 // tokenizer's, multi-threaded tokenization equals single-threaded, errors name file and line.
 #include "trainer/data/dataset.h"
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -193,6 +194,100 @@ TEST_F(DatasetBuildTest, ThreadedTokenizationWritesTheSameCache) {
   const std::string bytes = testing::ReadWholeFile(one);
   EXPECT_GT(bytes.size(), 8u);
   EXPECT_TRUE(bytes == testing::ReadWholeFile(three));
+}
+
+// Subword sampling: the same pairs and counts as without it, the best segmentation from
+// ReadPair, and draws that are segmentations of the same text (they decode to it), replay for
+// the same (seed, epoch), vary between epochs, stay within the index lengths and follow the
+// stored probabilities (alpha large: almost always the best).
+TEST_F(DatasetBuildTest, SubwordSamplingDrawsSegmentationsOfTheSameText) {
+  std::string source_path, target_path;
+  std::vector<std::pair<std::string, std::string>> pairs;
+  WriteCorpus("sampling", &source_path, &target_path, &pairs);
+  DatasetOptions plain_options;
+  plain_options.max_length = 60;
+  plain_options.max_length_ratio = 1.8;
+  auto plain = Dataset::Build(source_path, target_path, *tokenizer_, TempPath("plain.cache"), plain_options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  DatasetOptions options = plain_options;
+  options.subword_nbest = 8;
+  options.subword_alpha = 0.2f;
+  options.num_threads = 2;
+  auto sampled = Dataset::Build(source_path, target_path, *tokenizer_, TempPath("sampled.cache"), options);
+  ASSERT_TRUE(sampled.ok()) << sampled.status();
+  const Dataset& d = **sampled;
+  ASSERT_TRUE(d.sampled());
+  EXPECT_FALSE((*plain)->sampled());
+  ASSERT_EQ(d.size(), (*plain)->size());
+  EXPECT_EQ(d.stats().pairs_kept, (*plain)->stats().pairs_kept);
+  EXPECT_EQ(d.stats().dropped_ratio, (*plain)->stats().dropped_ratio);
+  EXPECT_EQ(d.stats().source_tokens, (*plain)->stats().source_tokens);
+
+  std::vector<int32_t> best_s, best_t, plain_s, plain_t, s1, t1, s2, t2;
+  int64_t differs_from_best = 0, differs_between_epochs = 0;
+  for (int64_t i = 0; i < d.size(); ++i) {
+    ASSERT_TRUE(d.ReadPair(i, &best_s, &best_t).ok());
+    ASSERT_TRUE((*plain)->ReadPair(i, &plain_s, &plain_t).ok());
+    EXPECT_EQ(best_s, plain_s) << i;
+    EXPECT_EQ(best_t, plain_t) << i;
+    const std::string source_text = tokenizer_->Decode(best_s).value();
+    const std::string target_text = tokenizer_->Decode(best_t).value();
+    ASSERT_TRUE(d.ReadSampledPair(i, 7, 3, &s1, &t1).ok());
+    ASSERT_TRUE(d.ReadSampledPair(i, 7, 3, &s2, &t2).ok());
+    EXPECT_EQ(s1, s2) << "the same (seed, epoch) draws the same";
+    EXPECT_EQ(t1, t2);
+    EXPECT_EQ(tokenizer_->Decode(s1).value(), source_text) << i;
+    EXPECT_EQ(tokenizer_->Decode(t1).value(), target_text) << i;
+    EXPECT_LE(static_cast<int32_t>(s1.size()), d.source_length(i));
+    EXPECT_LE(static_cast<int32_t>(t1.size()), d.target_length(i));
+    EXPECT_LE(d.source_length(i), 60);
+    differs_from_best += s1 != best_s;
+    ASSERT_TRUE(d.ReadSampledPair(i, 7, 4, &s2, &t2).ok());
+    differs_between_epochs += s1 != s2 || t1 != t2;
+  }
+  EXPECT_GT(differs_from_best, d.size() / 10);
+  EXPECT_GT(differs_between_epochs, d.size() / 10);
+
+  options.subword_alpha = 50.0f;  // probabilities concentrate on the best segmentation
+  auto sharp = Dataset::Build(source_path, target_path, *tokenizer_, TempPath("sharp.cache"), options);
+  ASSERT_TRUE(sharp.ok()) << sharp.status();
+  int64_t sharp_differs = 0;
+  for (int64_t i = 0; i < (*sharp)->size(); ++i) {
+    ASSERT_TRUE((*sharp)->ReadPair(i, &best_s, &best_t).ok());
+    ASSERT_TRUE((*sharp)->ReadSampledPair(i, 7, 3, &s1, &t1).ok());
+    sharp_differs += s1 != best_s;
+  }
+  EXPECT_LT(sharp_differs, differs_from_best / 4);
+}
+
+// The n-best search on the longest texts it is run on (just under the piece bound) and the
+// largest n: no crash, the best first and equal to Encode, distinct segmentations of the text.
+TEST_F(DatasetBuildTest, NBestOnLongTextsAndTheLargestN) {
+  const auto pairs = testing::SyntheticPairs(200, /*seed=*/13, /*max_words=*/30);
+  std::string text;
+  for (const auto& pair : pairs) {
+    const std::string longer = text.empty() ? pair.first : text + " " + pair.first;
+    if (tokenizer_->Encode(longer).value().size() > Tokenizer::kNBestMaxPieces) break;
+    text = longer;
+  }
+  const std::vector<int32_t> best = tokenizer_->Encode(text).value();
+  ASSERT_GT(best.size(), Tokenizer::kNBestMaxPieces - 40);
+  auto nbest = tokenizer_->EncodeNBest(text, Tokenizer::kNBestMax);
+  ASSERT_TRUE(nbest.ok()) << nbest.status();
+  ASSERT_EQ(nbest->size(), static_cast<size_t>(Tokenizer::kNBestMax));
+  EXPECT_EQ((*nbest)[0].ids, best);
+  std::set<std::vector<int32_t>> distinct;
+  for (const auto& s : *nbest) {
+    EXPECT_EQ(tokenizer_->Decode(s.ids).value(), tokenizer_->Decode(best).value());
+    EXPECT_LE(s.log_prob, (*nbest)[0].log_prob);
+    distinct.insert(s.ids);
+  }
+  EXPECT_EQ(distinct.size(), nbest->size());
+  // Over the bound: only the best.
+  auto single = tokenizer_->EncodeNBest(text + " " + text, 8);
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ(single->size(), 1u);
+  EXPECT_FALSE(tokenizer_->EncodeNBest("a", 0).ok());
 }
 
 TEST_F(DatasetBuildTest, EmptyCorpusGivesAnEmptyDataset) {
