@@ -62,6 +62,16 @@ TEST(RecipesTest, Multi30kSmallContinueTrainsTheDemoModelFurther) {
   EXPECT_NE(c.seed, base.seed);  // another data order than the first stage
 }
 
+TEST(RecipesTest, Multi30kSmallRegularizedIsTheSmallModelWithMoreRegularization) {
+  TrainConfig c = Load("multi30k-small-regularized.json");
+  TrainConfig base = Load("multi30k-small.json");
+  EXPECT_TRUE(CheckResumable(base.model, c.model).ok()) << CheckResumable(base.model, c.model);
+  EXPECT_GT(c.attention_dropout, 0.0f);
+  EXPECT_GT(c.activation_dropout, 0.0f);
+  EXPECT_GT(c.subword_nbest, 1);
+  EXPECT_EQ(c.valid_max_sentences, 0);  // dev BLEU on the whole dev set
+}
+
 TEST(RecipesTest, Multi30kTiny) {
   TrainConfig c = Load("multi30k-tiny.json");
   EXPECT_EQ(c.model.d_model, 128);
@@ -73,7 +83,8 @@ TEST(RecipesTest, Multi30kTiny) {
 
 TEST(RecipesTest, Multi30kRecipesReadDataFromTheRepository) {
   // No machine paths: data under data/multi30k (tools/get-multi30k.sh), runs under runs/.
-  for (const char* name : {"multi30k-small.json", "multi30k-small-continue.json", "multi30k-tiny.json"}) {
+  for (const char* name : {"multi30k-small.json", "multi30k-small-continue.json", "multi30k-small-regularized.json",
+                           "multi30k-tiny.json"}) {
     TrainConfig c = Load(name);
     EXPECT_EQ(c.train_source.rfind("data/multi30k/", 0), 0u) << name << ": " << c.train_source;
     EXPECT_EQ(c.valid_target.rfind("data/multi30k/", 0), 0u) << name << ": " << c.valid_target;
