@@ -6,12 +6,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <thread>
 #include <utility>
-
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"

@@ -100,7 +100,8 @@ class Dataset {
     int32_t target_length;
   };
   Dataset() = default;
-  // Subword sampling: side `side` of pair i, drawn with uniform u in [0, 1) (u < 0: the best).
+  // Subword sampling: pair i's segmentations drawn with u_source and u_target, uniform in
+  // [0, 1) (u < 0: the best one of that side).
   absl::Status ReadSegmentations(int64_t i, float u_source, float u_target, std::vector<int32_t>* source,
                                  std::vector<int32_t>* target) const;
 

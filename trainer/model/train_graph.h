@@ -99,7 +99,8 @@ class TrainGraph {
   // ops: over the batch (batch rows, source and target lengths as given) and the weights.
   TrainGraph(Ops& ops, int batch, int src_len, int tgt_len, const DropoutRates& dropout, uint64_t seed)
       : ops_(ops), c_(ops.config()), d_(c_.d_model), batch_(batch), src_len_(src_len), tgt_len_(tgt_len),
-        p_(dropout.residual), p_attn_(dropout.attention), p_act_(dropout.activation), seed_(seed), rs_(static_cast<int64_t>(batch) * src_len),
+        p_(dropout.residual), p_attn_(dropout.attention), p_act_(dropout.activation), seed_(seed),
+        rs_(static_cast<int64_t>(batch) * src_len),
         rt_(static_cast<int64_t>(batch) * tgt_len) {
     stages_.encoder_layers = static_cast<int>(ops.weights().encoder.size());
     stages_.decoder_layers = static_cast<int>(ops.weights().decoder.size());
