@@ -19,6 +19,8 @@
 //
 // Flags: --preset small|base  --vocab N  --threads N  --batch-sentences N  --src-len N
 //        --tgt-len N  --steps N  --warmup N  --dropout P  --seed N
+//        --attention-dropout P  --activation-dropout P  (tnmt only: what they cost; the
+//        PyTorch peer has residual dropout only, so compare ratios with these at 0)
 // Output: human-readable lines, then one machine-readable line
 //   RESULT engine=tnmt threads=N tokens_per_s=X s_per_step=S peak_rss_mib=M loss0=L ...
 // (loss0: the label-smoothed loss per target token of the first, untimed step; with a fresh
@@ -64,6 +66,8 @@ struct Flags {
   int steps = 10;
   int warmup = 2;
   double dropout = 0.1;
+  double attention_dropout = 0.0;
+  double activation_dropout = 0.0;
   uint64_t seed = 1;
 };
 
@@ -85,6 +89,8 @@ Flags ParseFlags(int argc, char** argv) {
   args.AddInt("warmup", f.warmup, "untimed steps first");
   args.AddInt("seed", static_cast<int>(f.seed), "random seed");
   args.AddFloat("dropout", static_cast<float>(f.dropout), "dropout");
+  args.AddFloat("attention-dropout", 0.0f, "dropout on the attention probabilities");
+  args.AddFloat("activation-dropout", 0.0f, "dropout on the feed-forward's hidden layer");
   const absl::Status parsed = args.Parse(argc, argv, 1);
   if (!parsed.ok()) Usage(std::string(parsed.message()));
   if (args.help_requested()) {
@@ -101,8 +107,12 @@ Flags ParseFlags(int argc, char** argv) {
   f.warmup = args.GetInt("warmup");
   f.seed = static_cast<uint64_t>(args.GetInt("seed"));
   f.dropout = args.GetFloat("dropout");
+  f.attention_dropout = args.GetFloat("attention-dropout");
+  f.activation_dropout = args.GetFloat("activation-dropout");
+  const auto rate = [](double p) { return p >= 0.0 && p < 1.0; };
   if (f.vocab < 5 || f.threads < 1 || f.batch_sentences < 1 || f.src_len < 2 || f.tgt_len < 2 ||
-      f.steps < 1 || f.warmup < 0 || args.GetInt("seed") < 0 || f.dropout < 0.0 || f.dropout >= 1.0) {
+      f.steps < 1 || f.warmup < 0 || args.GetInt("seed") < 0 || !rate(f.dropout) || !rate(f.attention_dropout) ||
+      !rate(f.activation_dropout)) {
     Usage("a flag is out of range (vocab >= 5, lengths >= 2, steps and threads >= 1, dropout in [0, 1))");
   }
   return f;
@@ -169,9 +179,10 @@ absl::Status Run(const Flags& f) {
   std::printf("train_bench: preset %s (d_model %d, d_ff %d, heads %d, layers %d+%d), vocab %d, %lld params\n",
               f.preset.c_str(), c.d_model, c.d_ff, c.num_heads, c.encoder_layers, c.decoder_layers, c.vocab_size,
               static_cast<long long>(param_count));
-  std::printf("train_bench: batch %d sentences x (src %d, tgt %d) = %lld target tokens/step, dropout %.2f, "
+  std::printf("train_bench: batch %d sentences x (src %d, tgt %d) = %lld target tokens/step, dropout %.2f (attention %.2f, activation %.2f), "
               "threads %d (BLAS %s, %d threads), %d warm-up + %d timed steps\n",
               f.batch_sentences, f.src_len, f.tgt_len, static_cast<long long>(tokens_per_step), f.dropout,
+              f.attention_dropout, f.activation_dropout,
               f.threads, kernels::cpu::BlasCoreName().c_str(), kernels::cpu::BlasThreads(), f.warmup, f.steps);
   std::fflush(stdout);
 
@@ -181,6 +192,8 @@ absl::Status Run(const Flags& f) {
     train::ZeroAll(c, &*grads);
     train::TrainStepOptions o;
     o.dropout = static_cast<float>(f.dropout);
+    o.attention_dropout = static_cast<float>(f.attention_dropout);
+    o.activation_dropout = static_cast<float>(f.activation_dropout);
     o.label_smoothing = 0.1f;
     o.dropout_seed = f.seed * 1000003ULL + static_cast<uint64_t>(index);
     absl::StatusOr<train::LossStats> s = train::ForwardBackward(c, *params, batch, o, 1.0f, &*grads);
