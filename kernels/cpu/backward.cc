@@ -6,7 +6,9 @@
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/vec16.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <vector>
 
@@ -14,26 +16,50 @@
 
 namespace tnmt::kernels::cpu {
 
-TNMT_VECTORIZE void LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
-                       const float* gamma, int64_t rows, int d, float eps) {
-  for (int64_t r = 0; r < rows; ++r) {
+namespace {
+
+// Below this many elements the kernels here run on the calling thread (a parallel call costs
+// a few microseconds).
+constexpr int64_t kParallelMinElements = 1 << 15;
+
+// Runs fn over [0, n) in parallel when the work (n * per_index elements) is large enough.
+void MaybeParallel(int64_t n, int64_t per_index, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n * per_index >= kParallelMinElements) {
+    ParallelFor(n, fn);
+  } else if (n > 0) {
+    fn(0, n);
+  }
+}
+
+// Each row's mean and 1/std, rows [begin, end).
+TNMT_VECTORIZE void LayerNormRowStats(float* mean_rstd, const float* x, int64_t begin, int64_t end, int d,
+                                      float eps) {
+  for (int64_t r = begin; r < end; ++r) {
     const float* xr = x + r * d;
-    const float* dyr = dy + r * d;
-    float* dxr = dx + r * d;
     double sum = 0.0;
     for (int j = 0; j < d; ++j) sum += xr[j];
     const float mean = static_cast<float>(sum / d);
     double sq = 0.0;
     for (int j = 0; j < d; ++j) sq += (xr[j] - mean) * (xr[j] - mean);
-    const float rstd = 1.0f / std::sqrt(static_cast<float>(sq / d) + eps);
+    mean_rstd[2 * r] = mean;
+    mean_rstd[2 * r + 1] = 1.0f / std::sqrt(static_cast<float>(sq / d) + eps);
+  }
+}
+
+// Rows [begin, end) of LayerNormBackward's dx (which may alias dy).
+TNMT_VECTORIZE void LayerNormBackwardRows(float* dx, const float* mean_rstd, const float* dy, const float* x,
+                                          const float* gamma, int64_t begin, int64_t end, int d) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* xr = x + r * d;
+    const float* dyr = dy + r * d;
+    float* dxr = dx + r * d;
+    const float mean = mean_rstd[2 * r], rstd = mean_rstd[2 * r + 1];
     float mean_g = 0.0f, mean_gx = 0.0f;
     for (int j = 0; j < d; ++j) {
       const float xhat = (xr[j] - mean) * rstd;
       const float g = dyr[j] * gamma[j];
       mean_g += g;
       mean_gx += g * xhat;
-      dgamma[j] += dyr[j] * xhat;
-      dbeta[j] += dyr[j];
     }
     mean_g /= d;
     mean_gx /= d;
@@ -42,6 +68,50 @@ TNMT_VECTORIZE void LayerNormBackward(float* dx, float* dgamma, float* dbeta, co
       dxr[j] = rstd * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
     }
   }
+}
+
+// Columns [begin, end) of dgamma and dbeta, each summed over the rows in order.
+TNMT_VECTORIZE void LayerNormBackwardColumns(float* dgamma, float* dbeta, const float* mean_rstd, const float* dy,
+                                             const float* x, int64_t rows, int d, int64_t begin, int64_t end) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * d;
+    const float* dyr = dy + r * d;
+    const float mean = mean_rstd[2 * r], rstd = mean_rstd[2 * r + 1];
+    for (int64_t j = begin; j < end; ++j) {
+      dgamma[j] += dyr[j] * ((xr[j] - mean) * rstd);
+      dbeta[j] += dyr[j];
+    }
+  }
+}
+
+// Columns per parallel chunk of the column sums (a cache line of floats, or more).
+constexpr int kColumnBlock = 16;
+
+TNMT_VECTORIZE void ColumnSumRange(float* db, const float* dy, int64_t rows, int n, int64_t begin, int64_t end) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = dy + r * n;
+    for (int64_t j = begin; j < end; ++j) db[j] += row[j];
+  }
+}
+
+}  // namespace
+
+// Row statistics, then dgamma and dbeta by column blocks (each column summed over the rows in
+// order), then dx by rows, each step in parallel: the results do not depend on the thread
+// count, and dy is read for the parameter gradients before dx (which may alias it) is written.
+void LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
+                       int64_t rows, int d, float eps) {
+  if (rows <= 0 || d <= 0) return;
+  std::vector<float> mean_rstd(2 * static_cast<size_t>(rows));
+  MaybeParallel(rows, d, [&](int64_t begin, int64_t end) { LayerNormRowStats(mean_rstd.data(), x, begin, end, d, eps); });
+  const int64_t blocks = (d + kColumnBlock - 1) / kColumnBlock;
+  MaybeParallel(blocks, rows * kColumnBlock, [&](int64_t begin, int64_t end) {
+    LayerNormBackwardColumns(dgamma, dbeta, mean_rstd.data(), dy, x, rows, d, begin * kColumnBlock,
+                             std::min<int64_t>(d, end * kColumnBlock));
+  });
+  MaybeParallel(rows, d, [&](int64_t begin, int64_t end) {
+    LayerNormBackwardRows(dx, mean_rstd.data(), dy, x, gamma, begin, end, d);
+  });
 }
 
 namespace {
@@ -84,11 +154,12 @@ void ActivationBackward(float* dx, const float* dy, const float* pre, int64_t co
   ParallelFor(count, [&](int64_t begin, int64_t end) { ActivationBackwardRange(dx, dy, pre, begin, end, act); });
 }
 
-TNMT_VECTORIZE void AccumulateColumnSum(float* db, const float* dy, int64_t rows, int n) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = dy + r * n;
-    for (int j = 0; j < n; ++j) db[j] += row[j];
-  }
+void AccumulateColumnSum(float* db, const float* dy, int64_t rows, int n) {
+  // Column blocks in parallel, each column summed over the rows in order.
+  const int64_t blocks = (n + kColumnBlock - 1) / kColumnBlock;
+  MaybeParallel(blocks, rows * kColumnBlock, [&](int64_t begin, int64_t end) {
+    ColumnSumRange(db, dy, rows, n, begin * kColumnBlock, std::min<int64_t>(n, end * kColumnBlock));
+  });
 }
 
 void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
@@ -394,18 +465,29 @@ void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
   });
 }
 
-TNMT_VECTORIZE void AdamUpdate(float* w, float* m, float* v, const float* g, int64_t count, float grad_scale,
-                const AdamOptions& o) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(o.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.step));
-  const float step_size = static_cast<float>(o.lr / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  for (int64_t i = 0; i < count; ++i) {
+namespace {
+
+TNMT_VECTORIZE void AdamRange(float* w, float* m, float* v, const float* g, int64_t begin, int64_t end,
+                              float grad_scale, const AdamOptions& o, float step_size, float inv_sqrt_bc2) {
+  for (int64_t i = begin; i < end; ++i) {
     const float gi = g[i] * grad_scale;
     m[i] = o.beta1 * m[i] + (1.0f - o.beta1) * gi;
     v[i] = o.beta2 * v[i] + (1.0f - o.beta2) * gi * gi;
     w[i] -= step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + o.eps);
   }
+}
+
+}  // namespace
+
+void AdamUpdate(float* w, float* m, float* v, const float* g, int64_t count, float grad_scale,
+                const AdamOptions& o) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(o.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.step));
+  const float step_size = static_cast<float>(o.lr / bc1);
+  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  MaybeParallel(count, 1, [&](int64_t begin, int64_t end) {
+    AdamRange(w, m, v, g, begin, end, grad_scale, o, step_size, inv_sqrt_bc2);
+  });
 }
 
 }  // namespace tnmt::kernels::cpu

@@ -5,6 +5,7 @@
 // Also: the label-smoothed loss against the documented target distribution, the counter RNG
 // and dropout statistics, and Adam against a naive double implementation.
 #include "kernels/cpu/backward.h"
+#include "kernels/cpu/parallel.h"
 
 #include <gtest/gtest.h>
 
@@ -199,6 +200,59 @@ TEST(ActivationBackward, EveryActivationMatchesFiniteDifferences) {
     ActivationBackward(inplace.data(), inplace.data(), pre.data(), count, act);
     EXPECT_EQ(inplace, dx);
   }
+}
+
+// ---------------------------------------------------------------- Thread-count invariance
+
+// The training kernels that split work over the compute threads give the same bits on 1, 2
+// and 3 threads (reductions go by column, each over the rows in order).
+TEST(ParallelTrainingKernels, SameBitsOnAnyThreadCount) {
+  std::mt19937 rng(71);
+  const int64_t rows = 300;
+  const int d = 264;  // not a multiple of the column block
+  const std::vector<float> x = Random(rows * d, rng), dy = Random(rows * d, rng), gamma = Random(d, rng);
+  const std::vector<float> g = Random(rows * d, rng), w0 = Random(rows * d, rng), m0 = Random(rows * d, rng);
+  std::vector<float> v0 = Random(rows * d, rng, 0.0f, 1.0f);
+  struct Out {
+    std::vector<float> dx, dx_alias, dgamma, dbeta, colsum, w, m, v;
+  };
+  auto run = [&](int threads) {
+    SetComputeThreads(threads);
+    Out o;
+    o.dx.assign(rows * d, 0.0f);
+    o.dgamma.assign(d, 0.5f);
+    o.dbeta.assign(d, -0.5f);
+    LayerNormBackward(o.dx.data(), o.dgamma.data(), o.dbeta.data(), dy.data(), x.data(), gamma.data(), rows, d,
+                      1e-5f);
+    o.dx_alias = dy;  // dx aliasing dy gives the same dx
+    std::vector<float> dg(d, 0.5f), db(d, -0.5f);
+    LayerNormBackward(o.dx_alias.data(), dg.data(), db.data(), o.dx_alias.data(), x.data(), gamma.data(), rows, d,
+                      1e-5f);
+    EXPECT_EQ(dg, o.dgamma);
+    EXPECT_EQ(db, o.dbeta);
+    o.colsum.assign(d, 1.0f);
+    AccumulateColumnSum(o.colsum.data(), g.data(), rows, d);
+    o.w = w0, o.m = m0, o.v = v0;
+    AdamOptions opt;
+    opt.lr = 1e-3f;
+    opt.step = 3;
+    AdamUpdate(o.w.data(), o.m.data(), o.v.data(), g.data(), rows * d, 0.5f, opt);
+    return o;
+  };
+  const Out one = run(1);
+  EXPECT_EQ(one.dx_alias, one.dx);
+  for (int threads : {2, 3}) {
+    const Out o = run(threads);
+    EXPECT_EQ(o.dx, one.dx) << threads;
+    EXPECT_EQ(o.dx_alias, one.dx) << threads;
+    EXPECT_EQ(o.dgamma, one.dgamma) << threads;
+    EXPECT_EQ(o.dbeta, one.dbeta) << threads;
+    EXPECT_EQ(o.colsum, one.colsum) << threads;
+    EXPECT_EQ(o.w, one.w) << threads;
+    EXPECT_EQ(o.m, one.m) << threads;
+    EXPECT_EQ(o.v, one.v) << threads;
+  }
+  SetComputeThreads(1);
 }
 
 // ---------------------------------------------------------------------- AccumulateColumnSum

@@ -66,8 +66,24 @@ TNMT_VECTORIZE void AddBias(float* y, const float* bias, int64_t rows, int n) {
   }
 }
 
-TNMT_VECTORIZE void Add(float* out, const float* x, const float* r, int64_t count) {
-  for (int64_t i = 0; i < count; ++i) out[i] = x[i] + r[i];
+namespace {
+
+// Element-wise work below this size runs on the calling thread (a parallel call costs a few
+// microseconds).
+constexpr int64_t kParallelMinElements = 1 << 15;
+
+TNMT_VECTORIZE void AddRange(float* out, const float* x, const float* r, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) out[i] = x[i] + r[i];
+}
+
+}  // namespace
+
+void Add(float* out, const float* x, const float* r, int64_t count) {
+  if (count >= kParallelMinElements) {
+    ParallelFor(count, [&](int64_t begin, int64_t end) { AddRange(out, x, r, begin, end); });
+  } else {
+    AddRange(out, x, r, 0, count);
+  }
 }
 
 namespace {
@@ -208,22 +224,32 @@ TNMT_VECTORIZE void LayerNormPortable(float* out, const float* x, const float* r
 
 void LayerNorm(float* out, const float* x, const float* r, const float* gamma, const float* beta,
                int64_t rows, int d, float eps) {
+  // Rows [begin, end); rows are independent, so any split gives the same bits.
+  auto run = [&](int64_t begin, int64_t end) {
+    const int64_t at = begin * d;
+    const float* rb = r != nullptr ? r + at : nullptr;
 #if defined(__x86_64__)
-  if (UseAvx2() && d > 0) {
-    const bool avx512 = UseAvx512();
-    for (int64_t i = 0; i < rows; ++i) {
-      float* o = out + i * d;
-      const float* ri = r != nullptr ? r + i * d : nullptr;
-      if (avx512) {
-        avx512::LayerNormRow(o, x + i * d, ri, gamma, beta, d, eps);
-      } else {
-        avx2::LayerNormRow(o, x + i * d, ri, gamma, beta, d, eps);
+    if (UseAvx2() && d > 0) {
+      const bool avx512 = UseAvx512();
+      for (int64_t i = begin; i < end; ++i) {
+        float* o = out + i * d;
+        const float* ri = r != nullptr ? r + i * d : nullptr;
+        if (avx512) {
+          avx512::LayerNormRow(o, x + i * d, ri, gamma, beta, d, eps);
+        } else {
+          avx2::LayerNormRow(o, x + i * d, ri, gamma, beta, d, eps);
+        }
       }
+      return;
     }
-    return;
-  }
 #endif
-  LayerNormPortable(out, x, r, gamma, beta, rows, d, eps);
+    LayerNormPortable(out + at, x + at, rb, gamma, beta, end - begin, d, eps);
+  };
+  if (rows * d >= kParallelMinElements) {
+    ParallelFor(rows, run);
+  } else if (rows > 0) {
+    run(0, rows);
+  }
 }
 
 TNMT_VECTORIZE void Softmax(float* x, int64_t rows, int n) {

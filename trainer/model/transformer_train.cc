@@ -11,6 +11,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/layers/sublayers.h"
 #include "kernels/cpu/backward.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/gemm.h"
 #include "trainer/model/train_graph.h"
 
@@ -97,7 +98,15 @@ class CpuTrainOps {
   absl::StatusOr<Buffer> Zeros(int64_t n) { return Tensor::Zeros({n}); }
   absl::StatusOr<Buffer> Copy(const float* x, int64_t n) {
     TNMT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({n}));
-    std::memcpy(t.f32(), x, sizeof(float) * n);
+    float* y = t.f32();
+    const auto copy = [&](int64_t begin, int64_t end) {
+      std::memcpy(y + begin, x + begin, sizeof(float) * (end - begin));
+    };
+    if (n >= (int64_t{1} << 15)) {
+      k::ParallelFor(n, copy);  // activations of a whole batch: both cores' bandwidth
+    } else {
+      copy(0, n);
+    }
     return t;
   }
 
