@@ -18,17 +18,16 @@ namespace tnmt::kernels::cpu {
 
 namespace {
 
-// Below this many elements the kernels here run on the calling thread (a parallel call costs
-// a few microseconds).
-constexpr int64_t kParallelMinElements = 1 << 15;
+// Columns per parallel chunk of the column reductions (a cache line of floats, or more).
+constexpr int kColumnBlock = 16;
 
-// Runs fn over [0, n) in parallel when the work (n * per_index elements) is large enough.
-void MaybeParallel(int64_t n, int64_t per_index, const std::function<void(int64_t, int64_t)>& fn) {
-  if (n * per_index >= kParallelMinElements) {
-    ParallelFor(n, fn);
-  } else if (n > 0) {
-    fn(0, n);
-  }
+// fn(column_begin, column_end) over blocks of the n columns of a [rows, n] reduction, in
+// parallel when large enough; each column stays with one thread, summed over the rows in order.
+void ForColumnBlocks(int64_t n, int64_t rows, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t blocks = (n + kColumnBlock - 1) / kColumnBlock;
+  ParallelForLarge(blocks, rows * kColumnBlock, [&](int64_t begin, int64_t end) {
+    fn(begin * kColumnBlock, std::min(n, end * kColumnBlock));
+  });
 }
 
 // Each row's mean and 1/std, rows [begin, end).
@@ -84,9 +83,6 @@ TNMT_VECTORIZE void LayerNormBackwardColumns(float* dgamma, float* dbeta, const 
   }
 }
 
-// Columns per parallel chunk of the column sums (a cache line of floats, or more).
-constexpr int kColumnBlock = 16;
-
 TNMT_VECTORIZE void ColumnSumRange(float* db, const float* dy, int64_t rows, int n, int64_t begin, int64_t end) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = dy + r * n;
@@ -103,13 +99,13 @@ void LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, 
                        int64_t rows, int d, float eps) {
   if (rows <= 0 || d <= 0) return;
   std::vector<float> mean_rstd(2 * static_cast<size_t>(rows));
-  MaybeParallel(rows, d, [&](int64_t begin, int64_t end) { LayerNormRowStats(mean_rstd.data(), x, begin, end, d, eps); });
-  const int64_t blocks = (d + kColumnBlock - 1) / kColumnBlock;
-  MaybeParallel(blocks, rows * kColumnBlock, [&](int64_t begin, int64_t end) {
-    LayerNormBackwardColumns(dgamma, dbeta, mean_rstd.data(), dy, x, rows, d, begin * kColumnBlock,
-                             std::min<int64_t>(d, end * kColumnBlock));
+  ParallelForLarge(rows, d, [&](int64_t begin, int64_t end) {
+    LayerNormRowStats(mean_rstd.data(), x, begin, end, d, eps);
   });
-  MaybeParallel(rows, d, [&](int64_t begin, int64_t end) {
+  ForColumnBlocks(d, rows, [&](int64_t begin, int64_t end) {
+    LayerNormBackwardColumns(dgamma, dbeta, mean_rstd.data(), dy, x, rows, d, begin, end);
+  });
+  ParallelForLarge(rows, d, [&](int64_t begin, int64_t end) {
     LayerNormBackwardRows(dx, mean_rstd.data(), dy, x, gamma, begin, end, d);
   });
 }
@@ -155,12 +151,22 @@ void ActivationBackward(float* dx, const float* dy, const float* pre, int64_t co
 }
 
 void AccumulateColumnSum(float* db, const float* dy, int64_t rows, int n) {
-  // Column blocks in parallel, each column summed over the rows in order.
-  const int64_t blocks = (n + kColumnBlock - 1) / kColumnBlock;
-  MaybeParallel(blocks, rows * kColumnBlock, [&](int64_t begin, int64_t end) {
-    ColumnSumRange(db, dy, rows, n, begin * kColumnBlock, std::min<int64_t>(n, end * kColumnBlock));
-  });
+  ForColumnBlocks(n, rows, [&](int64_t begin, int64_t end) { ColumnSumRange(db, dy, rows, n, begin, end); });
 }
+
+namespace {
+
+// The probabilities that multiply v: p itself, or with attention dropout a copy in `scratch`
+// dropped as elements [first, first + block) of the whole probs tensor.
+const float* DroppedProbs(const float* p, int64_t block, int64_t first, const AttentionDropout& drop,
+                          float* scratch) {
+  if (drop.p <= 0.0f) return p;
+  std::memcpy(scratch, p, sizeof(float) * block);
+  DropoutBlock(scratch, block, static_cast<uint64_t>(first), drop.p, drop.seed, drop.stream);
+  return scratch;
+}
+
+}  // namespace
 
 void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
                            const float* k, const float* v, int64_t ld_kv, int batch, int q_len,
@@ -183,12 +189,7 @@ void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float
         for (int j = limit; j < k_len; ++j) row[j] = -INFINITY;
       }
       Softmax(p, q_len, k_len);
-      const float* pv = p;  // the probabilities that multiply v
-      if (drop.p > 0.0f) {
-        std::memcpy(scratch, p, sizeof(float) * block);
-        DropoutBlock(scratch, block, static_cast<uint64_t>(first), drop.p, drop.seed, drop.stream);
-        pv = scratch;
-      }
+      const float* pv = DroppedProbs(p, block, first, drop, scratch);
       GemmNN(q_len, d_head, k_len, 1.0f, pv, k_len, vb, ld_kv, 0.0f,
              out + static_cast<int64_t>(b) * q_len * ld_out + h * d_head, ld_out);
     }
@@ -208,12 +209,7 @@ void AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t l
       const float* p = probs + first;
       const float* dob = dout + qoff * ld_dout + h * d_head;
       // dv += drop(p)^T dout (the dropped probabilities go through the scratch first)
-      const float* pv = p;
-      if (drop.p > 0.0f) {
-        std::memcpy(ds, p, sizeof(float) * block);
-        DropoutBlock(ds, block, static_cast<uint64_t>(first), drop.p, drop.seed, drop.stream);
-        pv = ds;
-      }
+      const float* pv = DroppedProbs(p, block, first, drop, ds);
       GemmTN(k_len, d_head, q_len, 1.0f, pv, k_len, dob, ld_dout, 1.0f, dv + koff * ld_dkv + h * d_head, ld_dkv);
       // dp = drop'(dout v^T) (the same mask and scale), then ds = p * (dp - rowsum(dp * p))
       GemmNT(q_len, k_len, d_head, 1.0f, dob, ld_dout, v + koff * ld_kv + h * d_head, ld_kv, 0.0f, ds, k_len);
@@ -421,14 +417,13 @@ TNMT_AVX2_TARGET void DropoutRange(float* x, int64_t n, uint64_t index0, float p
   const uint64_t base = CounterStart(seed, stream);
   const __m256 vp = _mm256_set1_ps(p), vscale = _mm256_set1_ps(keep_scale);
   int64_t i = 0;
-  const int64_t end = n;
-  if (end - i >= 8) {
+  if (n >= 8) {
     const uint64_t z0 = base + index0 * kGolden;
     __m256i lo = _mm256_setr_epi64x(static_cast<int64_t>(z0), static_cast<int64_t>(z0 + kGolden),
                                     static_cast<int64_t>(z0 + 2 * kGolden), static_cast<int64_t>(z0 + 3 * kGolden));
     __m256i hi = _mm256_add_epi64(lo, _mm256_set1_epi64x(static_cast<int64_t>(4 * kGolden)));
     const __m256i step = _mm256_set1_epi64x(static_cast<int64_t>(8 * kGolden));
-    for (; i + 8 <= end; i += 8) {
+    for (; i + 8 <= n; i += 8) {
       const __m256 u = _mm256_set_m128(Uniform4(hi), Uniform4(lo));
       const __m256 keep = _mm256_cmp_ps(u, vp, _CMP_GE_OQ);
       _mm256_storeu_ps(x + i, _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vscale), keep));
@@ -436,7 +431,7 @@ TNMT_AVX2_TARGET void DropoutRange(float* x, int64_t n, uint64_t index0, float p
       hi = _mm256_add_epi64(hi, step);
     }
   }
-  for (; i < end; ++i) {
+  for (; i < n; ++i) {
     x[i] = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
   }
 }
@@ -485,7 +480,7 @@ void AdamUpdate(float* w, float* m, float* v, const float* g, int64_t count, flo
   const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.step));
   const float step_size = static_cast<float>(o.lr / bc1);
   const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  MaybeParallel(count, 1, [&](int64_t begin, int64_t end) {
+  ParallelForLarge(count, 1, [&](int64_t begin, int64_t end) {
     AdamRange(w, m, v, g, begin, end, grad_scale, o, step_size, inv_sqrt_bc2);
   });
 }

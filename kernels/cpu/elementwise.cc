@@ -68,10 +68,6 @@ TNMT_VECTORIZE void AddBias(float* y, const float* bias, int64_t rows, int n) {
 
 namespace {
 
-// Element-wise work below this size runs on the calling thread (a parallel call costs a few
-// microseconds).
-constexpr int64_t kParallelMinElements = 1 << 15;
-
 TNMT_VECTORIZE void AddRange(float* out, const float* x, const float* r, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) out[i] = x[i] + r[i];
 }
@@ -79,11 +75,7 @@ TNMT_VECTORIZE void AddRange(float* out, const float* x, const float* r, int64_t
 }  // namespace
 
 void Add(float* out, const float* x, const float* r, int64_t count) {
-  if (count >= kParallelMinElements) {
-    ParallelFor(count, [&](int64_t begin, int64_t end) { AddRange(out, x, r, begin, end); });
-  } else {
-    AddRange(out, x, r, 0, count);
-  }
+  ParallelForLarge(count, 1, [&](int64_t begin, int64_t end) { AddRange(out, x, r, begin, end); });
 }
 
 namespace {
@@ -245,11 +237,7 @@ void LayerNorm(float* out, const float* x, const float* r, const float* gamma, c
 #endif
     LayerNormPortable(out + at, x + at, rb, gamma, beta, end - begin, d, eps);
   };
-  if (rows * d >= kParallelMinElements) {
-    ParallelFor(rows, run);
-  } else if (rows > 0) {
-    run(0, rows);
-  }
+  ParallelForLarge(rows, d, run);
 }
 
 TNMT_VECTORIZE void Softmax(float* x, int64_t rows, int n) {

@@ -158,4 +158,13 @@ int ComputeThreads() { return Pool::Get().threads(); }
 
 void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn) { Pool::Get().Run(n, fn); }
 
+void ParallelForLarge(int64_t n, int64_t work_per_index, const std::function<void(int64_t, int64_t)>& fn) {
+  constexpr int64_t kMinParallelWork = int64_t{1} << 15;
+  if (n * work_per_index >= kMinParallelWork) {
+    ParallelFor(n, fn);
+  } else if (n > 0) {
+    fn(0, n);
+  }
+}
+
 }  // namespace tnmt::kernels::cpu

@@ -19,4 +19,9 @@ int ComputeThreads();
 // caller's thread (as one chunk).
 void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
 
+// ParallelFor when the work is worth a parallel call (n * work_per_index >= 2^15 elements, a
+// parallel call costing a few microseconds); otherwise fn(0, n) on the caller (nothing for
+// n <= 0).
+void ParallelForLarge(int64_t n, int64_t work_per_index, const std::function<void(int64_t, int64_t)>& fn);
+
 }  // namespace tnmt::kernels::cpu

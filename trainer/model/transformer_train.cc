@@ -99,14 +99,10 @@ class CpuTrainOps {
   absl::StatusOr<Buffer> Copy(const float* x, int64_t n) {
     TNMT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({n}));
     float* y = t.f32();
-    const auto copy = [&](int64_t begin, int64_t end) {
+    // Activations of a whole batch: both cores' bandwidth.
+    k::ParallelForLarge(n, 1, [&](int64_t begin, int64_t end) {
       std::memcpy(y + begin, x + begin, sizeof(float) * (end - begin));
-    };
-    if (n >= (int64_t{1} << 15)) {
-      k::ParallelFor(n, copy);  // activations of a whole batch: both cores' bandwidth
-    } else {
-      copy(0, n);
-    }
+    });
     return t;
   }
 
