@@ -75,6 +75,13 @@ TEST_F(JobSpecTest, ValidSpecPassesAndBecomesATrainerConfig) {
   ASSERT_TRUE(rj.ok()) << rj.status();
   EXPECT_FLOAT_EQ((*rj)["attention_dropout"].get<float>(), 0.1f);
   EXPECT_FLOAT_EQ((*rj)["activation_dropout"].get<float>(), 0.2f);
+  EXPECT_FALSE(j->contains("subword_nbest"));  // subword sampling: off unless asked for
+  regularized.mutable_vocabulary()->set_subword_nbest(16);
+  regularized.mutable_vocabulary()->set_subword_alpha(0.2f);
+  rj = TrainConfigJson(regularized, root_, "/x", 1);
+  ASSERT_TRUE(rj.ok()) << rj.status();
+  EXPECT_EQ((*rj)["subword_nbest"], 16);
+  EXPECT_FLOAT_EQ((*rj)["subword_alpha"].get<float>(), 0.2f);
   EXPECT_EQ(PublishedModelName(Valid(), "job-000001"), "tiny-en-de");
   tnmt::v1::JobSpec unnamed = Valid();
   unnamed.mutable_publish()->clear_model_name();
