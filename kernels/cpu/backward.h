@@ -38,19 +38,19 @@ struct AttentionDropout {
 // q: rows b*q_len+i (stride ld_q); k, v: rows b*k_len+j (stride ld_kv), per group b.
 // probs: [batch, heads, q_len, k_len]; out: [batch*q_len, ld_out].
 // k_valid: [batch] valid keys (null: all); causal: key j visible to query i iff j <= i.
-// scratch: q_len * k_len floats when drop.p > 0 (else unused, may be null).
+// The (group, head) pairs are split over the compute threads (parallel.h), each computed by one
+// thread with tnmt's own small GEMM loops, so results do not depend on the thread count.
 void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
                            const float* k, const float* v, int64_t ld_kv, int batch, int q_len,
                            int k_len, int heads, int d_head, const int32_t* k_valid, bool causal,
-                           const AttentionDropout& drop = {}, float* scratch = nullptr);
+                           const AttentionDropout& drop = {});
 
 // Gradients of AttentionTrainForward (with the same `drop`): dq written, dk and dv accumulated
-// (+=), all with the same layouts as q, k, v. scratch: q_len * k_len floats.
+// (+=), all with the same layouts as q, k, v. Split over the threads as the forward.
 void AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv,
                        const float* dout, int64_t ld_dout, const float* probs, const float* q,
                        int64_t ld_q, const float* k, const float* v, int64_t ld_kv, int batch,
-                       int q_len, int k_len, int heads, int d_head, float* scratch,
-                       const AttentionDropout& drop = {});
+                       int q_len, int k_len, int heads, int d_head, const AttentionDropout& drop = {});
 
 // dtable[ids[i]] += scale * dx[i]; dpos[positions[i]] += dx[i] (dpos may be null).
 void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_t* ids,

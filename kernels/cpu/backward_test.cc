@@ -255,6 +255,48 @@ TEST(ParallelTrainingKernels, SameBitsOnAnyThreadCount) {
   SetComputeThreads(1);
 }
 
+// Training attention splits (sentence, head) pairs over the threads: the same bits on 1, 2 and 3
+// threads, forward and backward, with padding, a causal mask and dropout.
+TEST(ParallelTrainingKernels, AttentionSameBitsOnAnyThreadCount) {
+  std::mt19937 rng(72);
+  const int batch = 5, heads = 4, q_len = 23, k_len = 29, d_head = 64, width = heads * d_head;
+  const std::vector<int32_t> valid = {29, 7, 29, 1, 16};
+  const std::vector<float> q = Random(batch * q_len * width, rng), k = Random(batch * k_len * width, rng),
+                           v = Random(batch * k_len * width, rng), dout = Random(batch * q_len * width, rng),
+                           dkv0 = Random(batch * k_len * width, rng);
+  const AttentionDropout drop{0.2f, 5, 9};
+  struct Out {
+    std::vector<float> out, probs, dq, dk, dv;
+  };
+  auto run = [&](int threads, bool causal) {
+    SetComputeThreads(threads);
+    Out o;
+    o.out.assign(batch * q_len * width, 0.0f);
+    o.probs.assign(static_cast<size_t>(batch) * heads * q_len * k_len, 0.0f);
+    AttentionTrainForward(o.out.data(), width, o.probs.data(), q.data(), width, k.data(), v.data(), width, batch,
+                          q_len, k_len, heads, d_head, valid.data(), causal, drop);
+    o.dq.assign(batch * q_len * width, 0.0f);
+    o.dk = dkv0;
+    o.dv = dkv0;
+    AttentionBackward(o.dq.data(), width, o.dk.data(), o.dv.data(), width, dout.data(), width, o.probs.data(),
+                      q.data(), width, k.data(), v.data(), width, batch, q_len, k_len, heads, d_head, drop);
+    return o;
+  };
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "padded");
+    const Out one = run(1, causal);
+    for (int threads : {2, 3}) {
+      const Out o = run(threads, causal);
+      EXPECT_EQ(o.out, one.out) << threads;
+      EXPECT_EQ(o.probs, one.probs) << threads;
+      EXPECT_EQ(o.dq, one.dq) << threads;
+      EXPECT_EQ(o.dk, one.dk) << threads;
+      EXPECT_EQ(o.dv, one.dv) << threads;
+    }
+  }
+  SetComputeThreads(1);
+}
+
 // ---------------------------------------------------------------------- AccumulateColumnSum
 
 TEST(AccumulateColumnSum, IsTheBiasGradientAndAccumulates) {
@@ -365,7 +407,7 @@ std::vector<float> Strided(const std::vector<float>& compact, int64_t rows, int 
   return r;
 }
 
-void RunAttentionCase(AttnCase c, uint32_t seed) {
+void RunAttentionCaseOnce(AttnCase c, uint32_t seed) {
   SCOPED_TRACE(c.name);
   const int width = c.heads * c.d_head;
   for (int64_t* ld : {&c.ld_q, &c.ld_kv, &c.ld_out, &c.ld_dq, &c.ld_dkv, &c.ld_dout}) {
@@ -393,11 +435,9 @@ void RunAttentionCase(AttnCase c, uint32_t seed) {
   std::vector<float> out(q_rows * c.ld_out, kOutFill);
   std::vector<float> probs(static_cast<size_t>(c.batch) * c.heads * c.q_len * c.k_len, -5.0f);
   const AttentionDropout drop{c.drop_p, kDropSeed, kDropStream};
-  std::vector<float> fwd_scratch(static_cast<size_t>(c.q_len) * c.k_len, 1e30f);
   AttentionTrainForward(out.data(), c.ld_out, probs.data(), q.data(), c.ld_q, k.data(), v.data(),
                         c.ld_kv, c.batch, c.q_len, c.k_len, c.heads, c.d_head,
-                        c.k_valid.empty() ? nullptr : c.k_valid.data(), c.causal, drop,
-                        c.drop_p > 0 ? fwd_scratch.data() : nullptr);
+                        c.k_valid.empty() ? nullptr : c.k_valid.data(), c.causal, drop);
   std::vector<double> want_out, want_probs;
   NaiveAttention(c, qd, kd, vd, &want_out, &want_probs);
   std::vector<float> out_compact(q_rows * width);
@@ -464,10 +504,9 @@ void RunAttentionCase(AttnCase c, uint32_t seed) {
   std::vector<float> dk0 = Random(k_rows * c.ld_dkv, rng), dv0 = Random(k_rows * c.ld_dkv, rng);
   std::vector<float> dk = dk0, dv = dv0;
   const std::vector<float> dout = Strided(w, q_rows, width, c.ld_dout, 1e3f);
-  std::vector<float> scratch(static_cast<size_t>(c.q_len) * c.k_len, 1e30f);
   AttentionBackward(dq.data(), c.ld_dq, dk.data(), dv.data(), c.ld_dkv, dout.data(), c.ld_dout,
                     probs.data(), q.data(), c.ld_q, k.data(), v.data(), c.ld_kv, c.batch, c.q_len,
-                    c.k_len, c.heads, c.d_head, scratch.data(), drop);
+                    c.k_len, c.heads, c.d_head, drop);
 
   std::vector<double> want_dq_s = relayout(want_dq, q_rows, c.ld_q, c.ld_dq);
   for (int64_t i = 0; i < q_rows; ++i) {
@@ -476,6 +515,17 @@ void RunAttentionCase(AttnCase c, uint32_t seed) {
   ExpectAllNear(dq, want_dq_s, "dq");
   ExpectAllNear(dk, Plus(relayout(want_dk, k_rows, c.ld_kv, c.ld_dkv), dk0), "dk (accumulated)");
   ExpectAllNear(dv, Plus(relayout(want_dv, k_rows, c.ld_kv, c.ld_dkv), dv0), "dv (accumulated)");
+}
+
+// RunAttentionCaseOnce on every instruction-set path this CPU has (the small GEMMs' tiles).
+void RunAttentionCase(const AttnCase& c, uint32_t seed) {
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(DetectedIsa())) continue;
+    SetIsaForTesting(isa);
+    SCOPED_TRACE(IsaName(isa));
+    RunAttentionCaseOnce(c, seed);
+  }
+  SetIsaForTesting(CpuIsa::kAvx512);
 }
 
 TEST(Attention, SelfAttentionNoMask) {
@@ -511,6 +561,15 @@ TEST(Attention, DropoutOnProbabilitiesMatchesNaiveAndFiniteDifferences) {
   RunAttentionCase({"dropout", 2, 5, 5, 3, 4, 0, 0, 0, 0, 0, 0, {}, false, 0.3f}, 31);
   RunAttentionCase({"dropout+causal+padded", 2, 6, 6, 3, 2, 0, 0, 0, 0, 0, 0, {4, 6}, true, 0.5f}, 32);
   RunAttentionCase({"dropout+cross+strides", 3, 3, 7, 2, 4, 9, 10, 11, 12, 13, 14, {7, 2, 4}, false, 0.2f}, 33);
+}
+
+// Register-tile widths (16 columns, 4 rows) and their remainders, d_head a multiple of 16 and
+// not, with strides, padding, causal masks and dropout: the vector paths of the small GEMMs.
+TEST(Attention, TileSizedAndRaggedShapes) {
+  RunAttentionCase({"d_head 32, q 9, k 21", 2, 9, 21, 2, 32, 0, 0, 0, 0, 0, 0, {21, 13}, false}, 34);
+  RunAttentionCase({"d_head 16 causal+dropout+strides", 2, 17, 17, 2, 16, 40, 37, 35, 36, 38, 39, {17, 5}, true,
+                    0.2f}, 35);
+  RunAttentionCase({"d_head 20, k 33", 1, 4, 33, 3, 20, 0, 0, 0, 0, 0, 0, {}, false, 0.1f}, 36);
 }
 
 TEST(Attention, GroupWithNoValidKeysGivesZeros) {

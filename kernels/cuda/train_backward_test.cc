@@ -6,7 +6,6 @@
 // every kernel is run twice and must give the same bits.
 #include "kernels/cuda/train_backward.h"
 
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -297,28 +296,20 @@ AttnResult ReferenceAttention(const AttnCase& c, const AttnInputs& in) {
   return r;
 }
 
-bool CpuBlasLoads() {
-  if (dlopen("libopenblas.so.0", RTLD_NOW | RTLD_GLOBAL) != nullptr) return true;
-  std::printf("note: OpenBLAS not loadable here (%s); attention compared with float64 only\n",
-              dlerror());
-  return false;
-}
-
 // The CPU kernels (forward, then backward from their own probabilities), with attention
-// dropout `drop`. Needs OpenBLAS.
+// dropout `drop`.
 AttnResult CpuAttention(const AttnCase& c, const AttnInputs& in, const cpu::AttentionDropout& drop = {}) {
   const AttnLayout L(c);
   const int64_t ld_kv = L.ld_kv(c);
   const float* kv = c.fused ? in.a.data() : in.b.data();
   AttnResult r{OutBuffer(c, 0.0f), std::vector<float>(L.p_size), WithDq(c, in.ga0, 0.0f), in.gb0};
-  std::vector<float> scratch(static_cast<size_t>(c.q_len) * c.k_len);
   cpu::AttentionTrainForward(r.out.data(), L.ld_out, r.probs.data(), in.a.data(), L.ld_a,
                              kv + L.k_off, kv + L.v_off, ld_kv, c.batch, c.q_len, c.k_len, c.heads,
-                             c.d_head, c.valid_or_null(), c.causal, drop, scratch.data());
+                             c.d_head, c.valid_or_null(), c.causal, drop);
   float* gkv = c.fused ? r.ga.data() : r.gb.data();
   cpu::AttentionBackward(r.ga.data(), L.ld_a, gkv + L.k_off, gkv + L.v_off, ld_kv, in.dout.data(),
                          L.ld_out, r.probs.data(), in.a.data(), L.ld_a, kv + L.k_off, kv + L.v_off,
-                         ld_kv, c.batch, c.q_len, c.k_len, c.heads, c.d_head, scratch.data(), drop);
+                         ld_kv, c.batch, c.q_len, c.k_len, c.heads, c.d_head, drop);
   return r;
 }
 
@@ -409,7 +400,6 @@ std::vector<AttnCase> AttnCases() {
 }
 
 TEST(AttentionReference, MatchesCpu) {
-  if (!CpuBlasLoads()) return;
   std::mt19937 rng(11);
   for (const AttnCase& c : AttnCases()) {
     SCOPED_TRACE(c.Name());
@@ -454,7 +444,6 @@ class AttentionTest : public TrainBackwardTest {
 };
 
 TEST_F(AttentionTest, MatchesReferenceAndCpu) {
-  const bool cpu = CpuBlasLoads();
   for (const AttnCase& c : AttnCases()) {
     SCOPED_TRACE(c.Name());
     const AttnInputs in = MakeInputs(c, rng_);
@@ -463,7 +452,7 @@ TEST_F(AttentionTest, MatchesReferenceAndCpu) {
       SCOPED_TRACE("against float64");
       ExpectAttentionClose(c, in, got, ReferenceAttention(c, in));
     }
-    if (cpu) {
+    {
       SCOPED_TRACE("against the CPU kernels");
       ExpectAttentionClose(c, in, got, CpuAttention(c, in));
     }
@@ -478,7 +467,6 @@ TEST_F(AttentionTest, MatchesReferenceAndCpu) {
 // Attention dropout drops the CPU's elements (the counter RNG over the probs index), so the GPU
 // matches the CPU kernels (checked against finite differences in kernels/cpu/backward_test).
 TEST_F(AttentionTest, DropoutMatchesCpu) {
-  if (!CpuBlasLoads()) GTEST_SKIP() << "SKIPPED: OpenBLAS not loadable, no CPU reference";
   for (const AttnCase& c : AttnCases()) {
     SCOPED_TRACE(c.Name());
     const AttnInputs in = MakeInputs(c, rng_);

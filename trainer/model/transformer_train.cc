@@ -156,22 +156,17 @@ class CpuTrainOps {
   absl::Status AttentionForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
                                 const float* kk, const float* v, int64_t ld_kv, int q_len, int k_len,
                                 bool source_keys, bool causal, float dropout, uint64_t seed, uint64_t stream) {
-    Tensor scratch;
-    if (dropout > 0.0f) {
-      TNMT_ASSIGN_OR_RETURN(scratch, Alloc(static_cast<int64_t>(q_len) * k_len));
-    }
     k::AttentionTrainForward(out, ld_out, probs, q, ld_q, kk, v, ld_kv, b_.batch, q_len, k_len, c_.num_heads,
                              c_.d_head(), source_keys ? b_.src_lengths.data() : nullptr, causal,
-                             k::AttentionDropout{dropout, seed, stream}, dropout > 0.0f ? scratch.f32() : nullptr);
+                             k::AttentionDropout{dropout, seed, stream});
     return absl::OkStatus();
   }
   absl::Status AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv, const float* dout,
                                  int64_t ld_dout, const float* probs, const float* q, int64_t ld_q, const float* kk,
                                  const float* v, int64_t ld_kv, int q_len, int k_len, float dropout, uint64_t seed,
                                  uint64_t stream) {
-    TNMT_ASSIGN_OR_RETURN(Tensor scratch, Alloc(static_cast<int64_t>(q_len) * k_len));
     k::AttentionBackward(dq, ld_dq, dk, dv, ld_dkv, dout, ld_dout, probs, q, ld_q, kk, v, ld_kv, b_.batch, q_len,
-                         k_len, c_.num_heads, c_.d_head(), scratch.f32(), k::AttentionDropout{dropout, seed, stream});
+                         k_len, c_.num_heads, c_.d_head(), k::AttentionDropout{dropout, seed, stream});
     return absl::OkStatus();
   }
 
