@@ -468,7 +468,9 @@ TNMT_AVX2_TARGET void ProbsTimesV(float* const* out, const float* const* p,
   for (int r = 0; r < R; ++r) {
     const __m256 sc = _mm256_set1_ps(inv[r]);
 #pragma GCC unroll 8
-    for (int c = 0; c < 2 * C; ++c) _mm256_maskstore_ps(out[r] + 8 * c, lanes[c], _mm256_mul_ps(acc[r][c], sc));
+    for (int c = 0; c < 2 * C; ++c) {
+      Avx2StoreFirst(out[r] + 8 * c, mask[c / 2] - 8 * (c % 2), _mm256_mul_ps(acc[r][c], sc));
+    }
   }
 }
 

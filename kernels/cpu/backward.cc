@@ -522,9 +522,9 @@ TNMT_AVX2_TARGET void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab, 
   const __m256 inv = _mm256_set1_ps(1.0f / sum), voff = _mm256_set1_ps(static_cast<float>(off));
   for (int j = 0; j < vocab; j += 16) {
     const __m256i kl = LoMask(vocab - j), kh = HiMask(vocab - j);
-    _mm256_maskstore_ps(row + j, kl, _mm256_sub_ps(_mm256_mul_ps(_mm256_maskload_ps(row + j, kl), inv), voff));
-    _mm256_maskstore_ps(row + j + 8, kh,
-                        _mm256_sub_ps(_mm256_mul_ps(_mm256_maskload_ps(row + j + 8, kh), inv), voff));
+    Avx2StoreFirst(row + j, vocab - j, _mm256_sub_ps(_mm256_mul_ps(_mm256_maskload_ps(row + j, kl), inv), voff));
+    Avx2StoreFirst(row + j + 8, vocab - j - 8,
+                   _mm256_sub_ps(_mm256_mul_ps(_mm256_maskload_ps(row + j + 8, kh), inv), voff));
   }
   row[pad] += static_cast<float>(off);
   row[t] -= static_cast<float>(on - off);

@@ -143,8 +143,8 @@ TNMT_AVX2_TARGET void LayerNormRow(float* o, const float* x, const float* r, con
     for (int j = 0; j < d; j += 16) {
       const int n = d - j;
       const __m256i ml = LoMask(n), mh = HiMask(n);
-      _mm256_maskstore_ps(o + j, ml, _mm256_add_ps(_mm256_maskload_ps(x + j, ml), _mm256_maskload_ps(r + j, ml)));
-      _mm256_maskstore_ps(o + j + 8, mh, _mm256_add_ps(_mm256_maskload_ps(x + j + 8, mh), _mm256_maskload_ps(r + j + 8, mh)));
+      Avx2StoreFirst(o + j, n, _mm256_add_ps(_mm256_maskload_ps(x + j, ml), _mm256_maskload_ps(r + j, ml)));
+      Avx2StoreFirst(o + j + 8, n - 8, _mm256_add_ps(_mm256_maskload_ps(x + j + 8, mh), _mm256_maskload_ps(r + j + 8, mh)));
     }
     x = o;
   }
@@ -171,7 +171,7 @@ TNMT_AVX2_TARGET void LayerNormRow(float* o, const float* x, const float* r, con
       const __m256 c = _mm256_sub_ps(_mm256_maskload_ps(x + k, m), vmean);
       const __m256 y = _mm256_fmadd_ps(_mm256_mul_ps(c, vinv), _mm256_maskload_ps(gamma + k, m),
                                        _mm256_maskload_ps(beta + k, m));
-      _mm256_maskstore_ps(o + k, m, y);
+      Avx2StoreFirst(o + k, d - k, y);
     }
   }
 }

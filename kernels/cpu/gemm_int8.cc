@@ -328,8 +328,8 @@ TNMT_AVX2_TARGET void KernelAvx2(int groups, const int8_t* a, int64_t lda, const
     const __m256 ra = _mm256_set1_ps(e.row_scale[i]);
     const __m256 init0 = _mm256_add_ps(e.accumulate ? _mm256_maskload_ps(ci, m0) : _mm256_setzero_ps(), bias0);
     const __m256 init1 = _mm256_add_ps(e.accumulate ? _mm256_maskload_ps(ci + 8, m1) : _mm256_setzero_ps(), bias1);
-    _mm256_maskstore_ps(ci, m0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c0[i], comp0)), _mm256_mul_ps(ra, s0), init0));
-    _mm256_maskstore_ps(ci + 8, m1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c1[i], comp1)), _mm256_mul_ps(ra, s1), init1));
+    Avx2StoreFirst(ci, valid0, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c0[i], comp0)), _mm256_mul_ps(ra, s0), init0));
+    Avx2StoreFirst(ci + 8, valid1, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c1[i], comp1)), _mm256_mul_ps(ra, s1), init1));
   }
 }
 

@@ -50,6 +50,7 @@ constexpr int kMaxMr = 14;  // rows per register tile (AVX-512; the most of any 
 constexpr int kMaxMrAvx2 = 6;  // rows per register tile of the AVX2 kernel
 constexpr int kKc = 512;    // k per block (256 and 1024: 2-4% slower at decode shapes)
 constexpr int kMc = 448;    // rows packed per pass (bounds the activation buffer to kMc * k)
+constexpr int kPackSlack = 8;  // floats past the packed rows that PackTileAvx2 may write
 // GemmPacked splits rows over the threads (instead of panels) from kRowSplitMinRows rows per
 // thread, each thread taking an equal share of the rows (kRowBlock = 1: any split gives the
 // same results, so the shares need not follow the tiles).
@@ -159,11 +160,14 @@ TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* 
   const bool with_bias = init == Init::kBias || init == Init::kLoadBias;
   const __m256 b0 = with_bias ? _mm256_maskload_ps(bias, m0) : _mm256_setzero_ps();
   const __m256 b1 = with_bias ? _mm256_maskload_ps(bias + 8, m1) : _mm256_setzero_ps();
+  // All 16 columns valid (every tile but a last partial panel's): plain loads (and stores,
+  // Avx2StoreFirst), which are cheaper than masked ones on some AVX2 CPUs.
+  const bool full = valid0 == 8 && valid1 == 8;
   if (init == Init::kLoad || init == Init::kLoadBias) {
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
-      c0[i] = _mm256_maskload_ps(c + i * ldc, m0);
-      c1[i] = _mm256_maskload_ps(c + i * ldc + 8, m1);
+      c0[i] = full ? _mm256_loadu_ps(c + i * ldc) : _mm256_maskload_ps(c + i * ldc, m0);
+      c1[i] = full ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_maskload_ps(c + i * ldc + 8, m1);
       if (init == Init::kLoadBias) {
         c0[i] = _mm256_add_ps(c0[i], b0);
         c1[i] = _mm256_add_ps(c1[i], b1);
@@ -192,8 +196,8 @@ TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* 
   }
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
-    _mm256_maskstore_ps(c + i * ldc, m0, c0[i]);
-    _mm256_maskstore_ps(c + i * ldc + 8, m1, c1[i]);
+    Avx2StoreFirst(c + i * ldc, valid0, c0[i]);
+    Avx2StoreFirst(c + i * ldc + 8, valid1, c1[i]);
   }
 }
 
@@ -283,17 +287,23 @@ TNMT_AVX2_TARGET inline void Transpose8(const __m256* r, __m256* c) {
 }
 
 // PackRows (below) for the AVX2 path's tiles (mr <= 8) with 8 x 8 transposes: 8 columns of
-// the tile's rows per step (rows past mr are zero and never stored).
+// the tile's rows per step (rows past mr are zero). Each k row is stored as a whole vector, in
+// increasing order, so its lanes past mr land where the next k row (or the next tile) is stored
+// afterwards; only the tile's last row spills, into kPackSlack floats that every packed-rows
+// buffer keeps (masked stores are slow on some AVX2 CPUs).
 TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr, int k) {
-  const __m256i row_mask = Avx2LaneMask(mr);
   __m256 r[8], c[8];
   for (int i = mr; i < 8; ++i) r[i] = _mm256_setzero_ps();
   for (int p0 = 0; p0 < k; p0 += 8) {
     const int kt = std::min(8, k - p0);
-    const __m256i col_mask = Avx2LaneMask(kt);
-    for (int i = 0; i < mr; ++i) r[i] = _mm256_maskload_ps(a + i * lda + p0, col_mask);
+    if (kt == 8) {
+      for (int i = 0; i < mr; ++i) r[i] = _mm256_loadu_ps(a + i * lda + p0);
+    } else {
+      const __m256i col_mask = Avx2LaneMask(kt);
+      for (int i = 0; i < mr; ++i) r[i] = _mm256_maskload_ps(a + i * lda + p0, col_mask);
+    }
     Transpose8(r, c);
-    for (int q = 0; q < kt; ++q) _mm256_maskstore_ps(d + (p0 + q) * mr, row_mask, c[q]);
+    for (int q = 0; q < kt; ++q) _mm256_storeu_ps(d + (p0 + q) * mr, c[q]);
   }
 }
 
@@ -370,7 +380,7 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
     const int mc = r_end - r_begin;
     const Tiling tiling(mc, max_mr);
     if (pack) {
-      float* dst = GrowScratch(packed, static_cast<size_t>(mc) * k);
+      float* dst = GrowScratch(packed, static_cast<size_t>(mc) * k + kPackSlack);
       PackRows(dst, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, isa);
       pa = dst;
     }
@@ -442,7 +452,7 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
   thread_local std::vector<float> packed_a;
   for (int m0 = 0; m0 < m; m0 += kMc) {
     const int mc = std::min(kMc, m - m0);
-    float* dst = GrowScratch(&packed_a, static_cast<size_t>(mc) * k);
+    float* dst = GrowScratch(&packed_a, static_cast<size_t>(mc) * k + kPackSlack);
     PackRows(dst, a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), isa);
     const float* pa = dst;  // (a thread_local: the workers must not name it)
     ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) {

@@ -21,6 +21,17 @@ namespace tnmt::kernels::cpu {
 __attribute__((target("avx2"))) inline __m256i Avx2LaneMask(int valid) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
+
+// Stores lanes [0, valid) of v at p (nothing when valid <= 0): a plain store when all 8 are
+// valid, a masked one only for a tail. Masked stores are microcoded on AMD's AVX2 CPUs, many
+// times the cost of a plain store, so hot loops store through this.
+__attribute__((target("avx2"))) inline void Avx2StoreFirst(float* p, int valid, __m256 v) {
+  if (valid >= 8) {
+    _mm256_storeu_ps(p, v);
+  } else if (valid > 0) {
+    _mm256_maskstore_ps(p, Avx2LaneMask(valid), v);
+  }
+}
 #endif
 
 // exp(x) in float to ~2 ulp (Cody-Waite reduction and a degree-6 polynomial, as Cephes'

@@ -166,8 +166,8 @@ TNMT_AVX2_TARGET inline float MaxAndExpSum(const float* x, int n, float* out, fl
     const __m256 el = _mm256_and_ps(_mm256_castsi256_ps(kl), Exp8(_mm256_sub_ps(_mm256_maskload_ps(x + j, kl), vmax)));
     const __m256 eh = _mm256_and_ps(_mm256_castsi256_ps(kh), Exp8(_mm256_sub_ps(_mm256_maskload_ps(x + j + 8, kh), vmax)));
     if (out != nullptr) {
-      _mm256_maskstore_ps(out + j, kl, el);
-      _mm256_maskstore_ps(out + j + 8, kh, eh);
+      Avx2StoreFirst(out + j, n - j, el);
+      Avx2StoreFirst(out + j + 8, n - j - 8, eh);
     }
     sl = _mm256_add_ps(sl, el);
     sh = _mm256_add_ps(sh, eh);
