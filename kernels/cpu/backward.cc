@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_tiling.h"
 
 namespace tnmt::kernels::cpu {
