@@ -163,8 +163,6 @@ namespace {
 constexpr int kSmallW = 16;
 constexpr int kSmallR = 4, kSmallRAvx2 = 6, kSmallRAvx512 = 8;
 
-int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
-
 // The tiles of SmallGemmNN: c[R, w] (w <= kSmallW columns) = alpha * a[R, k] · b[k, w] (or c +=
 // that); each element is the sum over p in order, started from zero, then times alpha.
 TNMT_VECTORIZE void SmallTilePortable(int rows, int w, int k, float alpha, const float* a, int64_t lda,
@@ -243,22 +241,12 @@ TNMT_AVX2_TARGET void SmallTileAvx2(int w, int k, float alpha, const float* a, i
   for (int r = 0; r < R; ++r) {
     __m256 xl = _mm256_mul_ps(va, lo[r]), xh = _mm256_mul_ps(va, hi[r]);
     float* cr = c + r * ldc;
-    if (Full) {
-      if (accumulate) {
-        xl = _mm256_add_ps(_mm256_loadu_ps(cr), xl);
-        xh = _mm256_add_ps(_mm256_loadu_ps(cr + 8), xh);
-      }
-      _mm256_storeu_ps(cr, xl);
-      _mm256_storeu_ps(cr + 8, xh);
-      continue;
-    }
-    const __m256i ml = vec16::avx2::LoMask(w), mh = vec16::avx2::HiMask(w);
     if (accumulate) {
-      xl = _mm256_add_ps(_mm256_maskload_ps(cr, ml), xl);
-      xh = _mm256_add_ps(_mm256_maskload_ps(cr + 8, mh), xh);
+      xl = _mm256_add_ps(Full ? _mm256_loadu_ps(cr) : _mm256_maskload_ps(cr, vec16::avx2::LoMask(w)), xl);
+      xh = _mm256_add_ps(Full ? _mm256_loadu_ps(cr + 8) : _mm256_maskload_ps(cr + 8, vec16::avx2::HiMask(w)), xh);
     }
-    _mm256_maskstore_ps(cr, ml, xl);
-    _mm256_maskstore_ps(cr + 8, mh, xh);
+    Avx2StoreFirst(cr, w, xl);
+    Avx2StoreFirst(cr + 8, w - 8, xh);
   }
 }
 
@@ -308,13 +296,11 @@ void SmallGemmNN(int m, int n, int k, float alpha, const float* a, int64_t lda, 
   }
 }
 
-// t[cols, ld_t] = x[rows, cols]^T (x with row stride ldx); columns of t past `rows` up to ld_t
-// are zero.
-void Transpose(float* t, int64_t ld_t, const float* x, int64_t ldx, int rows, int cols) {
+// t[cols, rows] = x[rows, cols]^T (x with row stride ldx; t compact).
+void Transpose(float* t, const float* x, int64_t ldx, int rows, int cols) {
   for (int j = 0; j < cols; ++j) {
-    float* tj = t + j * ld_t;
+    float* tj = t + static_cast<int64_t>(j) * rows;
     for (int i = 0; i < rows; ++i) tj[i] = x[i * ldx + j];
-    for (int64_t i = rows; i < ld_t; ++i) tj[i] = 0.0f;
   }
 }
 
@@ -348,11 +334,10 @@ void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float
                            const AttentionDropout& drop) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
   const int64_t block = static_cast<int64_t>(q_len) * k_len;
-  const int64_t k_pad = RoundUp(k_len, kSmallW);
   // One (sentence, head) per index; each writes its own probs block and out columns.
   ParallelForLarge(static_cast<int64_t>(batch) * heads, 2 * block * d_head, [&](int64_t begin, int64_t end) {
     AttentionScratch& s = ThreadAttentionScratch();
-    float* kt = GrowScratch(&s.t, static_cast<size_t>(d_head * k_pad));
+    float* kt = GrowScratch(&s.t, static_cast<size_t>(d_head) * k_len);
     float* dropped = drop.p > 0.0f ? GrowScratch(&s.probs, static_cast<size_t>(block)) : nullptr;
     for (int64_t bh = begin; bh < end; ++bh) {
       const int b = static_cast<int>(bh / heads), h = static_cast<int>(bh % heads);
@@ -362,9 +347,9 @@ void AttentionTrainForward(float* out, int64_t ld_out, float* probs, const float
       const float* vb = v + static_cast<int64_t>(b) * k_len * ld_kv + h * d_head;
       const int64_t first = bh * block;
       float* p = probs + first;
-      // scores = scale * q k^T, through k^T [d_head, k_pad]
-      Transpose(kt, k_pad, kb, ld_kv, k_len, d_head);
-      SmallGemmNN(q_len, k_len, d_head, scale, qb, ld_q, kt, k_pad, false, p, k_len);
+      // scores = scale * q k^T, through k^T [d_head, k_len]
+      Transpose(kt, kb, ld_kv, k_len, d_head);
+      SmallGemmNN(q_len, k_len, d_head, scale, qb, ld_q, kt, k_len, false, p, k_len);
       for (int i = 0; i < q_len; ++i) {
         float* row = p + static_cast<int64_t>(i) * k_len;
         const int limit = causal ? std::min(valid, i + 1) : valid;
@@ -384,11 +369,10 @@ void AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t l
                        int q_len, int k_len, int heads, int d_head, const AttentionDropout& drop) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
   const int64_t block = static_cast<int64_t>(q_len) * k_len;
-  const int64_t k_pad = RoundUp(k_len, kSmallW), q_pad = RoundUp(q_len, kSmallW);
   // One (sentence, head) per index: its dq, dk and dv columns of its rows are its own.
   ParallelForLarge(static_cast<int64_t>(batch) * heads, 4 * block * d_head, [&](int64_t begin, int64_t end) {
     AttentionScratch& s = ThreadAttentionScratch();
-    float* t = GrowScratch(&s.t, static_cast<size_t>(std::max(d_head * k_pad, k_len * q_pad)));
+    float* t = GrowScratch(&s.t, static_cast<size_t>(std::max(d_head, q_len)) * k_len);
     float* ds = GrowScratch(&s.ds, static_cast<size_t>(block));
     float* dropped = drop.p > 0.0f ? GrowScratch(&s.probs, static_cast<size_t>(block)) : nullptr;
     for (int64_t bh = begin; bh < end; ++bh) {
@@ -402,12 +386,12 @@ void AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t l
       const float* vb = v + koff * ld_kv + h * d_head;
       // dv += drop(p)^T dout
       const float* pv = DroppedProbs(p, block, first, drop, dropped);
-      Transpose(t, q_pad, pv, k_len, q_len, k_len);
-      SmallGemmNN(k_len, d_head, q_len, 1.0f, t, q_pad, dob, ld_dout, true, dv + koff * ld_dkv + h * d_head,
+      Transpose(t, pv, k_len, q_len, k_len);
+      SmallGemmNN(k_len, d_head, q_len, 1.0f, t, q_len, dob, ld_dout, true, dv + koff * ld_dkv + h * d_head,
                   ld_dkv);
       // dp = drop'(dout v^T) (the same mask and scale), then ds = p * (dp - rowsum(dp * p))
-      Transpose(t, k_pad, vb, ld_kv, k_len, d_head);
-      SmallGemmNN(q_len, k_len, d_head, 1.0f, dob, ld_dout, t, k_pad, false, ds, k_len);
+      Transpose(t, vb, ld_kv, k_len, d_head);
+      SmallGemmNN(q_len, k_len, d_head, 1.0f, dob, ld_dout, t, k_len, false, ds, k_len);
       DropoutBlock(ds, block, static_cast<uint64_t>(first), drop.p, drop.seed, drop.stream);
       for (int i = 0; i < q_len; ++i) {
         float* dsr = ds + static_cast<int64_t>(i) * k_len;
@@ -419,8 +403,8 @@ void AttentionBackward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t l
       // dq = scale * ds k ; dk += scale * ds^T q
       SmallGemmNN(q_len, d_head, k_len, scale, ds, k_len, kb, ld_kv, false, dq + qoff * ld_dq + h * d_head,
                   ld_dq);
-      Transpose(t, q_pad, ds, k_len, q_len, k_len);
-      SmallGemmNN(k_len, d_head, q_len, scale, t, q_pad, qb, ld_q, true, dk + koff * ld_dkv + h * d_head,
+      Transpose(t, ds, k_len, q_len, k_len);
+      SmallGemmNN(k_len, d_head, q_len, scale, t, q_len, qb, ld_q, true, dk + koff * ld_dkv + h * d_head,
                   ld_dkv);
     }
   });

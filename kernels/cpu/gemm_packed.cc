@@ -50,7 +50,6 @@ constexpr int kMaxMr = 14;  // rows per register tile (AVX-512; the most of any 
 constexpr int kMaxMrAvx2 = 6;  // rows per register tile of the AVX2 kernel
 constexpr int kKc = 512;    // k per block (256 and 1024: 2-4% slower at decode shapes)
 constexpr int kMc = 448;    // rows packed per pass (bounds the activation buffer to kMc * k)
-constexpr int kPackSlack = 8;  // floats past the packed rows that PackTileAvx2 may write
 // GemmPacked splits rows over the threads (instead of panels) from kRowSplitMinRows rows per
 // thread, each thread taking an equal share of the rows (kRowBlock = 1: any split gives the
 // same results, so the shares need not follow the tiles).
@@ -289,8 +288,8 @@ TNMT_AVX2_TARGET inline void Transpose8(const __m256* r, __m256* c) {
 // PackRows (below) for the AVX2 path's tiles (mr <= 8) with 8 x 8 transposes: 8 columns of
 // the tile's rows per step (rows past mr are zero). Each k row is stored as a whole vector, in
 // increasing order, so its lanes past mr land where the next k row (or the next tile) is stored
-// afterwards; only the tile's last row spills, into kPackSlack floats that every packed-rows
-// buffer keeps (masked stores are slow on some AVX2 CPUs).
+// afterwards; only the tile's last row spills, into the slack PackRows keeps past its buffer
+// (masked stores are slow on some AVX2 CPUs).
 TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr, int k) {
   __m256 r[8], c[8];
   for (int i = mr; i < 8; ++i) r[i] = _mm256_setzero_ps();
@@ -309,8 +308,13 @@ TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr
 
 #endif  // __x86_64__
 
-// dst, tile by tile: rows [start, start + mr) of a as [k, mr] (k-major) at dst + start * k.
-void PackRows(float* dst, const float* a, int lda, int k, const Tiling& tiling, CpuIsa isa) {
+// The tiling's rows of a packed into `buffer` (grown as needed) and returned, tile by tile: rows
+// [start, start + mr) of a as [k, mr] (k-major) at start * k. The buffer keeps 8 floats of
+// slack past the packed rows, which PackTileAvx2's whole-vector stores may write.
+const float* PackRows(std::vector<float>* buffer, const float* a, int lda, int k, const Tiling& tiling,
+                      CpuIsa isa) {
+  constexpr size_t kSlack = 8;
+  float* dst = GrowScratch(buffer, static_cast<size_t>(tiling.start(tiling.tiles)) * k + kSlack);
   for (int t = 0; t < tiling.tiles; ++t) {
     const int mr = tiling.rows(t), r0 = tiling.start(t);
     float* d = dst + static_cast<int64_t>(r0) * k;
@@ -329,6 +333,7 @@ void PackRows(float* dst, const float* a, int lda, int k, const Tiling& tiling, 
       for (int p = 0; p < k; ++p) d[static_cast<int64_t>(p) * mr + i] = src[p];
     }
   }
+  return dst;
 }
 
 }  // namespace
@@ -380,9 +385,7 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
     const int mc = r_end - r_begin;
     const Tiling tiling(mc, max_mr);
     if (pack) {
-      float* dst = GrowScratch(packed, static_cast<size_t>(mc) * k + kPackSlack);
-      PackRows(dst, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, isa);
-      pa = dst;
+      pa = PackRows(packed, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, isa);
     }
     float* cm = c + static_cast<int64_t>(r_begin) * ldc;
     for (int k0 = 0; k0 < k; k0 += kKc) {
@@ -452,9 +455,8 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
   thread_local std::vector<float> packed_a;
   for (int m0 = 0; m0 < m; m0 += kMc) {
     const int mc = std::min(kMc, m - m0);
-    float* dst = GrowScratch(&packed_a, static_cast<size_t>(mc) * k + kPackSlack);
-    PackRows(dst, a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), isa);
-    const float* pa = dst;  // (a thread_local: the workers must not name it)
+    // (a thread_local: the workers must not name it)
+    const float* pa = PackRows(&packed_a, a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), isa);
     ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) {
       compute(m0, m0 + mc, p_begin, p_end, pa, false, nullptr);
     });
