@@ -27,7 +27,11 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], nvcc_hdrs = []):
             name = obj.replace(".o", "_nvcc"),
             srcs = [src] + hdrs + nvcc_hdrs,
             outs = [obj],
+            # nvcc names its temporary files after its process id, and every sandboxed action
+            # runs in its own PID namespace with the host's /tmp: two nvcc actions at once would
+            # write the same /tmp/tmpxft_<pid>_* files. Each gets a temporary directory of its own.
             cmd = " ".join([
+                "tmp=$$(mktemp -d) && trap 'rm -rf \"$$tmp\"' EXIT && TMPDIR=$$tmp",
                 NVCC,
                 "-c -O3 -std=c++17 -lineinfo -Xcompiler -fPIC -ccbin /usr/bin/g++ -I.",
             ] + GENCODE + copts + ["-o $@ $(location " + src + ")"]),
