@@ -40,8 +40,8 @@ class PackedMatrix {
   // see cpu_features.h) or memory is short: callers then use GemmNT on b.
   static PackedMatrix Pack(int n, int k, const float* b, int ldb);
   // Quantizes and packs b for int8 GEMMs: w[j, k] ~ s[j] * q[j, k], s[j] = max_k |w[j, k]| / 63,
-  // q = round(w / s[j]) in [-63, 63] (7 bits, so that AVX2's byte products cannot saturate;
-  // activations keep 8 bits, see gemm_int8.cc). Works on every CPU (kernels for AVX-512 VNNI, AVX2 and
+  // q = round(w / s[j]) in [-63, 63] (7 bits, as the activations, so that AVX2's byte products
+  // cannot saturate; see gemm_int8.cc). Works on every CPU (kernels for AVX-512 VNNI, AVX2 and
   // portable code); empty only for an empty shape or when memory is short.
   static PackedMatrix PackInt8(int n, int k, const float* b, int ldb);
 

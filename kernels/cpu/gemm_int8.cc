@@ -1,23 +1,26 @@
 // int8 GEMM with a prepacked, quantized weight operand; see gemm.h (PackedMatrix::PackInt8,
 // GemmPacked).
 //
-// Quantization (symmetric, no zero points):
+// Quantization (symmetric, no zero points, 7 bits on both sides):
 //   weights      per output column j: s_w[j] = max_k |w[j,k]| / 63, q_w = rint(w / s_w) in
-//                [-63, 63] (7 bits), once at pack time;
-//   activations  per row i, on every call: s_a[i] = max_k |a[i,k]| / 127,
-//                q_a = rint(a[i,k] * (127 / max)) in [-127, 127].
+//                [-63, 63], once at pack time;
+//   activations  per row i, on every call: s_a[i] = max_k |a[i,k]| / 63,
+//                q_a = rint(a[i,k] * (63 / max)) in [-63, 63].
 // Then c[i,j] = fma(float(sum_k q_a[i,k] q_w[j,k]), s_a[i] * s_w[j], init) with init =
 // (c or 0) + (bias[j] or 0). The integer sum is exact on every path and the float epilogue is
 // the same few operations, so the three kernels below give bit-identical results, and a row's
 // result depends only on that row (not on the batch or on the thread count).
 //
-// Why 7-bit weights: the x86 byte dot products multiply an unsigned byte by a signed one, so
-// activations are stored as u = q_a + 128 in [1, 255] and 128 * sum_k q_w[j,k] is subtracted at
+// Why 7 bits: the x86 byte dot products multiply an unsigned byte by a signed one, so
+// activations are stored as u = q_a + 64 in [1, 127] and 64 * sum_k q_w[j,k] is subtracted at
 // the end (stored per column at pack time). AVX2's vpmaddubsw adds two such products in a
-// saturating 16-bit lane: 2 * 255 * 63 = 32130 < 2^15 never saturates, so the AVX2 kernel is
-// two multiply instructions per 32 products (vpmaddubsw, vpmaddwd) like VNNI's one, with the
-// same integers. (8-bit weights would need the activations' sign moved onto the weights first,
-// a third instruction that left AVX2 int8 no faster than float32.)
+// saturating 16-bit lane, at most 2 * 127 * 63 = 16002 in magnitude, so two groups' lanes
+// can be added in 16 bits (32004 < 2^15) before vpmaddwd widens them: the AVX2 kernel spends
+// three multiply instructions per 64 products (two vpmaddubsw, one vpmaddwd) where 8-bit
+// activations need four, and computes the same integers as VNNI. (8-bit weights would need
+// the activations' sign moved onto the weights first, a third instruction per pair that left
+// AVX2 int8 no faster than float32.) On the demo model 7-bit activations score as 8-bit ones
+// did: test_2016_flickr BLEU 40.37 (8 bits: 40.32, float32 40.30), dev 41.41 (41.32, 41.49).
 //
 // Layout: panels of 32 output columns; in a panel, k runs in groups of 4 (k padded with zero
 // weights to a multiple of 4), each group 32 columns x 4 bytes = 128 bytes, column-major in
@@ -25,9 +28,10 @@
 // instruction consumes (16 columns x 4 k per zmm) and what the AVX2 kernel reads 8 columns at
 // a time.
 //
-// Kernels (activations as q_a + 128 on both vector paths):
+// Kernels (activations as q_a + 64 on both vector paths):
 //   avx512 + VNNI  vpdpbusd; tiles of up to 12 rows x 32 columns.
-//   avx2           vpmaddubsw + vpmaddwd; tiles of up to 4 rows x 16 columns. Also the path of
+//   avx2           vpmaddubsw (x2) + vpaddw + vpmaddwd per two groups; tiles of up to 4 rows x
+//                  16 columns. Also the path of
 //                  AVX-512 CPUs without VNNI.
 //   portable       plain integer loops on q_a.
 #include <algorithm>
@@ -81,7 +85,7 @@ int RoundUp4(int k) { return (k + 3) / 4 * 4; }
 struct Epilogue {
   const float* row_scale;   // s_a of the tile's first row
   const float* col_scale;   // s_w of the panel's first column
-  const int32_t* col_comp;  // 128 * sum_k q_w (vector paths)
+  const int32_t* col_comp;  // 64 * sum_k q_w (vector paths)
   const float* bias;        // of the panel's first column, or null
   bool accumulate;
   float* c;
@@ -89,31 +93,35 @@ struct Epilogue {
   int nvalid;  // columns of the panel that exist
 };
 
+// Activations: q_a in [-kActLimit, kActLimit], stored as q_a + kActOffset on the vector paths.
+constexpr int kActLimit = 63;
+constexpr int kActOffset = 64;
+
 // round(x * inv) clamped to [-limit, limit] (round half to even, the default rounding mode):
-// limit 127 for activations, 63 for weights.
-inline int QuantizeOne(float x, float inv, float limit = 127.0f) {
+// limit kActLimit (63) for activations and weights alike.
+inline int QuantizeOne(float x, float inv, float limit = static_cast<float>(kActLimit)) {
   return static_cast<int>(std::min(limit, std::max(-limit, std::nearbyint(x * inv))));
 }
 
-// Quantizes one row: q[0, kp) (k..kp zero-padded), returns s_a. `flip` stores q xor 0x80.
-float QuantizeRowPortable(const float* a, int k, int kp, bool flip, int8_t* q) {
+// Quantizes one row: q[0, kp) (k..kp zero-padded), returns s_a. `shift` stores q + kActOffset.
+float QuantizeRowPortable(const float* a, int k, int kp, bool shift, int8_t* q) {
   float amax = 0.0f;
   for (int p = 0; p < k; ++p) amax = std::max(amax, std::fabs(a[p]));
-  const uint8_t x = flip ? 0x80 : 0;
+  const int x = shift ? kActOffset : 0;
   if (!(amax > 0.0f) || !std::isfinite(amax)) {
     // All zero (or not finite: the float path would give NaN/inf too; zeros here).
     for (int p = 0; p < kp; ++p) q[p] = static_cast<int8_t>(x);
     return 0.0f;
   }
-  const float inv = 127.0f / amax;
-  for (int p = 0; p < k; ++p) q[p] = static_cast<int8_t>(static_cast<uint8_t>(QuantizeOne(a[p], inv)) ^ x);
+  const float inv = static_cast<float>(kActLimit) / amax;
+  for (int p = 0; p < k; ++p) q[p] = static_cast<int8_t>(QuantizeOne(a[p], inv) + x);
   for (int p = k; p < kp; ++p) q[p] = static_cast<int8_t>(x);
-  return amax / 127.0f;
+  return amax / static_cast<float>(kActLimit);
 }
 
 #if defined(__x86_64__)
 
-// QuantizeRowPortable with AVX-512, flip = true (same values: max is exact, a * inv is one rounding,
+// QuantizeRowPortable with AVX-512, shift = true (same values: max is exact, a * inv is one rounding,
 // cvtps rounds to nearest even like nearbyint in the default rounding mode).
 TNMT_VNNI_TARGET float QuantizeRowAvx512(const float* a, int k, int kp, int8_t* q) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
@@ -122,22 +130,22 @@ TNMT_VNNI_TARGET float QuantizeRowAvx512(const float* a, int k, int kp, int8_t* 
   for (; p + 16 <= k; p += 16) vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_loadu_ps(a + p)));
   float amax = _mm512_reduce_max_ps(vmax);
   for (; p < k; ++p) amax = std::max(amax, std::fabs(a[p]));
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return QuantizeRowPortable(a, k, kp, /*flip=*/true, q);
-  const float inv = 127.0f / amax;
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return QuantizeRowPortable(a, k, kp, /*shift=*/true, q);
+  const float inv = static_cast<float>(kActLimit) / amax;
   const __m512 vinv = _mm512_set1_ps(inv);
-  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-  const __m128i x = _mm_set1_epi8(static_cast<char>(0x80));
+  const __m512i lo = _mm512_set1_epi32(-kActLimit), hi = _mm512_set1_epi32(kActLimit);
+  const __m128i x = _mm_set1_epi8(static_cast<char>(kActOffset));
   for (p = 0; p + 16 <= k; p += 16) {
     __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(a + p), vinv));
     v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + p), _mm_xor_si128(_mm512_cvtepi32_epi8(v), x));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + p), _mm_add_epi8(_mm512_cvtepi32_epi8(v), x));
   }
-  for (; p < k; ++p) q[p] = static_cast<int8_t>(static_cast<uint8_t>(QuantizeOne(a[p], inv)) ^ 0x80);
-  for (; p < kp; ++p) q[p] = static_cast<int8_t>(0x80);
-  return amax / 127.0f;
+  for (; p < k; ++p) q[p] = static_cast<int8_t>(QuantizeOne(a[p], inv) + kActOffset);
+  for (; p < kp; ++p) q[p] = static_cast<int8_t>(kActOffset);
+  return amax / static_cast<float>(kActLimit);
 }
 
-// QuantizeRowPortable with AVX2, flip = true.
+// QuantizeRowPortable with AVX2, shift = true.
 TNMT_AVX2_TARGET float QuantizeRowAvx2(const float* a, int k, int kp, int8_t* q) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 vmax = _mm256_setzero_ps();
@@ -148,24 +156,24 @@ TNMT_AVX2_TARGET float QuantizeRowAvx2(const float* a, int k, int kp, int8_t* q)
   float amax = 0.0f;
   for (float l : lanes) amax = std::max(amax, l);
   for (; p < k; ++p) amax = std::max(amax, std::fabs(a[p]));
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return QuantizeRowPortable(a, k, kp, /*flip=*/true, q);
-  const float inv = 127.0f / amax;
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return QuantizeRowPortable(a, k, kp, /*shift=*/true, q);
+  const float inv = static_cast<float>(kActLimit) / amax;
   const __m256 vinv = _mm256_set1_ps(inv);
-  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
-  const __m128i x = _mm_set1_epi8(static_cast<char>(0x80));
+  const __m256i lo = _mm256_set1_epi32(-kActLimit), hi = _mm256_set1_epi32(kActLimit);
+  const __m128i x = _mm_set1_epi8(static_cast<char>(kActOffset));
   for (p = 0; p + 8 <= k; p += 8) {
     __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(a + p), vinv));
     v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
     // 8 int32 -> 8 int8 (values fit, so the saturating packs are exact).
     const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + p), _mm_xor_si128(_mm_packs_epi16(w, w), x));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + p), _mm_add_epi8(_mm_packs_epi16(w, w), x));
   }
-  for (; p < k; ++p) q[p] = static_cast<int8_t>(static_cast<uint8_t>(QuantizeOne(a[p], inv)) ^ 0x80);
-  for (; p < kp; ++p) q[p] = static_cast<int8_t>(0x80);
-  return amax / 127.0f;
+  for (; p < k; ++p) q[p] = static_cast<int8_t>(QuantizeOne(a[p], inv) + kActOffset);
+  for (; p < kp; ++p) q[p] = static_cast<int8_t>(kActOffset);
+  return amax / static_cast<float>(kActLimit);
 }
 
-// VNNI: c[MR, 32 of the panel] from a (MR rows of kp bytes, stride kp, q_a ^ 0x80) and the
+// VNNI: c[MR, 32 of the panel] from a (MR rows of kp bytes, stride kp, q_a + 64) and the
 // panel b (groups x 128 bytes).
 template <int MR>
 TNMT_VNNI_TARGET void KernelVnni(int groups, const int8_t* a, int64_t lda, const int8_t* b,
@@ -221,8 +229,8 @@ constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeVnni(std::integer_sequence
 constexpr auto kVnni = MakeVnni(std::make_integer_sequence<int, kMaxMrVnni>{});
 
 
-// One row of the AVX2 kernel for one group of 4 k: pairs of u8 x s7 products (at most
-// 2 * 255 * 63 in magnitude: no saturation), pairs of those to 32 bits, added to the row's
+// One row of the AVX2 kernel for one group of 4 k: pairs of u7 x s7 products (at most
+// 2 * 127 * 63 in magnitude: no saturation), pairs of those to 32 bits, added to the row's
 // accumulators of the two 8-column blocks.
 TNMT_AVX2_TARGET inline void Avx2Row(const int8_t* a, __m256i b0, __m256i b1, __m256i ones,
                                      __m256i& acc0, __m256i& acc1) {
@@ -233,9 +241,24 @@ TNMT_AVX2_TARGET inline void Avx2Row(const int8_t* a, __m256i b0, __m256i b1, __
   acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(ai, b1), ones));
 }
 
-// AVX2: c[MR, 16 columns of the panel starting at 16 * half] from a (q_a ^ 0x80) and the
+// One row for two groups (8 k): the two groups' 16-bit pair sums are added in 16 bits first
+// (at most 4 * 127 * 63 = 32004 in magnitude: exact), then widened once.
+TNMT_AVX2_TARGET inline void Avx2Row2(const int8_t* a, __m256i b0, __m256i b1, __m256i b2,
+                                      __m256i b3, __m256i ones, __m256i& acc0, __m256i& acc1) {
+  int32_t w0, w1;
+  std::memcpy(&w0, a, 4);
+  std::memcpy(&w1, a + 4, 4);
+  const __m256i a0 = _mm256_set1_epi32(w0), a1 = _mm256_set1_epi32(w1);
+  const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(a0, b0), _mm256_maddubs_epi16(a1, b2));
+  const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(a0, b1), _mm256_maddubs_epi16(a1, b3));
+  acc0 = _mm256_add_epi32(acc0, _mm256_madd_epi16(s0, ones));
+  acc1 = _mm256_add_epi32(acc1, _mm256_madd_epi16(s1, ones));
+}
+
+// AVX2: c[MR, 16 columns of the panel starting at 16 * half] from a (q_a + 64) and the
 // panel (e describes the whole panel; the half's columns are bytes [64 half, 64 half + 64) of
-// each 128-byte group).
+// each 128-byte group). Groups are taken in pairs (Avx2Row2), the last one alone when their
+// number is odd.
 template <int MR>
 TNMT_AVX2_TARGET void KernelAvx2(int groups, const int8_t* a, int64_t lda, const int8_t* b,
                                  const Epilogue& e, int half) {
@@ -251,68 +274,74 @@ TNMT_AVX2_TARGET void KernelAvx2(int groups, const int8_t* a, int64_t lda, const
   __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00,
           c30 = c00, c31 = c00;
   const __m256i ones = _mm256_set1_epi16(1);
+  const int pairs = groups / 2;
   if constexpr (MR == 4) {
-    // The hot tile as asm: GCC copies the accumulators around the intrinsics below each
-    // iteration and stores one of them (as KernelVnni explains), which costs a fifth of the
-    // kernel's time. The same instructions, with the registers kept.
-    const int8_t* a0 = a;
-    const int8_t* a3 = a + 3 * lda;
-    const int8_t* bp = b;
-    int64_t g = groups;
-    __m256i t0, t1, t2, t3;
-    asm volatile(
-        "1:\n\t"
-        "vmovdqa (%[b]), %[t0]\n\t"
-        "vmovdqa 32(%[b]), %[t1]\n\t"
-        "vpbroadcastd (%[a0]), %[t2]\n\t"
-        "vpmaddubsw %[t0], %[t2], %[t3]\n\t"
-        "vpmaddubsw %[t1], %[t2], %[t2]\n\t"
-        "vpmaddwd %[ones], %[t3], %[t3]\n\t"
-        "vpmaddwd %[ones], %[t2], %[t2]\n\t"
-        "vpaddd %[t3], %[c00], %[c00]\n\t"
-        "vpaddd %[t2], %[c01], %[c01]\n\t"
-        "vpbroadcastd (%[a0],%[lda],1), %[t2]\n\t"
-        "vpmaddubsw %[t0], %[t2], %[t3]\n\t"
-        "vpmaddubsw %[t1], %[t2], %[t2]\n\t"
-        "vpmaddwd %[ones], %[t3], %[t3]\n\t"
-        "vpmaddwd %[ones], %[t2], %[t2]\n\t"
-        "vpaddd %[t3], %[c10], %[c10]\n\t"
-        "vpaddd %[t2], %[c11], %[c11]\n\t"
-        "vpbroadcastd (%[a0],%[lda],2), %[t2]\n\t"
-        "vpmaddubsw %[t0], %[t2], %[t3]\n\t"
-        "vpmaddubsw %[t1], %[t2], %[t2]\n\t"
-        "vpmaddwd %[ones], %[t3], %[t3]\n\t"
-        "vpmaddwd %[ones], %[t2], %[t2]\n\t"
-        "vpaddd %[t3], %[c20], %[c20]\n\t"
-        "vpaddd %[t2], %[c21], %[c21]\n\t"
-        "vpbroadcastd (%[a3]), %[t2]\n\t"
-        "vpmaddubsw %[t0], %[t2], %[t3]\n\t"
-        "vpmaddubsw %[t1], %[t2], %[t2]\n\t"
-        "vpmaddwd %[ones], %[t3], %[t3]\n\t"
-        "vpmaddwd %[ones], %[t2], %[t2]\n\t"
-        "vpaddd %[t3], %[c30], %[c30]\n\t"
-        "vpaddd %[t2], %[c31], %[c31]\n\t"
-        "add $4, %[a0]\n\t"
-        "add $4, %[a3]\n\t"
-        "sub $-128, %[b]\n\t"
-        "dec %[g]\n\t"
-        "jnz 1b"
-        : [c00] "+x"(c00), [c01] "+x"(c01), [c10] "+x"(c10), [c11] "+x"(c11), [c20] "+x"(c20),
-          [c21] "+x"(c21), [c30] "+x"(c30), [c31] "+x"(c31), [t0] "=&x"(t0), [t1] "=&x"(t1),
-          [t2] "=&x"(t2), [t3] "=&x"(t3), [a0] "+r"(a0), [a3] "+r"(a3), [b] "+r"(bp), [g] "+r"(g)
-        : [lda] "r"(lda), [ones] "x"(ones)
-        : "cc", "memory");
-    static_assert(kGroupBytes == 128, "the asm steps b by 128 bytes");
-  } else {
-    for (int g = 0; g < groups; ++g) {
-      const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b));
-      const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(b + 32));
-      const int8_t* ag = a + 4 * g;
-      Avx2Row(ag, b0, b1, ones, c00, c01);
-      if constexpr (MR > 1) Avx2Row(ag + lda, b0, b1, ones, c10, c11);
-      if constexpr (MR > 2) Avx2Row(ag + 2 * lda, b0, b1, ones, c20, c21);
-      b += kGroupBytes;
+    if (pairs > 0) {
+      // The hot tile as asm: GCC copies the accumulators around the intrinsics each iteration
+      // and stores one of them (as KernelVnni explains). Per row: the two groups' activations
+      // broadcast, the first group's weights from registers, the second's from memory.
+      const int8_t* a0 = a;
+      const int8_t* a3 = a + 3 * lda;
+      const int8_t* bp = b;
+      int64_t g = pairs;
+      // Scratch registers named outright (clobbered), as operands they would exceed asm's 30.
+#define TNMT_AVX2_INT8_ROW(A_LO, A_HI, C0, C1)          \
+  "vpbroadcastd " A_LO ", %%ymm12\n\t"                  \
+  "vpbroadcastd " A_HI ", %%ymm13\n\t"                  \
+  "vpmaddubsw %%ymm10, %%ymm12, %%ymm14\n\t"            \
+  "vpmaddubsw 128(%[b]), %%ymm13, %%ymm15\n\t"          \
+  "vpaddw %%ymm15, %%ymm14, %%ymm14\n\t"                \
+  "vpmaddwd %[ones], %%ymm14, %%ymm14\n\t"              \
+  "vpaddd %%ymm14, %[" C0 "], %[" C0 "]\n\t"            \
+  "vpmaddubsw %%ymm11, %%ymm12, %%ymm14\n\t"            \
+  "vpmaddubsw 160(%[b]), %%ymm13, %%ymm15\n\t"          \
+  "vpaddw %%ymm15, %%ymm14, %%ymm14\n\t"                \
+  "vpmaddwd %[ones], %%ymm14, %%ymm14\n\t"              \
+  "vpaddd %%ymm14, %[" C1 "], %[" C1 "]\n\t"
+      asm volatile(
+          "1:\n\t"
+          "vmovdqa (%[b]), %%ymm10\n\t"
+          "vmovdqa 32(%[b]), %%ymm11\n\t"
+          TNMT_AVX2_INT8_ROW("(%[a0])", "4(%[a0])", "c00", "c01")
+          TNMT_AVX2_INT8_ROW("(%[a0],%[lda],1)", "4(%[a0],%[lda],1)", "c10", "c11")
+          TNMT_AVX2_INT8_ROW("(%[a0],%[lda],2)", "4(%[a0],%[lda],2)", "c20", "c21")
+          TNMT_AVX2_INT8_ROW("(%[a3])", "4(%[a3])", "c30", "c31")
+          "add $8, %[a0]\n\t"
+          "add $8, %[a3]\n\t"
+          "add $256, %[b]\n\t"
+          "dec %[g]\n\t"
+          "jnz 1b"
+          : [c00] "+x"(c00), [c01] "+x"(c01), [c10] "+x"(c10), [c11] "+x"(c11), [c20] "+x"(c20),
+            [c21] "+x"(c21), [c30] "+x"(c30), [c31] "+x"(c31), [a0] "+r"(a0), [a3] "+r"(a3),
+            [b] "+r"(bp), [g] "+r"(g)
+          : [lda] "r"(lda), [ones] "x"(ones)
+          : "cc", "memory", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+#undef TNMT_AVX2_INT8_ROW
+      static_assert(kGroupBytes == 128, "the asm steps b by 128 bytes per group");
     }
+  } else {
+    for (int g = 0; g < 2 * pairs; g += 2) {
+      const int8_t* bg = b + static_cast<int64_t>(g) * kGroupBytes;
+      const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(bg));
+      const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(bg + 32));
+      const __m256i b2 = _mm256_load_si256(reinterpret_cast<const __m256i*>(bg + kGroupBytes));
+      const __m256i b3 = _mm256_load_si256(reinterpret_cast<const __m256i*>(bg + kGroupBytes + 32));
+      const int8_t* ag = a + 4 * g;
+      Avx2Row2(ag, b0, b1, b2, b3, ones, c00, c01);
+      if constexpr (MR > 1) Avx2Row2(ag + lda, b0, b1, b2, b3, ones, c10, c11);
+      if constexpr (MR > 2) Avx2Row2(ag + 2 * lda, b0, b1, b2, b3, ones, c20, c21);
+    }
+  }
+  if (groups % 2 != 0) {  // the last group alone
+    const int g = groups - 1;
+    const int8_t* bg = b + static_cast<int64_t>(g) * kGroupBytes;
+    const __m256i b0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(bg));
+    const __m256i b1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(bg + 32));
+    const int8_t* ag = a + 4 * g;
+    Avx2Row(ag, b0, b1, ones, c00, c01);
+    if constexpr (MR > 1) Avx2Row(ag + lda, b0, b1, ones, c10, c11);
+    if constexpr (MR > 2) Avx2Row(ag + 2 * lda, b0, b1, ones, c20, c21);
+    if constexpr (MR > 3) Avx2Row(ag + 3 * lda, b0, b1, ones, c30, c31);
   }
   const __m256i c0[4] = {c00, c10, c20, c30}, c1[4] = {c01, c11, c21, c31};
   const int valid0 = std::min(nvalid, 8), valid1 = std::max(0, std::min(nvalid - 8, 8));
@@ -372,7 +401,7 @@ void KernelPortable(int mr, int groups, const int8_t* a, int64_t lda, const int8
 struct PackedInt8 {
   int8_t* panels = nullptr;  // panels x groups x 128 bytes, 64-byte aligned
   std::vector<float> scale;  // s_w per column, padded to whole panels with 0
-  std::vector<int32_t> comp; // 128 * sum_k q_w per column, padded with 0 (vector paths)
+  std::vector<int32_t> comp; // 64 * sum_k q_w per column, padded with 0 (vector paths)
   int kp = 0;                // k rounded up to a multiple of 4
   ~PackedInt8() { std::free(panels); }
 };
@@ -410,7 +439,7 @@ PackedMatrix PackedMatrix::PackInt8(int n, int k, const float* b, int ldb) {
       panel[static_cast<int64_t>(p / 4) * kGroupBytes + 4 * j + p % 4] = static_cast<int8_t>(v);
       sum += v;
     }
-    q->comp[col] = 128 * sum;
+    q->comp[col] = kActOffset * sum;
   }
   out.int8_ = std::move(q);
   out.n_ = n;
@@ -442,7 +471,7 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
         continue;
       }
 #endif
-      *s = QuantizeRowPortable(row, k, kp, /*flip=*/false, q);
+      *s = QuantizeRowPortable(row, k, kp, /*shift=*/false, q);
     }
   };
   // Rows [r_begin, r_end) (quantized at pa/psa) times panels [p_begin, p_end).

@@ -311,7 +311,7 @@ TEST_F(GemmPackedTest, EmptyShapes) {
 }
 
 // GemmPacked with int8 weights (PackedMatrix::PackInt8). The reference quantizes exactly as
-// documented in gemm.h (per output column for b to +-63, per row for a to +-127, round to
+// documented in gemm.h (per output column for b and per row for a to +-63, round to
 // nearest even), sums the integer products in 64 bits and applies fma(sum, s_a * s_w, init): every
 // kernel the CPU has (avx512-vnni, avx2, portable) must give that result bit for bit, and it
 // must be close to the float product.
@@ -320,7 +320,7 @@ struct Int8Quantized {
   std::vector<float> scale;
 };
 
-// levels: 127 for activations (8 bits), 63 for weights (7 bits).
+// levels: 63 (7 bits) for activations and weights alike.
 Int8Quantized QuantizeRowsForTest(const std::vector<float>& x, int rows, int k, int ld, float levels) {
   Int8Quantized out{std::vector<int32_t>(static_cast<size_t>(rows) * k), std::vector<float>(rows)};
   for (int r = 0; r < rows; ++r) {
@@ -352,7 +352,7 @@ void CheckPackedInt8(PackedCase s, bool with_bias, bool accumulate, int pad, std
   EXPECT_EQ(packed.k(), s.k);
   EXPECT_GE(packed.bytes(), static_cast<int64_t>(s.n) * s.k);
   EXPECT_LT(packed.bytes(), static_cast<int64_t>(s.n + 32) * (s.k + 4) + 8 * (s.n + 32));
-  const Int8Quantized qa = QuantizeRowsForTest(a, s.m, s.k, lda, 127.0f);
+  const Int8Quantized qa = QuantizeRowsForTest(a, s.m, s.k, lda, 63.0f);
   const Int8Quantized qb = QuantizeRowsForTest(b, s.n, s.k, s.k + 1, 63.0f);
   std::vector<float> want = c0;
   for (int i = 0; i < s.m; ++i) {
@@ -436,6 +436,41 @@ TEST(GemmPackedInt8Test, RowsDoNotDependOnBatchOrThreads) {
   }
   SetIsaForTesting(CpuIsa::kAvx512);
   SetComputeThreads(1);
+}
+
+// The extreme products: activations and weights at +-max quantize to +-63, so every byte
+// product is +-63 * 63 and the AVX2 kernel's 16-bit sums of four of them (two groups' pairs)
+// reach +-4 * 127 * 63 before the activations' offset is taken off. Every kernel must still
+// give the exact integer sums: c[i, j] = k * (sign of a row i) * (sign of b column j) * the
+// scales' product, here compared with the portable kernel and the closed form.
+TEST(GemmPackedInt8Test, ExtremeValuesAreExact) {
+  const int m = 13, n = 40, k = 67;  // 17 groups: pairs and a last group alone
+  std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(n) * k);
+  for (int i = 0; i < m; ++i) {
+    for (int p = 0; p < k; ++p) a[static_cast<size_t>(i) * k + p] = (i % 3 == 0) ? 2.0f : (i % 3 == 1) ? -2.0f : (p % 2 ? 2.0f : -2.0f);
+  }
+  for (int j = 0; j < n; ++j) {
+    for (int p = 0; p < k; ++p) b[static_cast<size_t>(j) * k + p] = (j % 2 == 0) ? 0.5f : -0.5f;
+  }
+  const PackedMatrix packed = PackedMatrix::PackInt8(n, k, b.data(), k);
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+    if (isa > DetectedIsa()) continue;
+    SetIsaForTesting(isa);
+    std::vector<float> c(static_cast<size_t>(m) * n, -1.0f);
+    GemmPacked(m, a.data(), k, packed, nullptr, false, c.data(), n);
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        int64_t sum = 0;
+        for (int p = 0; p < k; ++p) {
+          const float x = a[static_cast<size_t>(i) * k + p], y = b[static_cast<size_t>(j) * k + p];
+          sum += (x > 0 ? 63 : -63) * (y > 0 ? 63 : -63);
+        }
+        const float want = std::fma(static_cast<float>(sum), (2.0f / 63.0f) * (0.5f / 63.0f), 0.0f);
+        ASSERT_EQ(c[static_cast<size_t>(i) * n + j], want) << Int8KernelName() << " c[" << i << "," << j << "]";
+      }
+    }
+  }
+  SetIsaForTesting(CpuIsa::kAvx512);
 }
 
 TEST(GemmPackedInt8Test, EmptyShapesAndPreferPacked) {
