@@ -110,6 +110,45 @@ TEST_P(DecodeTest, BatchInvariance) {
   }
 }
 
+// Batches of more rows than the CPU engine projects to logits at once (it scores a step's rows
+// in parts of 64): 48 sentences with beam 4 put up to 192 rows in a step, and a sentence's rows
+// fall in different parts than when it is decoded alone. On the CPU its hypotheses and scores
+// must still be exactly those of decoding it alone.
+TEST_P(DecodeTest, ManyRowsGiveTheResultsOfEachSentenceAlone) {
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<int> tok(4, model_->config.vocab_size - 1), len(2, 20);
+  std::vector<std::vector<int32_t>> many;
+  for (int i = 0; i < 48; ++i) {
+    std::vector<int32_t> s(len(rng));
+    for (int32_t& t : s) t = tok(rng);
+    s.back() = model_->config.eos_id;
+    many.push_back(s);
+  }
+  const bool cpu = std::string(GetParam().device) == "cpu";
+  for (int beam : {1, 4}) {
+    DecodeOptions o;
+    o.beam_size = beam;
+    o.n_best = beam;
+    auto batched = Run(many, o);
+    ASSERT_TRUE(batched.ok()) << batched.status();
+    for (size_t i = 0; i < many.size(); ++i) {
+      auto alone = Run({many[i]}, o);
+      ASSERT_TRUE(alone.ok());
+      const auto& a = (*alone)[0].hypotheses;
+      const auto& b = (*batched)[i].hypotheses;
+      ASSERT_EQ(a.size(), b.size()) << "beam " << beam << " sentence " << i;
+      for (size_t h = 0; h < a.size(); ++h) {
+        EXPECT_EQ(a[h].ids, b[h].ids) << "beam " << beam << " sentence " << i << " hyp " << h;
+        if (cpu) {
+          EXPECT_EQ(a[h].score, b[h].score) << "beam " << beam << " sentence " << i << " hyp " << h;
+        } else {
+          EXPECT_NEAR(a[h].score, b[h].score, Tolerance(a[h].score)) << "beam " << beam << " sentence " << i;
+        }
+      }
+    }
+  }
+}
+
 // Continuous batching: sentences added while others are mid-decode, each with its own options,
 // and a cancelled sentence, give exactly the results of decoding each sentence alone.
 TEST_P(DecodeTest, SentencesJoiningARunningDecodeMatchDecodingAlone) {
