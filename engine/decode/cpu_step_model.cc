@@ -19,7 +19,8 @@ namespace {
 
 // Rows per part of a step's output projection (see Step): 64 rows of 8000 logits are 2 MiB.
 // Measured on the demo model (Zen 4, 1 thread, test_2016_flickr): 32 to 128 rows 3-5% faster
-// than all the rows at once in float32 and int8, 256 no better than all; 2 threads: the same.
+// than all the rows at once in float32 and int8, 256 no better than all; on 2 threads no
+// difference beyond the machine's noise.
 int LogitsRowsPerPart(int rows) { return std::min(rows, 64); }
 
 }  // namespace

@@ -37,7 +37,7 @@ class CpuStepModel : public StepModel {
   const ModelWeights& w_;
   Workspace* ws_;
   DecoderState state_;
-  std::vector<float> logits_;  // [rows, vocab]
+  std::vector<float> logits_;  // [rows of one part, vocab] (see Step)
 };
 
 // A StepModel on `backend`'s device when it is not null (a new one of it), else on the CPU over
