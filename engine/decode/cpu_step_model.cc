@@ -52,7 +52,8 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
     }
   }
   state_.set_alignment_layers(s->alignment_layers);
-  TNMT_ASSIGN_OR_RETURN(const float* hidden, DecoderHidden(c_, w_, &state_, ids, 1, ws_));
+  const float* hidden = nullptr;
+  TNMT_RETURN_IF_ERROR(DecoderForward(c_, w_, &state_, ids, 1, /*logits=*/nullptr, ws_, &hidden));
   // The output projection and the scoring run a part of the rows at a time, so that each
   // part's logits ([part, vocab]: 32 KiB a row at 8000 tokens) are still in cache when the
   // log-softmax normalizer and the top k read them; the whole step's would not be. The

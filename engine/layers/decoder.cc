@@ -124,19 +124,8 @@ absl::Status DecoderState::Reorder(const std::vector<int32_t>& parents,
 }
 
 absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, DecoderState* s,
-                            const int32_t* ids, int t_new, float* logits, Workspace* ws) {
-  return DecoderRun(c, w, s, ids, t_new, logits, ws, nullptr);
-}
-
-absl::StatusOr<const float*> DecoderHidden(const ModelConfig& c, const ModelWeights& w, DecoderState* s,
-                                           const int32_t* ids, int t_new, Workspace* ws) {
-  const float* hidden = nullptr;
-  TNMT_RETURN_IF_ERROR(DecoderRun(c, w, s, ids, t_new, nullptr, ws, &hidden));
-  return hidden;
-}
-
-absl::Status DecoderRun(const ModelConfig& c, const ModelWeights& w, DecoderState* s,
-                        const int32_t* ids, int t_new, float* logits, Workspace* ws, const float** hidden_out) {
+                            const int32_t* ids, int t_new, float* logits, Workspace* ws,
+                            const float** hidden_out) {
   const int d = c.d_model;
   const int n = s->rows();
   if (hidden_out != nullptr) *hidden_out = nullptr;

@@ -77,8 +77,8 @@ class DecoderState {
   absl::Status GrowPool(std::vector<Tensor>& pool, int old_capacity, int new_capacity);
   absl::Status Reserve(graph::KvIndex::PoolId pool, int64_t more);
 
-  friend absl::Status DecoderRun(const ModelConfig&, const ModelWeights&, DecoderState*,
-                                 const int32_t*, int, float*, Workspace*, const float**);
+  friend absl::Status DecoderForward(const ModelConfig&, const ModelWeights&, DecoderState*,
+                                     const int32_t*, int, float*, Workspace*, const float**);
   const ModelConfig* c_ = nullptr;
   const ModelWeights* w_ = nullptr;
   int max_steps_ = 0;
@@ -94,19 +94,12 @@ class DecoderState {
 };
 
 // ids: [rows, t_new] target tokens at positions steps()..steps()+t_new-1, rows == state->rows().
-// logits (if not null): [rows * t_new, vocab] raw scores. Advances state->steps() by t_new.
+// logits (if not null): [rows * t_new, vocab] raw scores. hidden (if not null): set to the
+// decoder's final hidden states [rows * t_new, d_model], the output projection's input, which
+// live in ws until its next use (CpuStepModel projects them a few rows at a time, so that each
+// part's logits are scored while still in cache). Advances state->steps() by t_new.
 absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, DecoderState* state,
-                            const int32_t* ids, int t_new, float* logits, Workspace* ws);
-
-// DecoderForward without the output projection: returns the decoder's final hidden states
-// [rows * t_new, d_model] (the input of the output projection), which live in ws until its
-// next use. For callers that project them in parts (CpuStepModel: a few rows at a time, so
-// each part's logits are scored while still in cache).
-absl::StatusOr<const float*> DecoderHidden(const ModelConfig& c, const ModelWeights& w, DecoderState* state,
-                                           const int32_t* ids, int t_new, Workspace* ws);
-
-// Both of the above: logits when not null, the hidden states in *hidden when not null.
-absl::Status DecoderRun(const ModelConfig& c, const ModelWeights& w, DecoderState* state,
-                        const int32_t* ids, int t_new, float* logits, Workspace* ws, const float** hidden);
+                            const int32_t* ids, int t_new, float* logits, Workspace* ws,
+                            const float** hidden = nullptr);
 
 }  // namespace tnmt
