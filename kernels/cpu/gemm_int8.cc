@@ -31,8 +31,7 @@
 // Kernels (activations as q_a + 64 on both vector paths):
 //   avx512 + VNNI  vpdpbusd; tiles of up to 12 rows x 32 columns.
 //   avx2           vpmaddubsw (x2) + vpaddw + vpmaddwd per two groups; tiles of up to 4 rows x
-//                  16 columns. Also the path of
-//                  AVX-512 CPUs without VNNI.
+//                  16 columns. Also the path of AVX-512 CPUs without VNNI.
 //   portable       plain integer loops on q_a.
 #include <algorithm>
 #include <array>
@@ -98,7 +97,7 @@ constexpr int kActLimit = 63;
 constexpr int kActOffset = 64;
 
 // round(x * inv) clamped to [-limit, limit] (round half to even, the default rounding mode):
-// limit kActLimit (63) for activations and weights alike.
+// limit kActLimit for activations (the default), 63 for weights (PackInt8).
 inline int QuantizeOne(float x, float inv, float limit = static_cast<float>(kActLimit)) {
   return static_cast<int>(std::min(limit, std::max(-limit, std::nearbyint(x * inv))));
 }

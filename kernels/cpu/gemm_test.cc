@@ -442,7 +442,7 @@ TEST(GemmPackedInt8Test, RowsDoNotDependOnBatchOrThreads) {
 // product is +-63 * 63 and the AVX2 kernel's 16-bit sums of four of them (two groups' pairs)
 // reach +-4 * 127 * 63 before the activations' offset is taken off. Every kernel must still
 // give the exact integer sums: c[i, j] = k * (sign of a row i) * (sign of b column j) * the
-// scales' product, here compared with the portable kernel and the closed form.
+// scales' product, compared on every kernel with that closed form.
 TEST(GemmPackedInt8Test, ExtremeValuesAreExact) {
   const int m = 13, n = 40, k = 67;  // 17 groups: pairs and a last group alone
   std::vector<float> a(static_cast<size_t>(m) * k), b(static_cast<size_t>(n) * k);
