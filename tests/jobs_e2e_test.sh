@@ -244,12 +244,14 @@ kill -TERM "$SERVER_PID"; wait "$SERVER_PID"
 check "final SIGTERM exits 0" test $? -eq 0
 
 # g. Restarts while a job runs and the engine computes: a server with two compute threads
-#    serving the demo model on the portable kernels, so every GEMM goes through OpenBLAS's
-#    thread pool (its start-up warm-up runs them while the runner restarts the interrupted job). Starting the trainer must never hang the runner (fork() in
-#    this multi-threaded process used to block forever in OpenBLAS's atfork handler: the job
-#    stayed QUEUED, submits timed out and SIGTERM no longer stopped the server). Three SIGTERM
-#    and restart cycles, then the job finishes; every SIGTERM stops the server promptly.
-start_busy_server() {  # as start_server, with the demo model, two compute threads and OpenBLAS
+#    serving the demo model on the portable kernels (the path of CPUs without AVX2), its
+#    start-up warm-up computing while the runner restarts the interrupted job. Starting the
+#    trainer must never hang the runner (fork() in this multi-threaded process once blocked
+#    forever in OpenBLAS's atfork handler while the engine's GEMMs ran on OpenBLAS's threads:
+#    the job stayed QUEUED, submits timed out and SIGTERM no longer stopped the server; the
+#    runner now uses posix_spawn). Three SIGTERM and restart cycles, then the job finishes;
+#    every SIGTERM stops the server promptly.
+start_busy_server() {  # as start_server, with the demo model, two compute threads, portable kernels
   rm -f "$TMP/ready"
   TNMT_CPU_ISA=portable "$TNMT" serve --model "tiny=tests/golden/data/tiny,demo=models/demo" --host 127.0.0.1 --port 0 --http-port 0 \
     --threads 2 --ready-file "$TMP/ready" --state-dir "$STATE" --data-root "$DATA" --jobs-token-file "$TMP/token" \

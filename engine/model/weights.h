@@ -56,7 +56,7 @@ struct ModelWeights {
                                             const std::string& source);
 
   // Packs every linear (encoder, decoder, cross-attention K/V) and the output projection for
-  // GemmPacked (no-op on CPUs without a packed kernel), so no inference GEMM re-packs weights
+  // GemmPacked (every CPU has a packed kernel), so no inference GEMM re-packs weights
   // or goes through OpenBLAS: a sentence's scores then do not depend on its batch or on the
   // thread count. For weights that no longer change: model loading calls it, the trainer
   // (which updates weights in place) must not. The row-major tensors are kept: they stay the

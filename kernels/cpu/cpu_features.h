@@ -1,8 +1,9 @@
 // Which hand-written instruction-set paths the CPU kernels may take (attention.cc, the packed
 // GEMM in gemm_packed.cc). Three levels, chosen at run time from the CPU's features:
 //   avx512   AVX-512 F/DQ/BW/VL (x86-64-v4): the packed GEMM's 14x32 kernel, AVX-512 attention
-//   avx2     AVX2 + FMA (x86-64-v3): the packed GEMM's 6x16 kernel; portable attention
-//   portable everything else, and what tests force to check the others against
+//   avx2     AVX2 + FMA (x86-64-v3): the packed GEMM's 6x16 kernel, AVX2 attention
+//   portable everything else (the packed GEMM's portable kernel, portable attention), and
+//            what tests force to check the others against
 // The avx2 and avx512 packed GEMMs compute every output element with the same sequence of
 // fused multiply-adds, so they give bit-identical results (gemm_test checks it).
 #pragma once

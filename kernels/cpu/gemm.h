@@ -36,8 +36,9 @@ struct PackedInt8;  // gemm_int8.cc
 class PackedMatrix {
  public:
   PackedMatrix() = default;
-  // Packs b ([n, k], row stride ldb). Empty when this CPU has no packed kernel (neither AVX2+FMA nor AVX-512,
-  // see cpu_features.h) or memory is short: callers then use GemmNT on b.
+  // Packs b ([n, k], row stride ldb). Works on every CPU (kernels for AVX-512, AVX2 + FMA and
+  // portable code); empty only for an empty shape or when memory is short: callers then use
+  // GemmNT on b.
   static PackedMatrix Pack(int n, int k, const float* b, int ldb);
   // Quantizes and packs b for int8 GEMMs: w[j, k] ~ s[j] * q[j, k], s[j] = max_k |w[j, k]| / 63,
   // q = round(w / s[j]) in [-63, 63] (7 bits, as the activations, so that AVX2's byte products

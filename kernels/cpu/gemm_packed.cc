@@ -59,8 +59,10 @@ constexpr int kRowBlock = 1;
 // How a tile's accumulators start: 0, the bias, c, or c + bias.
 enum class Init { kZero, kBias, kLoad, kLoadBias };
 
-// Portable kernel on the packed layout (CPUs without AVX2 never pack; this runs only when tests
-// or TNMT_CPU_ISA=portable turn the vector paths off after packing).
+// Portable kernel on the packed layout: CPUs without AVX2 + FMA, and tests or
+// TNMT_CPU_ISA=portable. Each element is init, then + a[i,p] * b[p,j] in k order (fused or
+// not, as the target clone the CPU selects compiles it: one way for every element), so here
+// too a row's results do not depend on m or on the thread count.
 TNMT_VECTORIZE void KernelPortable(int mr, int kc, const float* a, const float* b, float* c,
                                    int64_t ldc, int nvalid, Init init, const float* bias) {
   float acc[kMaxMr][kNr];
@@ -347,7 +349,7 @@ int64_t PackedMatrix::bytes() const {
 
 PackedMatrix PackedMatrix::Pack(int n, int k, const float* b, int ldb) {
   PackedMatrix out;
-  if (!UseAvx2() || n <= 0 || k <= 0) return out;
+  if (n <= 0 || k <= 0) return out;
   const int panels = (n + kNr - 1) / kNr;
   const size_t bytes = static_cast<size_t>(panels) * kNr * k * sizeof(float);
   float* data = static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));

@@ -174,7 +174,7 @@ TEST(BlasThreads, SetAndGet) {
 }
 
 // GemmPacked: c = a · b^T (+ bias) (+ c), b packed once. Checked against the double loop on
-// both kernels (AVX-512 and the portable one on the same packed data), for sizes around the
+// every kernel the CPU has (AVX-512, AVX2, portable, on the same packed data), for sizes around the
 // 14-row tiles, 32-column panels, 512-wide k blocks and 448-row passes.
 struct PackedCase {
   int m, n, k;
@@ -184,7 +184,6 @@ class GemmPackedTest : public ::testing::Test {
  protected:
   void SetUp() override {
     SetIsaForTesting(CpuIsa::kAvx512);
-    if (!UseAvx2()) GTEST_SKIP() << "neither AVX2+FMA nor AVX-512: PackedMatrix::Pack returns empty matrices";
   }
   void TearDown() override {
     SetIsaForTesting(CpuIsa::kAvx512);
@@ -283,14 +282,14 @@ std::vector<float> ExpectRowsIndependent(int m, int n, int k, const std::vector<
 TEST_F(GemmPackedTest, RowsDoNotDependOnBatchOrThreads) {
   // Every element is the same sequence of FMAs whatever the tile height (m), the row pass or
   // the number of threads: a row alone, the whole batch on 1 or 2 threads are bit-identical,
-  // on each vector path this CPU has.
+  // on each path this CPU has (the portable one with a multiply and an add per step).
   std::mt19937 rng(77);
   const int m = 460, n = 200, k = 600;
   const std::vector<float> a = Random(static_cast<size_t>(m) * k, rng);
   const std::vector<float> b = Random(static_cast<size_t>(n) * k, rng);
   const std::vector<float> bias = Random(n, rng);
   const PackedMatrix packed = PackedMatrix::Pack(n, k, b.data(), k);
-  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
     if (isa > DetectedIsa()) continue;
     SetIsaForTesting(isa);
     ExpectRowsIndependent(m, n, k, a, packed, bias, {0, 5, 6, 13, 14, 200, 459}, IsaName(isa));
@@ -486,13 +485,16 @@ TEST(GemmPackedInt8Test, EmptyShapesAndPreferPacked) {
   SetIsaForTesting(CpuIsa::kAvx512);
 }
 
-TEST(GemmPackedDispatch, NoPackingWithoutAvx2) {
-  // With the vector paths off, nothing is packed: callers fall back to GemmNT.
+TEST(GemmPackedDispatch, PackingOnEveryLevel) {
+  // float32 matrices are packed and used at every level, the portable one included: no
+  // inference GEMM falls back to OpenBLAS, whose rounding depends on the batch.
   std::vector<float> b(64, 1.0f);
-  SetIsaForTesting(CpuIsa::kPortable);
-  EXPECT_TRUE(PackedMatrix::Pack(8, 8, b.data(), 8).empty());
-  SetIsaForTesting(CpuIsa::kAvx2);
-  EXPECT_EQ(PackedMatrix::Pack(8, 8, b.data(), 8).empty(), DetectedIsa() < CpuIsa::kAvx2);
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    SetIsaForTesting(isa);
+    const PackedMatrix packed = PackedMatrix::Pack(8, 8, b.data(), 8);
+    EXPECT_FALSE(packed.empty()) << IsaName(isa);
+    EXPECT_TRUE(PreferPacked(1, packed)) << IsaName(isa);
+  }
   SetIsaForTesting(CpuIsa::kAvx512);
 }
 
