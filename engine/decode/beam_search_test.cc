@@ -15,6 +15,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/runtime/loaded_model.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace tnmt {
 namespace {
@@ -25,13 +26,20 @@ struct Backend {
   const char* dtype;
   // Score agreement between decodes of different batch compositions where exact agreement is
   // not promised (CUDA: GEMMs of different row counts round differently; half precision more
-  // so). ExpectEachAsDecodedAlone holds the CPU to exact agreement.
+  // so); 0 on the CPU, which promises exact agreement.
   double score_tolerance;
+  // CPU only: the kernel path to run (capped with SetIsaForTesting; skipped where the CPU lacks
+  // it); kAvx512 means the best this CPU has.
+  kernels::cpu::CpuIsa isa = kernels::cpu::CpuIsa::kAvx512;
 };
 
 class DecodeTest : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {
+    if (GetParam().isa > kernels::cpu::DetectedIsa()) {
+      GTEST_SKIP() << "SKIPPED: this CPU has no " << kernels::cpu::IsaName(GetParam().isa) << " path";
+    }
+    kernels::cpu::SetIsaForTesting(GetParam().isa);
     if (std::string(GetParam().device) != "cpu" && CudaDeviceCount() == 0) {
       GTEST_SKIP() << "SKIPPED: no CUDA device ("
                    << (CudaBuild() ? "none visible" : "this build has no CUDA support") << ")";
@@ -50,6 +58,7 @@ class DecodeTest : public ::testing::TestWithParam<Backend> {
       sources_.push_back(s);
     }
   }
+  void TearDown() override { kernels::cpu::SetIsaForTesting(kernels::cpu::CpuIsa::kAvx512); }
   absl::StatusOr<std::vector<DecodeResult>> Run(const std::vector<std::vector<int32_t>>& s,
                                                 const DecodeOptions& o) {
     TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, NewBeamDecoder(*model_, &ws_));
@@ -341,12 +350,16 @@ TEST_P(DecodeTest, BadOptionsAndSourcesAreErrors) {
   EXPECT_TRUE(empty->empty());
 }
 
-// The CPU (2e-6: GEMMs of different row counts differ in the last bits), the CUDA engine in
-// float32 (cuBLASLt picks algorithms per shape) and in float16 (the same weights and inputs in
-// every composition, so still close).
+// The CPU on each kernel path (exact: a sentence's scores do not depend on its batch on any of
+// them), the CUDA engine in float32 (cuBLASLt picks algorithms per shape) and in float16 (the
+// same weights and inputs in every composition, so still close).
 #ifndef TNMT_DECODE_TEST_CUDA_ONLY
-INSTANTIATE_TEST_SUITE_P(Cpu, DecodeTest, ::testing::Values(Backend{"cpu", "cpu", "", 2e-6}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Cpu, DecodeTest,
+    ::testing::Values(Backend{"cpu", "cpu", "", 0.0},
+                      Backend{"cpu_avx2", "cpu", "", 0.0, kernels::cpu::CpuIsa::kAvx2},
+                      Backend{"cpu_portable", "cpu", "", 0.0, kernels::cpu::CpuIsa::kPortable}),
+    [](const auto& info) { return std::string(info.param.name); });
 #endif
 INSTANTIATE_TEST_SUITE_P(Cuda, DecodeTest,
                          ::testing::Values(Backend{"cuda_float32", "cuda", "float32", 1e-5},
