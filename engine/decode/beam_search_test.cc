@@ -31,6 +31,7 @@ struct Backend {
   // CPU only: the kernel path to run (capped with SetIsaForTesting; skipped where the CPU lacks
   // it); kAvx512 means the best this CPU has.
   kernels::cpu::CpuIsa isa = kernels::cpu::CpuIsa::kAvx512;
+  const char* compute_type = "";  // CPU: "" (float32) or "int8"
 };
 
 class DecodeTest : public ::testing::TestWithParam<Backend> {
@@ -44,7 +45,7 @@ class DecodeTest : public ::testing::TestWithParam<Backend> {
       GTEST_SKIP() << "SKIPPED: no CUDA device ("
                    << (CudaBuild() ? "none visible" : "this build has no CUDA support") << ")";
     }
-    auto placement = Placement::Parse(GetParam().device, GetParam().dtype);
+    auto placement = Placement::Parse(GetParam().device, GetParam().dtype, GetParam().compute_type);
     ASSERT_TRUE(placement.ok()) << placement.status();
     auto m = LoadModelDirectory("tests/golden/data/tiny", *placement);
     ASSERT_TRUE(m.ok()) << m.status();
@@ -350,15 +351,18 @@ TEST_P(DecodeTest, BadOptionsAndSourcesAreErrors) {
   EXPECT_TRUE(empty->empty());
 }
 
-// The CPU on each kernel path (exact: a sentence's scores do not depend on its batch on any of
-// them), the CUDA engine in float32 (cuBLASLt picks algorithms per shape) and in float16 (the
+// The CPU on each kernel path, float32 and int8 (exact: a sentence's scores do not depend on
+// its batch on any of them), the CUDA engine in float32 (cuBLASLt picks algorithms per shape) and in float16 (the
 // same weights and inputs in every composition, so still close).
 #ifndef TNMT_DECODE_TEST_CUDA_ONLY
 INSTANTIATE_TEST_SUITE_P(
     Cpu, DecodeTest,
     ::testing::Values(Backend{"cpu", "cpu", "", 0.0},
                       Backend{"cpu_avx2", "cpu", "", 0.0, kernels::cpu::CpuIsa::kAvx2},
-                      Backend{"cpu_portable", "cpu", "", 0.0, kernels::cpu::CpuIsa::kPortable}),
+                      Backend{"cpu_portable", "cpu", "", 0.0, kernels::cpu::CpuIsa::kPortable},
+                      Backend{"cpu_int8", "cpu", "", 0.0, kernels::cpu::CpuIsa::kAvx512, "int8"},
+                      Backend{"cpu_int8_avx2", "cpu", "", 0.0, kernels::cpu::CpuIsa::kAvx2, "int8"},
+                      Backend{"cpu_int8_portable", "cpu", "", 0.0, kernels::cpu::CpuIsa::kPortable, "int8"}),
     [](const auto& info) { return std::string(info.param.name); });
 #endif
 INSTANTIATE_TEST_SUITE_P(Cuda, DecodeTest,
