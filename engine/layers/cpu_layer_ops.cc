@@ -4,6 +4,7 @@
 #include "engine/layers/sublayers.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/step_ops.h"
 
 namespace tnmt {
@@ -22,11 +23,13 @@ absl::Status CpuLayerOps::Linear(float* y, const float* x, int64_t rows, const L
   const float* bias = l.bias.empty() ? nullptr : l.bias.f32();
   if (k::PreferPacked(static_cast<int>(rows), l.packed)) {
     k::GemmPacked(static_cast<int>(rows), x, in, l.packed, bias, /*accumulate=*/false, y, out);
-    k::BiasActivation(y, nullptr, rows, out, c_.activation);
+    bias = nullptr;
   } else {
     k::GemmNT(static_cast<int>(rows), out, in, 1.0f, x, in, l.weight.f32(), in, 0.0f, y, out);
-    k::BiasActivation(y, bias, rows, out, c_.activation);
   }
+  k::ParallelForLarge(rows, out, [&](int64_t begin, int64_t end) {
+    k::BiasActivation(y + begin * out, bias, end - begin, out, c_.activation);
+  });
   return absl::OkStatus();
 }
 

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 
@@ -632,6 +633,41 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
 
 #endif  // __x86_64__
 
+// Calls fn(b_begin, b_end) on ranges of query groups, one range per compute thread, split by
+// work (query rows times the keys they may see, plus a per-row constant) rather than by count:
+// a decoder step's sentences differ in length, and equal counts leave one thread waiting for
+// the other. Each group is processed by one thread with the same arithmetic as ever.
+void ForGroupsByWork(const AttentionArgs& a, const std::function<void(int, int)>& fn) {
+  const int parts = static_cast<int>(std::min<int64_t>(ComputeThreads(), a.batch));
+  if (parts <= 1) {
+    if (a.batch > 0) fn(0, a.batch);
+    return;
+  }
+  thread_local std::vector<int64_t> prefix;  // prefix[b]: the work of groups [0, b)
+  thread_local std::vector<int> bounds;
+  prefix.resize(static_cast<size_t>(a.batch) + 1);
+  prefix[0] = 0;
+  for (int b = 0; b < a.batch; ++b) {
+    const int g = a.kv_index != nullptr ? a.kv_index[b] : b;
+    int keys = a.k_valid != nullptr ? a.k_valid[g] : a.k_len;
+    if (a.causal_offset >= 0) keys = std::min(keys, a.q_len + a.causal_offset);
+    prefix[b + 1] = prefix[b] + static_cast<int64_t>(a.q_len) * (std::max(keys, 0) + 4);
+  }
+  bounds.assign(static_cast<size_t>(parts) + 1, a.batch);
+  bounds[0] = 0;
+  for (int c = 1; c < parts; ++c) {
+    const int64_t target = prefix[a.batch] * c / parts;
+    const int at = static_cast<int>(std::lower_bound(prefix.begin(), prefix.end(), target) - prefix.begin());
+    bounds[c] = std::clamp(at, bounds[c - 1], a.batch);
+  }
+  const int* cut = bounds.data();  // the caller's buffer (workers must not name a thread_local)
+  ParallelFor(parts, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      if (cut[c] < cut[c + 1]) fn(cut[c], cut[c + 1]);
+    }
+  });
+}
+
 }  // namespace
 
 void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
@@ -639,28 +675,26 @@ void MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q
                         const AttentionArgs& a) {
 #if defined(__x86_64__)
   if (UseAvx512()) {
-    ParallelFor(a.batch, [&](int64_t begin, int64_t end) {
+    ForGroupsByWork(a, [&](int begin, int end) {
       thread_local BlockedScratch<avx512::Isa> scratch;  // per thread, reused: no allocation per call
-      AttentionGroupsBlocked(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a,
-                             static_cast<int>(begin), static_cast<int>(end), &scratch);
+      AttentionGroupsBlocked(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a, begin, end, &scratch);
     });
     return;
   }
   if (UseAvx2()) {
-    ParallelFor(a.batch, [&](int64_t begin, int64_t end) {
+    ForGroupsByWork(a, [&](int begin, int end) {
       thread_local BlockedScratch<avx2::Isa> scratch;
-      AttentionGroupsBlocked(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a,
-                             static_cast<int>(begin), static_cast<int>(end), &scratch);
+      AttentionGroupsBlocked(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a, begin, end, &scratch);
     });
     return;
   }
 #endif
-  ParallelFor(a.batch, [&](int64_t begin, int64_t end) {
+  ForGroupsByWork(a, [&](int begin, int end) {
     // Per thread, reused across calls: no allocation on the decode path.
     thread_local std::vector<float> scores;
     scores.resize(static_cast<size_t>(a.num_heads) * (a.k_len > 0 ? a.k_len : 1));
-    AttentionGroupsPortable(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a,
-                            static_cast<int>(begin), static_cast<int>(end), scores.data());
+    AttentionGroupsPortable(out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, a, begin, end,
+                            scores.data());
   });
 }
 
