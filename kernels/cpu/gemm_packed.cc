@@ -354,14 +354,16 @@ PackedMatrix PackedMatrix::Pack(int n, int k, const float* b, int ldb) {
   const size_t bytes = static_cast<size_t>(panels) * kNr * k * sizeof(float);
   float* data = static_cast<float*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
   if (data == nullptr) return out;
-  for (int p = 0; p < panels; ++p) {
-    float* panel = data + static_cast<int64_t>(p) * k * kNr;
-    for (int j = 0; j < kNr; ++j) {
-      const int col = p * kNr + j;
-      const float* src = col < n ? b + static_cast<int64_t>(col) * ldb : nullptr;
-      for (int q = 0; q < k; ++q) panel[static_cast<int64_t>(q) * kNr + j] = src ? src[q] : 0.0f;
+  ParallelForLarge(panels, static_cast<int64_t>(kNr) * k, [&](int64_t p_begin, int64_t p_end) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      float* panel = data + p * k * kNr;
+      for (int j = 0; j < kNr; ++j) {
+        const int64_t col = p * kNr + j;
+        const float* src = col < n ? b + col * ldb : nullptr;
+        for (int q = 0; q < k; ++q) panel[static_cast<int64_t>(q) * kNr + j] = src ? src[q] : 0.0f;
+      }
     }
-  }
+  });
   out.data_ = std::shared_ptr<const float>(
       data, [](const float* p) { std::free(const_cast<float*>(p)); });
   out.n_ = n;
