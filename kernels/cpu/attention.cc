@@ -296,7 +296,8 @@ ProbsTimesVFn PickPv(int r, int c) {
 struct Isa {
   using Mask = __mmask16;  // lanes of a 16-float chunk
   static constexpr int kPvRows = 4;    // rows accumulated together in P·V (4 x 4 zmm)
-  static constexpr int kPvChunks = 4;  // 16-column chunks per P·V pass (64 columns)
+  // 16-column chunks per P·V pass of `rows` rows (64 columns)
+  static int PvChunks(int /*rows*/) { return 4; }
   static Mask Full() { return static_cast<Mask>(0xFFFF); }
   static Mask Tail(int n) { return TailMask(n); }
   static Scores16Fn Scores(int dh) { return PickScores(dh, 16); }
@@ -479,14 +480,22 @@ using ProbsTimesVFn = void (*)(float* const*, const float* const*, const int64_t
                                const int*, int, int, const float*, const Mask*, const float*);
 
 ProbsTimesVFn PickPv(int r, int c) {
-  if (r == 1) return c == 1 ? &ProbsTimesV<1, 1> : &ProbsTimesV<1, 2>;
+  if (r == 1) {
+    switch (c) {
+      case 1: return &ProbsTimesV<1, 1>;
+      case 2: return &ProbsTimesV<1, 2>;
+      case 3: return &ProbsTimesV<1, 3>;
+      default: return &ProbsTimesV<1, 4>;
+    }
+  }
   return c == 1 ? &ProbsTimesV<2, 1> : &ProbsTimesV<2, 2>;
 }
 
 struct Isa {
   using Mask = avx2::Mask;
   static constexpr int kPvRows = 2;    // rows accumulated together in P·V
-  static constexpr int kPvChunks = 2;  // 16-column chunks per P·V pass (2 x 4 ymm accumulators)
+  // 16-column chunks per P·V pass: 8 ymm accumulators (one row x 64 columns, or two x 32)
+  static int PvChunks(int rows) { return rows == 1 ? 4 : 2; }
   static Mask Full() { return 16; }
   static Mask Tail(int n) { return n; }
   static Scores16Fn Scores(int dh) { return PickScores(dh, 16); }
@@ -515,7 +524,7 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
                             const float* k, const float* v, int64_t ld_kv, int64_t kv_group_stride,
                             const AttentionArgs& a, int b_begin, int b_end,
                             BlockedScratch<Isa>* scratch) {
-  constexpr int kPvRows = Isa::kPvRows, kPvChunks = Isa::kPvChunks;
+  constexpr int kPvRows = Isa::kPvRows;
   const int dh = a.d_head, heads = a.num_heads;
   const int k_pad = (std::max(a.k_len, 1) + 15) / 16 * 16;
   scratch->scores.resize(static_cast<size_t>(kBlockRows) * heads * k_pad);
@@ -570,6 +579,25 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
       for (int j = lim; j < (lim + 15) / 16 * 16; ++j) off[j] = off[lim - 1];
       if (lim == 0) std::memset(orow[r], 0, sizeof(float) * heads * dh);
     }
+    // The next block's K/V rows into L2 while this block computes, when they are another
+    // sentence's (decoder steps: each block reads K/V rows no other block does, from L3 or
+    // memory, and the kernels would otherwise stall on each of them).
+    if (row + n < row_end && first_key(static_cast<int>((row + n) / a.q_len)) != key0) {
+      const int64_t nrow = row + n;
+      const int nb = static_cast<int>(nrow / a.q_len), ni = static_cast<int>(nrow % a.q_len);
+      const int ng = group_of(nb);
+      int nlim = valid_of(ng);
+      if (a.causal_offset >= 0 && ni + a.causal_offset + 1 < nlim) nlim = ni + a.causal_offset + 1;
+      nlim = std::clamp(nlim, 0, a.k_len);
+      const int width = heads * dh;
+      for (int j = 0; j < nlim; ++j) {
+        const int64_t o = key_offset(ng, j);
+        for (int c = 0; c < width; c += 16) {
+          _mm_prefetch(reinterpret_cast<const char*>(k + o + c), _MM_HINT_T1);
+          _mm_prefetch(reinterpret_cast<const char*>(v + o + c), _MM_HINT_T1);
+        }
+      }
+    }
     auto scores = [&](int r, int h) {
       return scratch->scores.data() + (static_cast<int64_t>(r) * heads + h) * k_pad;
     };
@@ -594,7 +622,7 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
         scratch->inv[static_cast<size_t>(r) * heads + h] = Isa::Softmax(scores(r, h), limit[r]);
       }
     }
-    // P·V: up to kPvRows rows (with keys) x kPvChunks column chunks at a time.
+    // P·V: up to kPvRows rows (with keys) x Isa::PvChunks column chunks at a time.
     int active[kBlockRows], na = 0;
     for (int r = 0; r < n; ++r) {
       if (limit[r] > 0) active[na++] = r;
@@ -618,8 +646,9 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
           probs[x] = scores(active[r0 + x], h);
           inv[x] = scratch->inv[static_cast<size_t>(active[r0 + x]) * heads + h];
         }
-        for (int c0 = 0; c0 < chunks; c0 += kPvChunks) {
-          const int cn = std::min(kPvChunks, chunks - c0);
+        const int pv_chunks = Isa::PvChunks(rn);
+        for (int c0 = 0; c0 < chunks; c0 += pv_chunks) {
+          const int cn = std::min(pv_chunks, chunks - c0);
           float* dst[kPvRows];
           for (int x = 0; x < rn; ++x) dst[x] = orow[active[r0 + x]] + h * dh + 16 * c0;
           Isa::Pv(rn, cn)(dst, probs, offs, lim, jmin, jhi, v + h * dh + 16 * c0,
