@@ -536,6 +536,13 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
     const int64_t stored = a.k_groups != nullptr ? a.k_groups[g * a.k_groups_stride + j] : g;
     return stored * kv_group_stride + j * ld_kv;
   };
+  // Keys query row `qrow` (of batch * q_len) may see: its group's valid keys, causally limited.
+  auto visible_keys = [&](int64_t qrow) {
+    const int i = static_cast<int>(qrow % a.q_len);
+    int lim = valid_of(group_of(static_cast<int>(qrow / a.q_len)));
+    if (a.causal_offset >= 0 && i + a.causal_offset + 1 < lim) lim = i + a.causal_offset + 1;
+    return std::clamp(lim, 0, a.k_len);
+  };
   // Rows whose first key is the same K/V row form a block (-1: no keys).
   auto first_key = [&](int b) -> int64_t {
     const int g = group_of(b);
@@ -565,11 +572,8 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
     int jmax = 0;
     for (int r = 0; r < n; ++r) {
       const int64_t qrow = row + r;
-      const int b = static_cast<int>(qrow / a.q_len), i = static_cast<int>(qrow % a.q_len);
-      const int g = group_of(b);
-      int lim = valid_of(g);
-      if (a.causal_offset >= 0 && i + a.causal_offset + 1 < lim) lim = i + a.causal_offset + 1;
-      lim = std::clamp(lim, 0, a.k_len);
+      const int g = group_of(static_cast<int>(qrow / a.q_len));
+      const int lim = visible_keys(qrow);
       limit[r] = lim;
       jmax = std::max(jmax, lim);
       qr[r] = q + qrow * ld_q;
@@ -583,12 +587,8 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
     // sentence's (decoder steps: each block reads K/V rows no other block does, from L3 or
     // memory, and the kernels would otherwise stall on each of them).
     if (row + n < row_end && first_key(static_cast<int>((row + n) / a.q_len)) != key0) {
-      const int64_t nrow = row + n;
-      const int nb = static_cast<int>(nrow / a.q_len), ni = static_cast<int>(nrow % a.q_len);
-      const int ng = group_of(nb);
-      int nlim = valid_of(ng);
-      if (a.causal_offset >= 0 && ni + a.causal_offset + 1 < nlim) nlim = ni + a.causal_offset + 1;
-      nlim = std::clamp(nlim, 0, a.k_len);
+      const int ng = group_of(static_cast<int>((row + n) / a.q_len));
+      const int nlim = visible_keys(row + n);
       const int width = heads * dh;
       for (int j = 0; j < nlim; ++j) {
         const int64_t o = key_offset(ng, j);
