@@ -35,6 +35,14 @@ namespace tnmt::kernels::cpu {
 
 namespace {
 
+// The K/V group query group b reads, and the valid keys of K/V group g (AttentionArgs).
+inline int KvGroup(const AttentionArgs& a, int64_t b) {
+  return a.kv_index != nullptr ? a.kv_index[b] : static_cast<int>(b);
+}
+inline int ValidKeys(const AttentionArgs& a, int g) {
+  return a.k_valid != nullptr ? a.k_valid[g] : a.k_len;
+}
+
 // Query groups [b_begin, b_end) of MultiHeadAttention, portable code.
 TNMT_VECTORIZE void AttentionGroupsPortable(float* out, int64_t ld_out, const float* q,
                                             int64_t ld_q, const float* k, const float* v,
@@ -43,8 +51,8 @@ TNMT_VECTORIZE void AttentionGroupsPortable(float* out, int64_t ld_out, const fl
                                             float* scratch) {
   const int dh = a.d_head;
   for (int b = b_begin; b < b_end; ++b) {
-    const int g = a.kv_index != nullptr ? a.kv_index[b] : b;
-    const int valid = a.k_valid != nullptr ? a.k_valid[g] : a.k_len;
+    const int g = KvGroup(a, b);
+    const int valid = ValidKeys(a, g);
     const int32_t* groups = a.k_groups != nullptr ? a.k_groups + g * a.k_groups_stride : nullptr;
     auto key_row = [&](int j) -> int64_t {
       return (groups != nullptr ? groups[j] : g) * kv_group_stride + j * ld_kv;
@@ -530,8 +538,6 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
   scratch->scores.resize(static_cast<size_t>(kBlockRows) * heads * k_pad);
   scratch->offsets.resize(static_cast<size_t>(kBlockRows) * k_pad);
   scratch->inv.resize(static_cast<size_t>(kBlockRows) * heads);
-  auto group_of = [&](int b) { return a.kv_index != nullptr ? a.kv_index[b] : b; };
-  auto valid_of = [&](int g) { return a.k_valid != nullptr ? a.k_valid[g] : a.k_len; };
   auto key_offset = [&](int g, int j) -> int64_t {
     const int64_t stored = a.k_groups != nullptr ? a.k_groups[g * a.k_groups_stride + j] : g;
     return stored * kv_group_stride + j * ld_kv;
@@ -539,14 +545,14 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
   // Keys query row `qrow` (of batch * q_len) may see: its group's valid keys, causally limited.
   auto visible_keys = [&](int64_t qrow) {
     const int i = static_cast<int>(qrow % a.q_len);
-    int lim = valid_of(group_of(static_cast<int>(qrow / a.q_len)));
+    int lim = ValidKeys(a, KvGroup(a, qrow / a.q_len));
     if (a.causal_offset >= 0 && i + a.causal_offset + 1 < lim) lim = i + a.causal_offset + 1;
     return std::clamp(lim, 0, a.k_len);
   };
   // Rows whose first key is the same K/V row form a block (-1: no keys).
   auto first_key = [&](int b) -> int64_t {
-    const int g = group_of(b);
-    return valid_of(g) > 0 ? key_offset(g, 0) : -1;
+    const int g = KvGroup(a, b);
+    return ValidKeys(a, g) > 0 ? key_offset(g, 0) : -1;
   };
   // Column chunks of one head for P·V: 16 columns each, the last one masked.
   const int chunks = (dh + 15) / 16;
@@ -572,7 +578,7 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
     int jmax = 0;
     for (int r = 0; r < n; ++r) {
       const int64_t qrow = row + r;
-      const int g = group_of(static_cast<int>(qrow / a.q_len));
+      const int g = KvGroup(a, qrow / a.q_len);
       const int lim = visible_keys(qrow);
       limit[r] = lim;
       jmax = std::max(jmax, lim);
@@ -587,7 +593,7 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
     // sentence's (decoder steps: each block reads K/V rows no other block does, from L3 or
     // memory, and the kernels would otherwise stall on each of them).
     if (row + n < row_end && first_key(static_cast<int>((row + n) / a.q_len)) != key0) {
-      const int ng = group_of(static_cast<int>((row + n) / a.q_len));
+      const int ng = KvGroup(a, (row + n) / a.q_len);
       const int nlim = visible_keys(row + n);
       const int width = heads * dh;
       for (int j = 0; j < nlim; ++j) {
@@ -677,8 +683,7 @@ void ForGroupsByWork(const AttentionArgs& a, const std::function<void(int, int)>
   prefix.resize(static_cast<size_t>(a.batch) + 1);
   prefix[0] = 0;
   for (int b = 0; b < a.batch; ++b) {
-    const int g = a.kv_index != nullptr ? a.kv_index[b] : b;
-    int keys = a.k_valid != nullptr ? a.k_valid[g] : a.k_len;
+    int keys = ValidKeys(a, KvGroup(a, b));
     if (a.causal_offset >= 0) keys = std::min(keys, a.q_len + a.causal_offset);
     prefix[b + 1] = prefix[b] + static_cast<int64_t>(a.q_len) * (std::max(keys, 0) + 4);
   }
@@ -733,8 +738,8 @@ void AttentionArgmax(int32_t* out, const float* q, int64_t ld_q, const float* k,
   ParallelFor(a.batch, [&](int64_t begin, int64_t end) {
     std::vector<double> scores, mean;
     for (int64_t b = begin; b < end; ++b) {
-      const int g = a.kv_index != nullptr ? a.kv_index[b] : static_cast<int>(b);
-      const int valid = a.k_valid != nullptr ? a.k_valid[g] : a.k_len;
+      const int g = KvGroup(a, b);
+      const int valid = ValidKeys(a, g);
       const int32_t* groups = a.k_groups != nullptr ? a.k_groups + g * a.k_groups_stride : nullptr;
       for (int i = 0; i < a.q_len; ++i) {
         int limit = valid;
