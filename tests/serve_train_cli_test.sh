@@ -10,7 +10,8 @@
 #      column; a file with '-' keys trains; each validation is a readable line of its own
 #      (also under the live progress line on a terminal) and grad_norm is logged without
 #      clipping; resuming with another model names the differing keys before reading the data;
-#   d. average: a missing --checkpoints directory says so.
+#   d. average: a missing --checkpoints directory says so; inputs given wrongly (none, both
+#      ways, --last with directories, a missing directory) are refused naming the problem.
 # Usage: serve_train_cli_test.sh TNMT MODEL_DIR SPM_MODEL
 set -u
 TNMT="$1"
@@ -153,6 +154,15 @@ check "  before the training data is read" bash -c "! grep -q 'training pairs' '
 echo "== d. average"
 check "average --checkpoints /nonexistent: no such directory" \
   refused average "/nonexistent: no such directory" "$TNMT" average --checkpoints /nonexistent --output "$TMP/avg"
+check "average without inputs says what to give" \
+  refused average-none "give --checkpoints (a training run) or the directories to average" "$TNMT" average --output "$TMP/avg"
+check "average with --checkpoints and directories refuses both" \
+  refused average-both "not both" "$TNMT" average --checkpoints "$TMP" --output "$TMP/avg" "$TMP"
+check "average with directories refuses --last" \
+  refused average-last "--last applies to --checkpoints" "$TNMT" average --last 2 --output "$TMP/avg" "$TMP" "$TMP"
+check "average of a missing directory names it" \
+  refused average-missing "/nonexistent/config.json" "$TNMT" average --output "$TMP/avg" /nonexistent
+check "  and writes nothing" test ! -e "$TMP/avg"
 
 echo "$fails failure(s)"
 test "$fails" -eq 0

@@ -61,6 +61,10 @@ check "SIGTERM wrote a checkpoint" bash -c "ls $TMP/term | grep -q step-"
 check "average exits 0" test $? -eq 0
 printf 'the man runs\n' | "$TNMT" translate --model "$TMP/avg" > "$TMP/avg.out"
 check "averaged model translates" test -s "$TMP/avg.out"
+# The same two checkpoints named as directories: the same model, bit for bit.
+"$TNMT" average --output "$TMP/avg-dirs" $(ls -d "$TMP"/straight/step-* | sort | tail -n 2) 2> "$TMP/avg-dirs.log"
+check "average of named directories exits 0" test $? -eq 0
+check "average of named directories equals --last" "$COMPARE" "$TMP/avg" "$TMP/avg-dirs" 0
 
 # Fine-tuning: --init-model starts from a model directory's weights (here the float16 average
 # of the straight run) and vocabulary, with a fresh optimizer at step 0.

@@ -286,20 +286,30 @@ int TrainCommand(int argc, char** argv) {
 }
 
 int AverageCommand(int argc, char** argv) {
-  Args args("tnmt average", "Averages the parameters of the last K checkpoints into a model directory.");
+  Args args("tnmt average",
+            "Averages the parameters of the last K checkpoints of a training run, or of the directories\n"
+            "given (checkpoints or model directories of one architecture and vocabulary, e.g. of runs\n"
+            "fine-tuned from one model), each with equal weight, into a model directory.");
   args.AddString("checkpoints", "", "checkpoint root (a training --save-dir)");
   args.AddInt("last", 5, "how many of the newest checkpoints to average");
   args.AddString("output", "", "model directory to write");
   args.AddString("dtype", "float32", "stored dtype of the output: float32, float16, bfloat16");
   args.AddBool("overwrite", false, "replace an existing output directory");
+  args.AllowPositionals("[DIR ...]", 4096);
   absl::Status parsed = args.Parse(argc, argv, 2);
   if (!parsed.ok()) return Fail("average", std::string(parsed.message()));
   if (args.help_requested()) {
     std::cout << args.Help();
     return 0;
   }
-  if (args.GetString("checkpoints").empty() || args.GetString("output").empty()) {
-    return Fail("average", "--checkpoints and --output are required");
+  const std::vector<std::string>& dirs = args.positionals();
+  if (args.GetString("output").empty()) return Fail("average", "--output is required");
+  if (args.GetString("checkpoints").empty() == dirs.empty()) {
+    return Fail("average", dirs.empty() ? "give --checkpoints (a training run) or the directories to average"
+                                        : "give either --checkpoints or directories to average, not both");
+  }
+  if (!dirs.empty() && args.given("last")) {
+    return Fail("average", "--last applies to --checkpoints; with directories given, each of them is averaged");
   }
   AverageOptions o;
   const std::string dtype = args.GetString("dtype");
@@ -308,7 +318,9 @@ int AverageCommand(int argc, char** argv) {
   else if (dtype == "bfloat16") o.stored_dtype = DType::kBFloat16;
   else return Fail("average", absl::StrCat("--dtype ", dtype, ": expected float32, float16 or bfloat16"));
   o.overwrite = args.GetBool("overwrite");
-  absl::Status s = AverageLastCheckpoints(args.GetString("checkpoints"), args.GetInt("last"), args.GetString("output"), o);
+  absl::Status s = dirs.empty() ? AverageLastCheckpoints(args.GetString("checkpoints"), args.GetInt("last"),
+                                                        args.GetString("output"), o)
+                                : AverageCheckpoints(dirs, args.GetString("output"), o);
   if (!s.ok()) return Fail("average", std::string(s.message()));
   std::cerr << "tnmt average: wrote " << args.GetString("output") << "\n";
   return 0;
