@@ -12,6 +12,7 @@
 #include "engine/graph/transformer.h"
 #include "engine/layers/cpu_layer_ops.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/step_ops.h"
 
 namespace tnmt {
@@ -26,7 +27,15 @@ absl::Status DecoderState::GrowPool(std::vector<Tensor>& pool, int old_capacity,
   const int64_t d2 = 2 * static_cast<int64_t>(c_->d_model);
   for (Tensor& layer : pool) {
     TNMT_ASSIGN_OR_RETURN(Tensor bigger, Tensor::Empty({new_capacity, d2}));
-    if (old_capacity > 0) std::memcpy(bigger.f32(), layer.f32(), sizeof(float) * old_capacity * d2);
+    // Over the compute threads: the copy (and the page faults of the new memory) would
+    // otherwise keep the others waiting.
+    if (old_capacity > 0) {
+      const float* from = layer.f32();
+      float* to = bigger.f32();
+      k::ParallelForLarge(old_capacity, d2, [&](int64_t begin, int64_t end) {
+        std::memcpy(to + begin * d2, from + begin * d2, sizeof(float) * (end - begin) * d2);
+      });
+    }
     layer = std::move(bigger);
   }
   return absl::OkStatus();
@@ -55,8 +64,8 @@ absl::StatusOr<DecoderState> DecoderState::Create(const ModelConfig& c, const Mo
   if (row_hint > 0) {
     TNMT_RETURN_IF_ERROR(s.Reserve(graph::KvIndex::kSelf,
                                    static_cast<int64_t>(row_hint) * std::min(max_steps, 64)));
-    s.tables_.reserve(static_cast<size_t>(row_hint) * max_steps);
-    s.spare_tables_.reserve(static_cast<size_t>(row_hint) * max_steps);
+    s.tables_.Reserve(static_cast<size_t>(row_hint) * max_steps);
+    s.spare_tables_.Reserve(static_cast<size_t>(row_hint) * max_steps);
   }
   return s;
 }
@@ -166,7 +175,7 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
   // (kernels ReorderSlotTables, as on the GPU); then any further new positions.
   s->first_slots_.resize(n);
   for (int r = 0; r < n; ++r) s->first_slots_[r] = slots[static_cast<int64_t>(r) * t_new];
-  s->spare_tables_.resize(static_cast<size_t>(n) * s->max_steps_);
+  s->spare_tables_.Reserve(static_cast<size_t>(n) * s->max_steps_);
   k::ReorderSlotTables(s->spare_tables_.data(), s->tables_.data(), s->max_steps_,
                        index.row_map().data(), row_pos.data(), s->first_slots_.data(), n);
   std::swap(s->tables_, s->spare_tables_);

@@ -13,7 +13,9 @@
 // t_new = the whole target for teacher forcing / full recomputation — the same code path).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -85,9 +87,27 @@ class DecoderState {
   graph::KvIndex index_{"DecoderState"};
   // Per decoder layer, [capacity, 2 * d_model]: K then V of each slot.
   std::vector<Tensor> self_, cross_;
+  // Room for [rows, max_steps_] slot numbers that grows without initializing: a row is
+  // written up to its position before anything reads it, so growing (rows join, max_steps_ is
+  // the model's whole position limit) neither clears memory nor touches the pages of
+  // positions no row reaches. Contents are undefined after Reserve grows it.
+  class SlotTables {
+   public:
+    void Reserve(size_t n) {
+      if (n <= capacity_) return;
+      capacity_ = std::max(n, capacity_ + capacity_ / 2);
+      data_.reset(new int32_t[capacity_]);
+    }
+    int32_t* data() { return data_.get(); }
+    int32_t& operator[](size_t i) { return data_[i]; }
+
+   private:
+    std::unique_ptr<int32_t[]> data_;
+    size_t capacity_ = 0;
+  };
   // [row, max_steps_]: slot holding position p of row r (first row_pos valid), in the rows'
   // order as of the last DecoderForward (index_.row_map() says where each row's is now).
-  std::vector<int32_t> tables_, spare_tables_;
+  SlotTables tables_, spare_tables_;
   std::vector<int32_t> first_slots_, valid_;
   std::vector<int32_t> alignment_layers_;
   std::vector<std::vector<int32_t>> alignments_;
