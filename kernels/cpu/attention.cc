@@ -42,6 +42,17 @@ inline int KvGroup(const AttentionArgs& a, int64_t b) {
 inline int ValidKeys(const AttentionArgs& a, int g) {
   return a.k_valid != nullptr ? a.k_valid[g] : a.k_len;
 }
+// Keys query position i of a query group reading K/V group g may see: the group's valid keys,
+// causally limited (not clamped to k_len).
+inline int VisibleKeys(const AttentionArgs& a, int g, int i) {
+  const int valid = ValidKeys(a, g);
+  return a.causal_offset >= 0 && i + a.causal_offset + 1 < valid ? i + a.causal_offset + 1 : valid;
+}
+// Where key j of K/V group g starts in k and v: through the group's slot table when there is one.
+inline int64_t KeyOffset(const AttentionArgs& a, int g, int j, int64_t kv_group_stride, int64_t ld_kv) {
+  const int64_t stored = a.k_groups != nullptr ? a.k_groups[g * a.k_groups_stride + j] : g;
+  return stored * kv_group_stride + j * ld_kv;
+}
 
 // Query groups [b_begin, b_end) of MultiHeadAttention, portable code.
 TNMT_VECTORIZE void AttentionGroupsPortable(float* out, int64_t ld_out, const float* q,
@@ -52,14 +63,9 @@ TNMT_VECTORIZE void AttentionGroupsPortable(float* out, int64_t ld_out, const fl
   const int dh = a.d_head;
   for (int b = b_begin; b < b_end; ++b) {
     const int g = KvGroup(a, b);
-    const int valid = ValidKeys(a, g);
-    const int32_t* groups = a.k_groups != nullptr ? a.k_groups + g * a.k_groups_stride : nullptr;
-    auto key_row = [&](int j) -> int64_t {
-      return (groups != nullptr ? groups[j] : g) * kv_group_stride + j * ld_kv;
-    };
+    auto key_row = [&](int j) { return KeyOffset(a, g, j, kv_group_stride, ld_kv); };
     for (int i = 0; i < a.q_len; ++i) {
-      int limit = valid;
-      if (a.causal_offset >= 0 && i + a.causal_offset + 1 < limit) limit = i + a.causal_offset + 1;
+      const int limit = VisibleKeys(a, g, i);
       const int64_t row = static_cast<int64_t>(b) * a.q_len + i;
       const float* qr = q + row * ld_q;
       float* orow = out + row * ld_out;
@@ -538,16 +544,10 @@ void AttentionGroupsBlocked(float* out, int64_t ld_out, const float* q, int64_t 
   scratch->scores.resize(static_cast<size_t>(kBlockRows) * heads * k_pad);
   scratch->offsets.resize(static_cast<size_t>(kBlockRows) * k_pad);
   scratch->inv.resize(static_cast<size_t>(kBlockRows) * heads);
-  auto key_offset = [&](int g, int j) -> int64_t {
-    const int64_t stored = a.k_groups != nullptr ? a.k_groups[g * a.k_groups_stride + j] : g;
-    return stored * kv_group_stride + j * ld_kv;
-  };
-  // Keys query row `qrow` (of batch * q_len) may see: its group's valid keys, causally limited.
+  auto key_offset = [&](int g, int j) { return KeyOffset(a, g, j, kv_group_stride, ld_kv); };
+  // Keys query row `qrow` (of batch * q_len) may see, within [0, k_len].
   auto visible_keys = [&](int64_t qrow) {
-    const int i = static_cast<int>(qrow % a.q_len);
-    int lim = ValidKeys(a, KvGroup(a, qrow / a.q_len));
-    if (a.causal_offset >= 0 && i + a.causal_offset + 1 < lim) lim = i + a.causal_offset + 1;
-    return std::clamp(lim, 0, a.k_len);
+    return std::clamp(VisibleKeys(a, KvGroup(a, qrow / a.q_len), static_cast<int>(qrow % a.q_len)), 0, a.k_len);
   };
   // Rows whose first key is the same K/V row form a block (-1: no keys).
   auto first_key = [&](int b) -> int64_t {
@@ -739,11 +739,8 @@ void AttentionArgmax(int32_t* out, const float* q, int64_t ld_q, const float* k,
     std::vector<double> scores, mean;
     for (int64_t b = begin; b < end; ++b) {
       const int g = KvGroup(a, b);
-      const int valid = ValidKeys(a, g);
-      const int32_t* groups = a.k_groups != nullptr ? a.k_groups + g * a.k_groups_stride : nullptr;
       for (int i = 0; i < a.q_len; ++i) {
-        int limit = valid;
-        if (a.causal_offset >= 0 && i + a.causal_offset + 1 < limit) limit = i + a.causal_offset + 1;
+        const int limit = VisibleKeys(a, g, i);
         const int64_t row = b * a.q_len + i;
         if (limit <= 0) {
           out[row] = -1;
@@ -755,7 +752,7 @@ void AttentionArgmax(int32_t* out, const float* q, int64_t ld_q, const float* k,
         for (int h = 0; h < a.num_heads; ++h) {
           double mx = -INFINITY;
           for (int j = 0; j < limit; ++j) {
-            const float* kh = k + (groups != nullptr ? groups[j] : g) * kv_group_stride + j * ld_kv + h * dh;
+            const float* kh = k + KeyOffset(a, g, j, kv_group_stride, ld_kv) + h * dh;
             double s = 0.0;
             for (int c = 0; c < dh; ++c) s += static_cast<double>(qr[h * dh + c]) * kh[c];
             scores[j] = s * a.scale;
