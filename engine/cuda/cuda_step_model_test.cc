@@ -299,11 +299,15 @@ TEST(CudaStepGraphTest, ReplaysGiveTheEagerStepsBits) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, CudaStepModelTest,
+    // Tolerances as measured on an H200 (bench/results/gpu-check-2026-12-04-H200-a.txt),
+    // with about 2x room: worst scaled errors float32 1.8e-6, float16 1.1e-2 (tiny) and
+    // 4.7e-4 (tiny_prenorm), bfloat16 9.5e-2 and 3.6e-3; bfloat16 keeps 8 significant bits
+    // to float16's 11, so its bound is 8x float16's.
     ::testing::Values(Case{"tiny", DType::kFloat32, 1e-4}, Case{"tiny", DType::kFloat16, 2e-2},
-                      Case{"tiny", DType::kBFloat16, 5e-2},
+                      Case{"tiny", DType::kBFloat16, 1.6e-1},
                       Case{"tiny_prenorm", DType::kFloat32, 1e-4},
                       Case{"tiny_prenorm", DType::kFloat16, 2e-2},
-                      Case{"tiny_prenorm", DType::kBFloat16, 5e-2},
+                      Case{"tiny_prenorm", DType::kBFloat16, 1.6e-1},
                       // Graphs: rows padded to a bucket, steps captured and replayed.
                       Case{"tiny", DType::kFloat32, 1e-4, true},
                       Case{"tiny_prenorm", DType::kFloat16, 2e-2, true}),

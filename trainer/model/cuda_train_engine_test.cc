@@ -40,7 +40,18 @@ using testing::Variant;
 struct Tolerance {
   double loss, grad;
 };
-Tolerance TolFor(TrainPrecision p) { return p == TrainPrecision::kFloat32 ? Tolerance{1e-5, 1e-4} : Tolerance{3e-2, 3e-2}; }
+// Relative errors against the CPU's float32 step. Measured on an H200 (tiny models, one step
+// with every dropout on; bench/results/gpu-check-2026-12-04-H200-a.txt): loss float32
+// 1e-7, float16 4e-5, bfloat16 7e-4; worst gradient tensor float32 1.3e-6, float16 1.7e-2,
+// bfloat16 1.4e-1. bfloat16 keeps 8 significant bits to float16's 11: its gradient bound is
+// 8x float16's.
+Tolerance TolFor(TrainPrecision p) {
+  switch (p) {
+    case TrainPrecision::kFloat32: return {1e-5, 1e-4};
+    case TrainPrecision::kFloat16: return {1e-3, 3e-2};
+    default: return {5e-3, 2.4e-1};
+  }
+}
 
 class CudaTrainEngineTest : public ::testing::Test {
  protected:
