@@ -97,7 +97,7 @@ struct Flags {
   int vocab = 8000;
   std::string device = "cpu";  // or cuda[:N] (CUDA builds): the engine's GPU backend
   std::string dtype;           // GPU precision (default float16)
-  bool cuda_graphs = false;    // replay decode steps as CUDA graphs
+  bool cuda_graphs = true;     // replay decode steps as CUDA graphs (the engine's default)
 };
 
 [[noreturn]] void Usage(const std::string& error) {
@@ -127,7 +127,7 @@ Flags ParseFlags(int argc, char** argv) {
   args.AddInt("vocab", f.vocab, "vocabulary size of the random model");
   args.AddString("device", f.device, "cpu, cuda or cuda:N (the GPU engine; CUDA builds)");
   args.AddString("dtype", f.dtype, "GPU precision: float16 (default), bfloat16 or float32");
-  args.AddBool("cuda-graphs", f.cuda_graphs, "GPU: replay each decode step as a CUDA graph");
+  args.AddBool("cuda-graphs", f.cuda_graphs, "GPU: replay each decode step as a CUDA graph (--no-cuda-graphs: eager launches)");
   const absl::Status parsed = args.Parse(argc, argv, 1);
   if (!parsed.ok()) Usage(std::string(parsed.message()));
   if (args.help_requested()) {

@@ -24,7 +24,7 @@
 // Precision: see device_layers.h (float32 activations, GEMMs in the weights' dtype with
 // float32 accumulation and output). The KV cache, logits, log-sum-exp and top-k are float32.
 //
-// CUDA graphs (CudaStepOptions::cuda_graphs, off by default): the step's kernels (table
+// CUDA graphs (CudaStepOptions::cuda_graphs; CudaPlacement turns them on): the step's kernels (table
 // reorder, decoder, log-sum-exp, top-k) are captured once per (row bucket, k, buffers) and
 // replayed (graph_cache.h). Rows are padded to a bucket (a multiple of 16, of 64 above 256
 // rows) so a decode's shrinking row count reuses graphs; padded rows decode pad_id at
