@@ -29,6 +29,8 @@ check "straight run exits 0" test $? -eq 0
 check "checkpoint step 8 exists" test -f "$TMP/straight/step-00000008/model.safetensors"
 check "metrics has train, validation and checkpoint events" \
   bash -c "grep -q '\"event\":\"train\"' $TMP/straight/metrics.jsonl && grep -q dev_bleu $TMP/straight/metrics.jsonl && grep -q '\"event\":\"checkpoint\"' $TMP/straight/metrics.jsonl"
+check "train events time each phase of an update (data, forward/backward, reduce, update in ms)" \
+  bash -c "grep '\"event\":\"train\"' $TMP/straight/metrics.jsonl | grep -vE '\"data_ms\":[0-9.e-]+,.*\"forward_backward_ms\":[0-9.e-]+,.*\"reduce_ms\":[0-9.e-]+,.*\"update_ms\":[0-9.e-]+' | grep -q . && exit 1; exit 0"
 first=$(grep '"event":"train"' "$TMP/straight/metrics.jsonl" | head -1 | sed 's/.*"loss":\([0-9.]*\).*/\1/')
 last=$(grep '"event":"train"' "$TMP/straight/metrics.jsonl" | tail -1 | sed 's/.*"loss":\([0-9.]*\).*/\1/')
 check "loss falls ($first -> $last)" awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'

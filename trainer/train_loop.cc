@@ -37,6 +37,12 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// Seconds spent in each phase of the updates of one logging window.
+struct StepPhases {
+  int64_t updates = 0;
+  double data = 0, forward_backward = 0, reduce = 0, update = 0;
+};
+
 bool Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -260,6 +266,12 @@ class Trainer {
     const auto start = Clock::now();
     auto window_start = Clock::now();
     double window_tokens = 0, window_loss = 0, window_nll = 0, window_count = 0;
+    // Where a step's wall time goes, summed over the window's updates (skipped ones included):
+    // preparing batches, the forward and backward passes (on a GPU: queuing them), the
+    // reduction of the loss totals and the gradient norm (on a GPU: waiting for the queued
+    // work), the optimizer update.
+    StepPhases phases;
+    auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     int64_t last_saved = state_.step;
     bool stop = false;  // a rank asked to stop (learned with the previous update's reductions)
     while (state_.step < cfg_.max_steps) {
@@ -269,22 +281,29 @@ class Trainer {
         break;
       }
       TNMT_RETURN_IF_ERROR(engine_->BeginStep(cfg_.accum_steps));
+      ++phases.updates;
       for (int a = 0; a < cfg_.accum_steps; ++a) {
+        auto t = Clock::now();
         data::Batch b;
         TNMT_RETURN_IF_ERROR(batches_->Next(&b));
+        TrainBatch batch = ToTrainBatch(std::move(b));
+        phases.data += since(t);
         TrainStepOptions o;
         o.dropout = cfg_.dropout;
         o.attention_dropout = cfg_.attention_dropout;
         o.activation_dropout = cfg_.activation_dropout;
         o.label_smoothing = config_.label_smoothing;
         o.dropout_seed = MixSeed(cfg_.seed, state_.step, a, coll_->rank());
-        TNMT_RETURN_IF_ERROR(engine_->ForwardBackward(ToTrainBatch(std::move(b)), o));
+        t = Clock::now();
+        TNMT_RETURN_IF_ERROR(engine_->ForwardBackward(batch, o));
+        phases.forward_backward += since(t);
       }
       // Whether the coming update is due for a checkpoint; with several ranks each reads its own
       // clock, and the reduction makes them agree (a rank saving alone would desynchronize the
       // collectives).
       const double now_elapsed = start_elapsed + std::chrono::duration<double>(Clock::now() - start).count();
       const bool save_due = timer.Due(state_.step + 1, now_elapsed);
+      const auto reduce_start = Clock::now();
       TNMT_ASSIGN_OR_RETURN(const StepTotals totals, engine_->AllReduce(StopRequested(), save_due));
       stop = totals.stop;
       const double stats[3] = {totals.loss_sum, totals.nll_sum, totals.tokens};
@@ -299,9 +318,12 @@ class Trainer {
         gnorm = norm * grad_scale;
         if (cfg_.clip_norm > 0 && gnorm > cfg_.clip_norm) grad_scale *= static_cast<float>(cfg_.clip_norm / gnorm);
       }
+      phases.reduce += since(reduce_start);
+      const auto update_start = Clock::now();
       const double lr = NoamLearningRate(state_.step + 1, config_.d_model, {cfg_.warmup_steps, cfg_.lr_scale});
       const double scale_before = engine_->loss_scale();
       TNMT_ASSIGN_OR_RETURN(const bool applied, engine_->AdamStep(lr, grad_scale));
+      phases.update += since(update_start);
       if (!applied) {
         // float16 gradients overflowed: no update (the step counter stays), the batches are
         // consumed, the loss scale was halved.
@@ -336,6 +358,11 @@ class Trainer {
                   {"tokens_seen", state_.tokens_seen},
                   {"elapsed_seconds", state_.elapsed_seconds}, {"eta_seconds", eta}};
         if (std::isfinite(gnorm)) m["grad_norm"] = gnorm;
+        const double per = 1000.0 / std::max<int64_t>(1, phases.updates);
+        m["data_ms"] = phases.data * per;
+        m["forward_backward_ms"] = phases.forward_backward * per;
+        m["reduce_ms"] = phases.reduce * per;
+        m["update_ms"] = phases.update * per;
         if (precision_ == TrainPrecision::kFloat16) {
           m["loss_scale"] = engine_->loss_scale();
           m["skipped_steps"] = skipped_steps_;
@@ -350,6 +377,7 @@ class Trainer {
         }
         window_start = Clock::now();
         window_tokens = window_loss = window_nll = window_count = 0;
+        phases = {};
       }
       if (cfg_.valid_every_steps > 0 && state_.step % cfg_.valid_every_steps == 0) TNMT_RETURN_IF_ERROR(Validate());
       if (totals.save) {

@@ -220,8 +220,16 @@ if [[ -f "$B/data/train.en" && -x "$TNMT" ]]; then
       python3 -c 'import json, sys; v = [json.loads(l)["tokens_per_second"] for l in sys.stdin]; print("%.0f" % (sum(v) / len(v)) if v else "")' 2>/dev/null)
     loss=$(grep '"event":"train"' "$m" 2>/dev/null |
       python3 -c 'import json, sys; v = [json.loads(l)["loss"] for l in sys.stdin]; print("%.2f -> %.2f" % (v[0], v[-1]) if v else "")' 2>/dev/null)
+    # Where an update's time goes (ms per update; on the GPU, forward_backward is the time to
+    # queue the work and reduce the wait for it).
+    phases=$(grep '"event":"train"' "$m" 2>/dev/null | tail -n +2 |
+      python3 -c 'import json, sys
+v = [json.loads(l) for l in sys.stdin]
+keys = ["data_ms", "forward_backward_ms", "reduce_ms", "update_ms"]
+if v and all(k in v[0] for k in keys):
+    print(", ".join("%s %.1f" % (k[:-3], sum(j[k] for j in v) / len(v)) for k in keys) + " ms/update")' 2>/dev/null)
     params=$(sed -n "/^== train base cuda $dtype:/,\$p" "$log" | grep -oE 'model: [0-9]+ parameters' | head -1 | grep -oE '[0-9]+')
-    row "train base cuda $dtype" "$v" "${tps:-?} tok/s, loss ${loss:-?}"
+    row "train base cuda $dtype" "$v" "${tps:-?} tok/s, loss ${loss:-?}${phases:+; $phases}"
     [[ -n "$tps" ]] && perf+=("train_tokens_per_s dtype=$dtype $tps")
     [[ -n "$tps" && -n "$params" ]] && train_flops+=("$dtype $tps $params")
   done
