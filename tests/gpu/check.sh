@@ -14,8 +14,9 @@
 #      4, float16 and bfloat16, batch 1 (300 sentences), 32 and 256 (3,000 sentences each), and
 #      float16 at batch 1 and 32 again with the decode step replayed as CUDA graphs;
 #   4. training: `tnmt train` of Transformer-base on Multi30k on the GPU in bfloat16, float16
-#      and float32 for a fixed number of steps (tokens/s, estimated TFLOP/s and the fraction of
-#      the card's measured bf16 matmul peak, loss falling);
+#      and float32 for a fixed number of steps, then bfloat16 with 4x the batch and the small
+#      preset in float32 (tokens/s, where an update's time goes, estimated TFLOP/s and the
+#      fraction of the card's measured matmul peak, loss falling);
 #   5. the kernel benchmark (bench/gpu/gpu_bench.cc);
 #   6. compute-sanitizer memcheck of our kernels while time remains.
 # A short table comes last. The full log goes to $OUT (the device runner's output folder) or
@@ -204,35 +205,42 @@ if [[ -x "$B/bin/translate_bench" ]]; then
   for batch in 1 32 256; do bench_engine float16 "$batch" graphs; done
 fi
 
-# 4. Training Transformer-base on Multi30k (the demo model's vocabulary) for a fixed number of
-# steps; tokens/s from the trainer's metrics (the window after the first log).
-if [[ -f "$B/data/train.en" && -x "$TNMT" ]]; then
-  for dtype in bfloat16 float16 float32; do
-    dir="$work/train-$dtype"
-    mkdir -p "$dir"
-    run "train base cuda $dtype" 75 "$TNMT" train --train-source "$B/data/train.en" \
-      --train-target "$B/data/train.de" --spm-model models/demo/spm.model --preset base \
-      --max-tokens 8192 --max-steps 60 --log-every-steps 10 --save-dir "$dir" \
-      --save-every-steps 100000 --valid-every-steps 100000 --device cuda --dtype "$dtype"
-    v=$(verdict_of); [[ $v == OK ]] || status=1
-    m="$dir/metrics.jsonl"
-    tps=$(grep '"event":"train"' "$m" 2>/dev/null | tail -n +2 |
-      python3 -c 'import json, sys; v = [json.loads(l)["tokens_per_second"] for l in sys.stdin]; print("%.0f" % (sum(v) / len(v)) if v else "")' 2>/dev/null)
-    loss=$(grep '"event":"train"' "$m" 2>/dev/null |
-      python3 -c 'import json, sys; v = [json.loads(l)["loss"] for l in sys.stdin]; print("%.2f -> %.2f" % (v[0], v[-1]) if v else "")' 2>/dev/null)
-    # Where an update's time goes (ms per update; on the GPU, forward_backward is the time to
-    # queue the work and reduce the wait for it).
-    phases=$(grep '"event":"train"' "$m" 2>/dev/null | tail -n +2 |
-      python3 -c 'import json, sys
+# 4. Training on Multi30k (the demo model's vocabulary) for a fixed number of steps:
+# Transformer-base in each dtype, then base in bfloat16 with 4x the batch (does the step's
+# cost grow with the tokens or stay per update?) and the demo model's size (small) in float32;
+# tokens/s from the trainer's metrics (the windows after the first log).
+train_case() {  # train_case PRESET DTYPE MAX_TOKENS
+  local preset=$1 dtype=$2 tokens=$3 label="train $1 cuda $2"
+  [[ $tokens == 8192 ]] || label="train $preset cuda $dtype, $tokens tokens"
+  local dir="$work/train-$preset-$dtype-$tokens"
+  mkdir -p "$dir"
+  run "$label" 75 "$TNMT" train --train-source "$B/data/train.en" \
+    --train-target "$B/data/train.de" --spm-model models/demo/spm.model --preset "$preset" \
+    --max-tokens "$tokens" --max-steps 60 --log-every-steps 10 --save-dir "$dir" \
+    --save-every-steps 100000 --valid-every-steps 100000 --device cuda --dtype "$dtype"
+  local v tps loss phases params m="$dir/metrics.jsonl"
+  v=$(verdict_of); [[ $v == OK ]] || status=1
+  tps=$(grep '"event":"train"' "$m" 2>/dev/null | tail -n +2 |
+    python3 -c 'import json, sys; v = [json.loads(l)["tokens_per_second"] for l in sys.stdin]; print("%.0f" % (sum(v) / len(v)) if v else "")' 2>/dev/null)
+  loss=$(grep '"event":"train"' "$m" 2>/dev/null |
+    python3 -c 'import json, sys; v = [json.loads(l)["loss"] for l in sys.stdin]; print("%.2f -> %.2f" % (v[0], v[-1]) if v else "")' 2>/dev/null)
+  # Where an update's time goes (ms per update; on the GPU, forward_backward is the time to
+  # queue the work and reduce the wait for it).
+  phases=$(grep '"event":"train"' "$m" 2>/dev/null | tail -n +2 |
+    python3 -c 'import json, sys
 v = [json.loads(l) for l in sys.stdin]
 keys = ["data_ms", "forward_backward_ms", "reduce_ms", "update_ms"]
 if v and all(k in v[0] for k in keys):
     print(", ".join("%s %.1f" % (k[:-3], sum(j[k] for j in v) / len(v)) for k in keys) + " ms/update")' 2>/dev/null)
-    params=$(sed -n "/^== train base cuda $dtype:/,\$p" "$log" | grep -oE 'model: [0-9]+ parameters' | head -1 | grep -oE '[0-9]+')
-    row "train base cuda $dtype" "$v" "${tps:-?} tok/s, loss ${loss:-?}${phases:+; $phases}"
-    [[ -n "$tps" ]] && perf+=("train_tokens_per_s dtype=$dtype $tps")
-    [[ -n "$tps" && -n "$params" ]] && train_flops+=("$dtype $tps $params")
-  done
+  params=$(sed -n "/^== $label:/,\$p" "$log" | grep -oE 'model: [0-9]+ parameters' | head -1 | grep -oE '[0-9]+')
+  row "$label" "$v" "${tps:-?} tok/s, loss ${loss:-?}${phases:+; $phases}"
+  [[ -n "$tps" ]] && perf+=("train_tokens_per_s preset=$preset dtype=$dtype max_tokens=$tokens $tps")
+  [[ -n "$tps" && -n "$params" ]] && train_flops+=("$dtype $tps $params $preset,$tokens")
+}
+if [[ -f "$B/data/train.en" && -x "$TNMT" ]]; then
+  for dtype in bfloat16 float16 float32; do train_case base "$dtype" 8192; done
+  train_case base bfloat16 32768
+  train_case small float32 8192
 fi
 
 # 5. Kernel benchmark.
@@ -270,12 +278,12 @@ fi
   # Training matmul rate: ~6 FLOPs per parameter per token (forward 2, backward 4; attention
   # scores left out, small at these lengths), against this card's GEMM peak of the same dtype.
   for t in "${train_flops[@]}"; do
-    read -r dtype tps params <<< "$t"
+    read -r dtype tps params what <<< "$t"
     peak=$(awk -v k="gemm_peak_8192_$dtype" '$1 == "RESULT" && $2 == k {print $3}' "$bench_out" 2>/dev/null)
-    awk -v d="$dtype" -v t="$tps" -v p="$params" -v peak="${peak:-0}" 'BEGIN {
+    awk -v d="$dtype" -v t="$tps" -v p="$params" -v w="$what" -v peak="${peak:-0}" 'BEGIN {
       f = 6 * p * t / 1e12
-      if (peak > 0) printf "PERF train_matmul dtype=%s %.1f TFLOP/s = %.1f%% of the measured %s peak %.0f TFLOP/s\n", d, f, 100 * f / peak, d, peak
-      else printf "PERF train_matmul dtype=%s %.1f TFLOP/s (no GEMM peak measured)\n", d, f }'
+      if (peak > 0) printf "PERF train_matmul %s dtype=%s %.1f TFLOP/s = %.1f%% of the measured %s peak %.0f TFLOP/s\n", w, d, f, 100 * f / peak, d, peak
+      else printf "PERF train_matmul %s dtype=%s %.1f TFLOP/s (no GEMM peak measured)\n", w, d, f }'
   done
   grep '^RESULT' "$bench_out" 2>/dev/null | awk '{printf "%-44s %10s %s\n", $2, $3, $4}'
 } | tee -a "$log"
