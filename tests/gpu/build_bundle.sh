@@ -46,7 +46,8 @@ LD_LIBRARY_PATH="$stage/lib" bash -c 'for b in "$0"/bin/* "$0"/lib/*; do ldd "$b
   { echo "build_bundle: unresolved libraries above" >&2; exit 1; }
 rm -rf "$out" && mkdir -p "$out"
 tar -C "$stage" -cf - bin lib data | xz -T2 -6 > "$out/bundle.tar.xz"
-git rev-parse HEAD > "$out/REVISION"
+# The commit built, and whether tracked files differed from it (the check's log names this).
+echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- || echo ' with uncommitted changes')" > "$out/REVISION"
 size_kb=$(du -sk "$out" | cut -f1)
 echo "bundle: $((size_kb / 1024)) MiB in $out ($(ls "$stage/bin" | wc -l) binaries, $(ls "$stage/lib" | wc -l) libraries, $(ls "$stage/data" | wc -l) data files)"
 if ((size_kb > 40 * 1024)); then
