@@ -106,12 +106,13 @@ for test in "$B"/bin/*_test; do
     # machine has (NCCL across devices) is only noted.
     out=$(sed -n "/^== $name:/,\$p" "$log")
     skipped=$(grep -cE '^\[  SKIPPED \] [A-Za-z_/.]+.* \([0-9]+ ms\)$' <<< "$out")
-    for_gpus=$(grep -cE '^needs [0-9]+ GPUs, found [0-9]+$' <<< "$out")
+    needs_gpus='^needs [0-9]+ GPUs, found [0-9]+$'
+    for_gpus=$(grep -cE "$needs_gpus" <<< "$out")
     if grep -q 'SKIPPED: no CUDA device' <<< "$out" || ((skipped > for_gpus)); then
       v=SKIPPED
     else
       v=PASSED
-      ((skipped > 0)) && note="$skipped skipped: $(grep -m1 -oE '^needs [0-9]+ GPUs, found [0-9]+$' <<< "$out")"
+      ((skipped > 0)) && note="$skipped skipped: $(grep -m1 -E "$needs_gpus" <<< "$out")"
     fi
   fi
   [[ $v == PASSED ]] || status=1
@@ -220,18 +221,17 @@ train_case() {  # train_case PRESET DTYPE MAX_TOKENS
     --save-every-steps 100000 --valid-every-steps 100000 --device cuda --dtype "$dtype"
   local v tps loss phases params m="$dir/metrics.jsonl"
   v=$(verdict_of); [[ $v == OK ]] || status=1
-  tps=$(grep '"event":"train"' "$m" 2>/dev/null | tail -n +2 |
-    python3 -c 'import json, sys; v = [json.loads(l)["tokens_per_second"] for l in sys.stdin]; print("%.0f" % (sum(v) / len(v)) if v else "")' 2>/dev/null)
-  loss=$(grep '"event":"train"' "$m" 2>/dev/null |
-    python3 -c 'import json, sys; v = [json.loads(l)["loss"] for l in sys.stdin]; print("%.2f -> %.2f" % (v[0], v[-1]) if v else "")' 2>/dev/null)
-  # Where an update's time goes (ms per update; on the GPU, forward_backward is the time to
-  # queue the work and reduce the wait for it).
-  phases=$(grep '"event":"train"' "$m" 2>/dev/null | tail -n +2 |
-    python3 -c 'import json, sys
+  # One pass over the train events: tokens/s (the windows after the first), the loss from the
+  # first to the last, and where an update's time goes (ms per update; on the GPU,
+  # forward_backward is the time to queue the work and reduce the wait for it).
+  IFS='|' read -r tps loss phases < <(grep '"event":"train"' "$m" 2>/dev/null | python3 -c 'import json, sys
 v = [json.loads(l) for l in sys.stdin]
+w = v[1:]
 keys = ["data_ms", "forward_backward_ms", "reduce_ms", "update_ms"]
-if v and all(k in v[0] for k in keys):
-    print(", ".join("%s %.1f" % (k[:-3], sum(j[k] for j in v) / len(v)) for k in keys) + " ms/update")' 2>/dev/null)
+tps = "%.0f" % (sum(j["tokens_per_second"] for j in w) / len(w)) if w else ""
+loss = "%.2f -> %.2f" % (v[0]["loss"], v[-1]["loss"]) if v else ""
+phases = ", ".join("%s %.1f" % (k[:-3], sum(j[k] for j in w) / len(w)) for k in keys) + " ms/update" if w and all(k in w[0] for k in keys) else ""
+print(tps, loss, phases, sep="|")' 2>/dev/null)
   params=$(sed -n "/^== $label:/,\$p" "$log" | grep -oE 'model: [0-9]+ parameters' | head -1 | grep -oE '[0-9]+')
   row "$label" "$v" "${tps:-?} tok/s, loss ${loss:-?}${phases:+; $phases}"
   [[ -n "$tps" ]] && perf+=("train_tokens_per_s preset=$preset dtype=$dtype max_tokens=$tokens $tps")
