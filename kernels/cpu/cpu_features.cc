@@ -74,6 +74,18 @@ bool HasAvx512Vnni() {
 #endif
 }
 
+bool HasAvx512Bf16() {
+#if defined(__x86_64__)
+  static const bool bf16 = [] {
+    __builtin_cpu_init();
+    return DetectedIsa() == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16");
+  }();
+  return bf16;
+#else
+  return false;
+#endif
+}
+
 const char* Int8KernelName() {
   if (UseAvx512() && HasAvx512Vnni()) return "avx512-vnni";
   return UseAvx2() ? "avx2" : "portable";

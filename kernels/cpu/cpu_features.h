@@ -25,6 +25,8 @@ bool UseAvx512();
 bool UseAvx2();
 // Whether the CPU has AVX-512 VNNI (the int8 GEMM's fastest kernel; used when UseAvx512()).
 bool HasAvx512Vnni();
+// Whether the CPU has AVX-512 BF16 (the bfloat16 training GEMM's kernel; used when UseAvx512()).
+bool HasAvx512Bf16();
 // The int8 GEMM's kernel under the active level: "avx512-vnni", "avx2" or "portable".
 const char* Int8KernelName();
 
