@@ -63,6 +63,8 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="bfloat16: forward under torch.autocast('cpu', torch.bfloat16) (its matmuls in bfloat16)")
     return p.parse_args()
 
 
@@ -252,8 +254,9 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = model(src, tgt_in)
-        loss, nll, tokens = label_smoothed_loss(logits, tgt_out, V, LABEL_SMOOTHING)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.dtype == "bfloat16"):
+            logits = model(src, tgt_in)
+        loss, nll, tokens = label_smoothed_loss(logits.float(), tgt_out, V, LABEL_SMOOTHING)
         assert tokens == tokens_per_step, (tokens, tokens_per_step)
         (loss / tokens).backward()
         state["step"] += 1
@@ -287,7 +290,7 @@ def main():
           f"load {load_start:.2f} -> {os.getloadavg()[0]:.2f}")
     print(f"RESULT engine=torch threads={args.threads} tokens_per_s={tps:.2f} s_per_step={wall / args.steps:.4f} "
           f"peak_rss_mib={rss:.0f} loss0={state['loss0']:.4f} cores={cpu / wall:.2f} "
-          f"blas_core={os.environ.get('OPENBLAS_CORETYPE', 'default')}")
+          f"blas_core={os.environ.get('OPENBLAS_CORETYPE', 'default')} dtype={args.dtype}")
     sys.stdout.flush()
 
 

@@ -21,6 +21,8 @@
 //        --tgt-len N  --steps N  --warmup N  --dropout P  --seed N
 //        --attention-dropout P  --activation-dropout P  (tnmt only: what they cost; the
 //        PyTorch peer has residual dropout only, so compare ratios with these at 0)
+//        --dtype float32|bfloat16  (bfloat16: the linears' GEMMs with bfloat16 operands and
+//        float32 sums, CPUs with AVX-512 BF16; the peer's counterpart is its bfloat16 autocast)
 // Output: human-readable lines, then one machine-readable line
 //   RESULT engine=tnmt threads=N tokens_per_s=X s_per_step=S peak_rss_mib=M loss0=L ...
 // (loss0: the label-smoothed loss per target token of the first, untimed step; with a fresh
@@ -58,6 +60,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 
 struct Flags {
   std::string preset = "small";
+  std::string dtype = "float32";
   int vocab = 8000;
   int threads = 1;
   int batch_sentences = 128;
@@ -91,6 +94,7 @@ Flags ParseFlags(int argc, char** argv) {
   args.AddFloat("dropout", static_cast<float>(f.dropout), "dropout");
   args.AddFloat("attention-dropout", 0.0f, "dropout on the attention probabilities");
   args.AddFloat("activation-dropout", 0.0f, "dropout on the feed-forward's hidden layer");
+  args.AddString("dtype", f.dtype, "float32, or bfloat16 (GEMM operands; CPUs with AVX-512 BF16)");
   const absl::Status parsed = args.Parse(argc, argv, 1);
   if (!parsed.ok()) Usage(std::string(parsed.message()));
   if (args.help_requested()) {
@@ -109,6 +113,11 @@ Flags ParseFlags(int argc, char** argv) {
   f.dropout = args.GetFloat("dropout");
   f.attention_dropout = args.GetFloat("attention-dropout");
   f.activation_dropout = args.GetFloat("activation-dropout");
+  f.dtype = args.GetString("dtype");
+  if (f.dtype != "float32" && f.dtype != "bfloat16") Usage("--dtype must be float32 or bfloat16");
+  if (f.dtype == "bfloat16" && !kernels::cpu::HasBf16Gemm()) {
+    Usage("--dtype bfloat16 needs a CPU with AVX-512 BF16 (and TNMT_CPU_ISA not below avx512)");
+  }
   const auto rate = [](double p) { return p >= 0.0 && p < 1.0; };
   if (f.vocab < 5 || f.threads < 1 || f.batch_sentences < 1 || f.src_len < 2 || f.tgt_len < 2 ||
       f.steps < 1 || f.warmup < 0 || args.GetInt("seed") < 0 || !rate(f.dropout) || !rate(f.attention_dropout) ||
@@ -196,6 +205,7 @@ absl::Status Run(const Flags& f) {
     o.activation_dropout = static_cast<float>(f.activation_dropout);
     o.label_smoothing = 0.1f;
     o.dropout_seed = f.seed * 1000003ULL + static_cast<uint64_t>(index);
+    o.bfloat16_gemms = f.dtype == "bfloat16";
     absl::StatusOr<train::LossStats> s = train::ForwardBackward(c, *params, batch, o, 1.0f, &*grads);
     if (!s.ok()) return s.status();
     if (s->tokens != tokens_per_step) {
@@ -234,9 +244,9 @@ absl::Status Run(const Flags& f) {
               "peak RSS %.0f MiB, load %.2f -> %.2f\n",
               wall / f.steps, fastest, slowest, tps, cpu / wall, PeakRssMib(), load_start, LoadAverage1());
   std::printf("RESULT engine=tnmt threads=%d tokens_per_s=%.2f s_per_step=%.4f peak_rss_mib=%.0f loss0=%.4f "
-              "cores=%.2f blas_core=%s\n",
+              "cores=%.2f blas_core=%s dtype=%s\n",
               f.threads, tps, wall / f.steps, PeakRssMib(), loss0, cpu / wall,
-              kernels::cpu::BlasCoreName().c_str());
+              kernels::cpu::BlasCoreName().c_str(), f.dtype.c_str());
   return absl::OkStatus();
 }
 

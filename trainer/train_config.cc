@@ -214,8 +214,9 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
   if (!device.ok()) return bad("device", "must be \"cpu\", \"cuda\" or \"cuda:N\"");
   auto precision = ParseTrainPrecision(t.dtype);
   if (!precision.ok()) return bad("dtype", "must be \"float32\", \"float16\" or \"bfloat16\"");
-  if (!device->cuda && *precision != TrainPrecision::kFloat32) {
-    return bad("dtype", absl::StrCat("needs a GPU for ", t.dtype, " (device \"cuda\"); training on \"cpu\" is float32"));
+  if (!device->cuda && *precision == TrainPrecision::kFloat16) {
+    return bad("dtype", "needs a GPU for float16 (device \"cuda\"); training on \"cpu\" is float32, or bfloat16 on CPUs "
+                        "with AVX-512 BF16");
   }
 
   auto preset = PresetModel(t.preset, t.vocab_size);

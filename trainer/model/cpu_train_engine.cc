@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
 #include "trainer/model/parameters.h"
 
 namespace tnmt::train {
@@ -36,12 +38,14 @@ absl::Status AllReduceGradients(Collective* c, const ModelConfig& config, ModelW
 
 class CpuTrainEngine : public TrainEngine {
  public:
-  CpuTrainEngine(const ModelConfig& c, Collective* coll, ModelWeights params, Adam adam, ModelWeights grads)
-      : c_(c), coll_(coll), params_(std::move(params)), adam_(std::move(adam)), grads_(std::move(grads)) {}
+  CpuTrainEngine(const ModelConfig& c, Collective* coll, bool bf16, ModelWeights params, Adam adam,
+                 ModelWeights grads)
+      : c_(c), coll_(coll), bf16_(bf16), params_(std::move(params)), adam_(std::move(adam)),
+        grads_(std::move(grads)) {}
 
   std::string Describe() const override {
-    return coll_->world_size() > 1 ? absl::StrCat("cpu, float32, ", coll_->world_size(), " ranks")
-                                   : std::string("cpu, float32");
+    const std::string what = bf16_ ? "cpu, bfloat16 GEMMs (float32 weights, gradients and optimizer)" : "cpu, float32";
+    return coll_->world_size() > 1 ? absl::StrCat(what, ", ", coll_->world_size(), " ranks") : what;
   }
 
   absl::Status BeginStep(int) override {
@@ -51,7 +55,9 @@ class CpuTrainEngine : public TrainEngine {
   }
 
   absl::Status ForwardBackward(const TrainBatch& batch, const TrainStepOptions& options) override {
-    TNMT_ASSIGN_OR_RETURN(LossStats s, train::ForwardBackward(c_, params_, batch, options, 1.0f, &grads_));
+    TrainStepOptions o = options;
+    o.bfloat16_gemms = bf16_;
+    TNMT_ASSIGN_OR_RETURN(LossStats s, train::ForwardBackward(c_, params_, batch, o, 1.0f, &grads_));
     sums_.loss_sum += s.loss_sum;
     sums_.nll_sum += s.nll_sum;
     sums_.tokens += s.tokens;
@@ -104,6 +110,7 @@ class CpuTrainEngine : public TrainEngine {
  private:
   const ModelConfig c_;
   Collective* coll_;
+  const bool bf16_;  // TrainPrecision::kBFloat16: GemmBf16 for the linears
   ModelWeights params_;
   Adam adam_;
   ModelWeights grads_;
@@ -117,14 +124,21 @@ absl::StatusOr<std::unique_ptr<TrainEngine>> MakeCpuTrainEngine(const ModelConfi
                                                                 const TrainEngineOptions& options,
                                                                 ModelWeights params, Adam adam) {
   if (options.device.cuda) return absl::InvalidArgumentError("MakeCpuTrainEngine: the device is not the CPU");
-  if (options.precision != TrainPrecision::kFloat32) {
+  if (options.precision == TrainPrecision::kFloat16) {
     return absl::InvalidArgumentError(
-        absl::StrCat("\"dtype\" ", TrainPrecisionName(options.precision), " needs a GPU; training on the CPU is float32"));
+        "\"dtype\" float16 needs a GPU; training on the CPU is float32, or bfloat16 on CPUs with AVX-512 BF16");
+  }
+  const bool bf16 = options.precision == TrainPrecision::kBFloat16;
+  if (bf16 && !kernels::cpu::HasBf16Gemm()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"dtype\" bfloat16 on the CPU needs AVX-512 BF16 (e.g. AMD Zen 4, Intel Sapphire Rapids), which this CPU ",
+        kernels::cpu::HasAvx512Bf16() ? "has but the kernel level set by TNMT_CPU_ISA (" : "lacks (kernel level ",
+        kernels::cpu::IsaName(kernels::cpu::ActiveIsa()), "); train in float32"));
   }
   if (options.collective == nullptr) return absl::InvalidArgumentError("MakeCpuTrainEngine: no collective");
   TNMT_ASSIGN_OR_RETURN(ModelWeights grads, ZerosLike(c, params));
   return std::unique_ptr<TrainEngine>(
-      new CpuTrainEngine(c, options.collective, std::move(params), std::move(adam), std::move(grads)));
+      new CpuTrainEngine(c, options.collective, bf16, std::move(params), std::move(adam), std::move(grads)));
 }
 
 }  // namespace tnmt::train

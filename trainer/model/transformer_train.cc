@@ -12,6 +12,7 @@
 #include "engine/layers/sublayers.h"
 #include "kernels/cpu/backward.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "trainer/model/train_graph.h"
 
@@ -79,8 +80,8 @@ class CpuTrainOps {
   using NormParams = CpuNorm;
   using Weights = CpuTrainWeights;
 
-  CpuTrainOps(const ModelConfig& c, const ModelWeights& w, ModelWeights* g, const TrainBatch& b)
-      : c_(c), w_(w), g_(g), b_(b), tree_(PairWithGradients(w, g)), d_(c.d_model),
+  CpuTrainOps(const ModelConfig& c, const ModelWeights& w, ModelWeights* g, const TrainBatch& b, bool bf16)
+      : c_(c), w_(w), g_(g), b_(b), tree_(PairWithGradients(w, g)), d_(c.d_model), bf16_(bf16),
         src_positions_(Positions(b.batch, b.src_len)), tgt_positions_(Positions(b.batch, b.tgt_len)) {}
 
   const ModelConfig& config() const { return c_; }
@@ -107,18 +108,32 @@ class CpuTrainOps {
   }
 
   absl::Status Linear(float* y, const float* x, int64_t rows, const CpuLinear& l) {
-    ApplyLinear(y, x, rows, *l.w);
+    if (!bf16_) {
+      ApplyLinear(y, x, rows, *l.w);
+      return absl::OkStatus();
+    }
+    const ::tnmt::Linear& w = *l.w;
+    const int out = static_cast<int>(w.weight.dim(0)), in = static_cast<int>(w.weight.dim(1));
+    k::GemmBf16(false, true, static_cast<int>(rows), out, in, x, in, w.weight.f32(), in, false, y, out);
+    if (!w.bias.empty()) k::AddBias(y, w.bias.f32(), rows, out);
     return absl::OkStatus();
   }
   absl::Status LinearBackward(float* dx, bool accumulate, const float* dy, const float* x, int64_t rows,
                               const CpuLinear& l) {
     const ::tnmt::Linear& w = *l.w;
     const int out = static_cast<int>(w.weight.dim(0)), in = static_cast<int>(w.weight.dim(1));
-    if (dx != nullptr) {
-      k::GemmNN(static_cast<int>(rows), in, out, 1.0f, dy, out, w.weight.f32(), in, accumulate ? 1.0f : 0.0f, dx,
-                in);
+    if (bf16_) {
+      if (dx != nullptr) {
+        k::GemmBf16(false, false, static_cast<int>(rows), in, out, dy, out, w.weight.f32(), in, accumulate, dx, in);
+      }
+      k::GemmBf16(true, false, out, in, static_cast<int>(rows), dy, out, x, in, true, l.g->weight.f32(), in);
+    } else {
+      if (dx != nullptr) {
+        k::GemmNN(static_cast<int>(rows), in, out, 1.0f, dy, out, w.weight.f32(), in, accumulate ? 1.0f : 0.0f,
+                  dx, in);
+      }
+      k::GemmTN(out, in, static_cast<int>(rows), 1.0f, dy, out, x, in, 1.0f, l.g->weight.f32(), in);
     }
-    k::GemmTN(out, in, static_cast<int>(rows), 1.0f, dy, out, x, in, 1.0f, l.g->weight.f32(), in);
     if (!w.bias.empty()) k::AccumulateColumnSum(l.g->bias.f32(), dy, rows, out);
     return absl::OkStatus();
   }
@@ -188,7 +203,12 @@ class CpuTrainOps {
 
   absl::Status Logits(float* logits, const float* h, int64_t rows) {
     const int V = c_.vocab_size;
-    k::GemmNT(static_cast<int>(rows), V, d_, 1.0f, h, d_, w_.output_projection.f32(), d_, 0.0f, logits, V);
+    if (bf16_) {
+      k::GemmBf16(false, true, static_cast<int>(rows), V, d_, h, d_, w_.output_projection.f32(), d_, false, logits,
+                  V);
+    } else {
+      k::GemmNT(static_cast<int>(rows), V, d_, 1.0f, h, d_, w_.output_projection.f32(), d_, 0.0f, logits, V);
+    }
     return absl::OkStatus();
   }
   absl::Status Loss(float* logits, int64_t rows, float label_smoothing) {
@@ -202,8 +222,13 @@ class CpuTrainOps {
   }
   absl::Status LogitsBackward(float* dh, const float* dlogits, const float* h, int64_t rows) {
     const int V = c_.vocab_size, r = static_cast<int>(rows);
-    k::GemmNN(r, d_, V, 1.0f, dlogits, V, w_.output_projection.f32(), d_, 0.0f, dh, d_);
-    k::GemmTN(V, d_, r, 1.0f, dlogits, V, h, d_, 1.0f, g_->output_projection.f32(), d_);
+    if (bf16_) {
+      k::GemmBf16(false, false, r, d_, V, dlogits, V, w_.output_projection.f32(), d_, false, dh, d_);
+      k::GemmBf16(true, false, V, d_, r, dlogits, V, h, d_, true, g_->output_projection.f32(), d_);
+    } else {
+      k::GemmNN(r, d_, V, 1.0f, dlogits, V, w_.output_projection.f32(), d_, 0.0f, dh, d_);
+      k::GemmTN(V, d_, r, 1.0f, dlogits, V, h, d_, 1.0f, g_->output_projection.f32(), d_);
+    }
     return absl::OkStatus();
   }
   absl::Status Done(int) { return absl::OkStatus(); }
@@ -226,15 +251,16 @@ class CpuTrainOps {
   const TrainBatch& b_;
   const CpuTrainWeights tree_;
   const int d_;
+  const bool bf16_;  // TrainStepOptions::bfloat16_gemms
   const std::vector<int32_t> src_positions_, tgt_positions_;
   LossStats stats_;
 };
 
 absl::StatusOr<LossStats> Run(const ModelConfig& c, const ModelWeights& w, const TrainBatch& b,
-                              const DropoutRates& dropout, float eps, uint64_t seed, float loss_scale,
+                              const DropoutRates& dropout, float eps, uint64_t seed, float loss_scale, bool bf16,
                               ModelWeights* g) {
   TNMT_RETURN_IF_ERROR(ValidateBatch(c, b));
-  CpuTrainOps ops(c, w, g, b);
+  CpuTrainOps ops(c, w, g, b, bf16);
   TrainGraph<CpuTrainOps> graph(ops, b.batch, b.src_len, b.tgt_len, dropout, seed);
   TNMT_RETURN_IF_ERROR(graph.Forward());
   TNMT_RETURN_IF_ERROR(graph.LossAndBackward(eps, loss_scale, /*backward=*/g != nullptr));
@@ -266,14 +292,14 @@ absl::Status ValidateBatch(const ModelConfig& c, const TrainBatch& b) {
 
 absl::StatusOr<LossStats> ForwardBackward(const ModelConfig& c, const ModelWeights& params, const TrainBatch& batch,
                                           const TrainStepOptions& o, float loss_scale, ModelWeights* grads) {
-  return Run(c, params, batch, o.rates(), o.label_smoothing, o.dropout_seed, loss_scale, grads);
+  return Run(c, params, batch, o.rates(), o.label_smoothing, o.dropout_seed, loss_scale, o.bfloat16_gemms, grads);
 }
 
 void PoisonNewBuffersForTesting(bool on) { poison_buffers.store(on, std::memory_order_relaxed); }
 
 absl::StatusOr<LossStats> EvaluateLoss(const ModelConfig& c, const ModelWeights& params, const TrainBatch& batch,
                                        float label_smoothing) {
-  return Run(c, params, batch, DropoutRates{}, label_smoothing, 0, 1.0f, nullptr);
+  return Run(c, params, batch, DropoutRates{}, label_smoothing, 0, 1.0f, /*bf16=*/false, nullptr);
 }
 
 }  // namespace tnmt::train

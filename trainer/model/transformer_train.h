@@ -32,6 +32,10 @@ struct TrainStepOptions {
   float activation_dropout = 0.0f;  // on the feed-forward's hidden layer after the activation
   float label_smoothing = 0.1f;     // ε
   uint64_t dropout_seed = 0;        // masks depend on (seed, site, element) only
+  // The linears' and the output projection's GEMMs, forward and backward, round their operands
+  // to bfloat16 and sum in float32 (kernels::cpu::GemmBf16; weights, gradients, activations and
+  // everything else stay float32). Fast only where kernels::cpu::HasBf16Gemm().
+  bool bfloat16_gemms = false;
 
   DropoutRates rates() const { return {dropout, attention_dropout, activation_dropout}; }
 };
