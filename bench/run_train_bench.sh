@@ -22,6 +22,8 @@
 #   ARGS="..."      flags for both engines (default: the issue's workload, small preset,
 #                   128 sentences x 25/25 tokens, vocab 8000, 2 warm-up + 10 timed steps)
 #   STOCK=0|1       also time PyTorch with OpenBLAS's own kernel choice (slow: ~3x)
+#   DTYPES="float32" add bfloat16 for rows of tnmt's bfloat16 GEMMs (CPUs with AVX-512 BF16)
+#                   against PyTorch's bfloat16 autocast (its matmuls in oneDNN's bfloat16)
 #   PAUSE=1|0       pause the background training run while measuring
 #   TORCH_PYTHON    interpreter with torch (default /usr/bin/python3)
 #   WORK=DIR        where the logs go (default: a new temp dir)
@@ -32,6 +34,7 @@ REPO="$(pwd)"
 THREADS="${THREADS:-1 2}"
 ARGS="${ARGS:---preset small --vocab 8000 --batch-sentences 128 --src-len 25 --tgt-len 25 --steps 10 --warmup 2 --dropout 0.1}"
 STOCK="${STOCK:-0}"
+DTYPES="${DTYPES:-float32}"
 PAUSE="${PAUSE:-1}"
 TORCH_PYTHON="${TORCH_PYTHON:-/usr/bin/python3}"
 WORK="${WORK:-$(mktemp -d /tmp/tnmt_train_bench.XXXXXX)}"
@@ -86,17 +89,21 @@ run() {  # name threads command...
 
 CORE=""
 for t in $THREADS; do
-  # shellcheck disable=SC2086
-  run tnmt "$t" "$BIN" --threads "$t" $ARGS
-  [[ -n "$CORE" ]] || CORE="$(sed -n 's/^RESULT .*blas_core=\([^ ]*\).*/\1/p' "$WORK/tnmt.t$t.log")"
-  # shellcheck disable=SC2086
-  (cd "$WORK" && run torch "$t" env OPENBLAS_CORETYPE="$CORE" OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t" \
-      "$TORCH_PYTHON" "$REPO/bench/torch_train_peer.py" --threads "$t" $ARGS)
-  if [[ "$STOCK" == 1 ]]; then
+  for d in $DTYPES; do
+    x=""  # log name suffix: none for float32
+    [[ "$d" == float32 ]] || x="_$d"
     # shellcheck disable=SC2086
-    (cd "$WORK" && run torch_stock "$t" env -u OPENBLAS_CORETYPE OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t" \
-        "$TORCH_PYTHON" "$REPO/bench/torch_train_peer.py" --threads "$t" $ARGS)
-  fi
+    run "tnmt$x" "$t" "$BIN" --threads "$t" --dtype "$d" $ARGS
+    [[ -n "$CORE" ]] || CORE="$(sed -n 's/^RESULT .*blas_core=\([^ ]*\).*/\1/p' "$WORK/tnmt$x.t$t.log")"
+    # shellcheck disable=SC2086
+    (cd "$WORK" && run "torch$x" "$t" env OPENBLAS_CORETYPE="$CORE" OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t" \
+        "$TORCH_PYTHON" "$REPO/bench/torch_train_peer.py" --threads "$t" --dtype "$d" $ARGS)
+    if [[ "$STOCK" == 1 ]]; then
+      # shellcheck disable=SC2086
+      (cd "$WORK" && run "torch_stock$x" "$t" env -u OPENBLAS_CORETYPE OPENBLAS_NUM_THREADS="$t" OMP_NUM_THREADS="$t" \
+          "$TORCH_PYTHON" "$REPO/bench/torch_train_peer.py" --threads "$t" --dtype "$d" $ARGS)
+    fi
+  done
 done
 
 LOAD_END="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -104,9 +111,10 @@ echo "== load average at end: $LOAD_END"
 resume
 
 # --- one table ----------------------------------------------------------------------------
-"$TORCH_PYTHON" - "$WORK" "$THREADS" "$LOAD_START" "$LOAD_END" "$ARGS" <<'EOF'
+"$TORCH_PYTHON" - "$WORK" "$THREADS" "$LOAD_START" "$LOAD_END" "$ARGS" "$DTYPES" <<'EOF'
 import math, os, sys
 work, threads, load_start, load_end, args = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4], sys.argv[5]
+dtypes = sys.argv[6].split()
 GOAL = 2.0
 
 def result(name, t):
@@ -118,42 +126,49 @@ def result(name, t):
             return dict(kv.split("=", 1) for kv in line.split()[1:])
     return None
 
-stock = any(result("torch_stock", t) for t in threads)
+def suffix(d):
+    return "" if d == "float32" else "_" + d
+
+stock = any(result("torch_stock" + suffix(d), t) for t in threads for d in dtypes)
 print()
 print(f"Workload: {args}")
 print("tokens/s = target tokens per step x timed steps / wall time of the timed steps "
       "(zero grads + forward/backward + Adam).")
-hdr = f"{'threads':>7} {'tnmt tok/s':>11} {'torch tok/s':>12} {'ratio':>7}"
+hdr = f"{'threads':>7} {'dtype':>8} {'tnmt tok/s':>11} {'torch tok/s':>12} {'ratio':>7}"
 if stock:
     hdr += f" {'torch stock tok/s':>18} {'ratio':>7}"
 hdr += f" {'tnmt s/step':>12} {'torch s/step':>13} {'tnmt RSS':>9} {'torch RSS':>10} {'cores t/p':>10}"
 print(hdr)
 print("-" * len(hdr))
 ok = True
-for t in threads:
-    a, b, s = result("tnmt", t), result("torch", t), result("torch_stock", t)
+for t, d in ((t, d) for t in threads for d in dtypes):
+    x = suffix(d)
+    a, b, s = result("tnmt" + x, t), result("torch" + x, t), result("torch_stock" + x, t)
     if not a or not b:
-        print(f"{t:>7} missing results (see {work})")
+        print(f"{t:>7} {d:>8} missing results (see {work})")
         ok = False
         continue
     ta, tb = float(a["tokens_per_s"]), float(b["tokens_per_s"])
-    row = f"{t:>7} {ta:>11.1f} {tb:>12.1f} {ta / tb:>6.2f}x"
+    row = f"{t:>7} {d:>8} {ta:>11.1f} {tb:>12.1f} {ta / tb:>6.2f}x"
     if stock:
         row += (f" {float(s['tokens_per_s']):>18.1f} {ta / float(s['tokens_per_s']):>6.2f}x" if s
                 else f" {'-':>18} {'-':>7}")
     row += (f" {float(a['s_per_step']):>12.3f} {float(b['s_per_step']):>13.3f}"
             f" {a['peak_rss_mib']:>5} MiB {b['peak_rss_mib']:>6} MiB {a['cores']:>4}/{b['cores']:<4}")
     print(row)
-core = (result("tnmt", threads[0]) or {}).get("blas_core", "?")
+core = (result("tnmt" + suffix(dtypes[0]), threads[0]) or {}).get("blas_core", "?")
 print(f"ratio = tnmt / torch; goal >= {GOAL}x. 'torch': PyTorch with OPENBLAS_CORETYPE={core} "
       "(the OpenBLAS kernels tnmt chose).")
 if stock:
     print("'torch stock': PyTorch with OpenBLAS's own kernel detection (no OPENBLAS_CORETYPE).")
+if "bfloat16" in dtypes:
+    print("bfloat16: tnmt's linears with bfloat16 GEMM operands and float32 sums (everything else float32); "
+          "torch: the forward under torch.autocast('cpu', torch.bfloat16).")
 print("'cores t/p': CPU seconds / wall seconds of the timed steps, tnmt/torch (~threads = it had its cores).")
 print(f"load average (1/5/15 min) at start: {load_start}; at end: {load_end}")
 # The check that both compute the same thing: the first (untimed) step's loss per token.
 for t in threads[:1]:
-    a, b = result("tnmt", t), result("torch", t)
+    a, b = result("tnmt" + suffix(dtypes[0]), t), result("torch" + suffix(dtypes[0]), t)
     if a and b:
         la, lb = float(a["loss0"]), float(b["loss0"])
         vocab = 8000

@@ -10,7 +10,8 @@ namespace tnmt {
 void SetCpuThreads(int threads) { kernels::cpu::SetBlasThreads(threads); }
 
 std::string CpuKernels() {
-  return absl::StrCat(kernels::cpu::IsaName(kernels::cpu::ActiveIsa()), ", int8: ", kernels::cpu::Int8KernelName());
+  return absl::StrCat(kernels::cpu::IsaName(kernels::cpu::ActiveIsa()), ", int8: ", kernels::cpu::Int8KernelName(),
+                      ", bfloat16 training: ", kernels::cpu::HasBf16Gemm() ? "avx512-bf16" : "no");
 }
 
 }  // namespace tnmt

@@ -10,7 +10,8 @@ namespace tnmt {
 // before anything computes.
 void SetCpuThreads(int threads);
 
-// The CPU kernel paths in use, e.g. "avx512, int8: avx512-vnni" (TNMT_CPU_ISA may cap them).
+// The CPU kernel paths in use, e.g. "avx512, int8: avx512-vnni, bfloat16 training: avx512-bf16"
+// (TNMT_CPU_ISA may cap them).
 std::string CpuKernels();
 
 }  // namespace tnmt

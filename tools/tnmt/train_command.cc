@@ -100,7 +100,7 @@ const Key kKeys[] = {
     {"log_every_steps", Kind::kInt, "progress and metrics every N updates"},
     {"threads", Kind::kInt, "compute threads per process", "all cores, shared by local workers"},
     {"device", Kind::kString, "cpu, cuda:N, or cuda (GPU rank mod visible GPUs); several: --devices"},
-    {"dtype", Kind::kString, "float32, or mixed precision float16 / bfloat16 (cuda only)"},
+    {"dtype", Kind::kString, "float32; mixed precision float16 / bfloat16 on cuda; bfloat16 GEMMs on CPUs with AVX-512 BF16"},
 };
 
 // What --help states as the default of `k`: its own text, else TrainConfig's value.
