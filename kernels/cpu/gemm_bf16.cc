@@ -5,7 +5,8 @@
 // at the same instruction rate on the CPUs that have it (a Zen 4 core: 234 against 117 GFLOP/s
 // in a register-only loop). Both operands are packed per call into pairs along k (element 2p in
 // the low half of a 32-bit lane, 2p + 1 in the high half, a zero past an odd k): b into panels of
-// 32 columns stored [pairs, 32], a into tiles of up to 14 rows stored [pairs, rows]. A tile of
+// 32 columns stored [pairs, 32], a into tiles of up to 14 rows stored [pairs, rows] (a stored
+// transposed) or row by row (a not transposed: its pairs lie along its rows already). A tile of
 // c, 14 rows x 32 columns, lives in 28 zmm accumulators, as in the float32 kernel
 // (gemm_packed.cc). Loop nest: blocks of kKc2 pairs (b's block packed once for every row), row
 // blocks of kMc rows (a's block packed), the panels (split over the threads: each element of c
@@ -116,8 +117,25 @@ TNMT_BF16_TARGET void PackPairsAcrossRows(uint32_t* dst, int64_t stride, const f
   }
 }
 
-// c[MR, 32] (columns masked by m0, m1) = (c if load, else 0) + a[np, MR] · b[np, 32] in pairs.
-template <int MR>
+// Rows of a not transposed, kept row by row: dst[i * kKc2 + q] = (src[i][2(p0 + q)],
+// src[i][2(p0 + q) + 1]) rounded, for i < rows and q < np (k values from k on read as 0). No
+// transpose: the kernel reads each row's pairs at a fixed stride.
+TNMT_BF16_TARGET void PackRowPairs(uint32_t* dst, const float* src, int64_t ld, int rows, int p0, int np, int k) {
+  for (int i = 0; i < rows; ++i) {
+    for (int q0 = 0; q0 < np; q0 += 16) {
+      const int k0 = 2 * (p0 + q0);
+      const int kv = std::min(32, k - k0);
+      const float* s = src + i * ld + k0;
+      const __m512 lo = _mm512_maskz_loadu_ps(FirstLanes(kv), s);
+      const __m512 hi = _mm512_maskz_loadu_ps(FirstLanes(kv - 16), s + 16);
+      _mm512_mask_storeu_epi32(dst + i * kKc2 + q0, FirstLanes(np - q0), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+}
+
+// c[MR, 32] (columns masked by m0, m1) = (c if load, else 0) + a · b[np, 32] in pairs, a as
+// PackPairsAcrossRows leaves it ([np, MR]) or, with kRowsA, as PackRowPairs does ([MR, kKc2]).
+template <int MR, bool kRowsA>
 TNMT_BF16_TARGET void Kernel(int np, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, __mmask16 m0,
                              __mmask16 m1, bool load) {
   __m512 c0[MR], c1[MR];
@@ -132,11 +150,11 @@ TNMT_BF16_TARGET void Kernel(int np, const uint32_t* a, const uint32_t* b, float
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
 #pragma GCC unroll 14
     for (int i = 0; i < MR; ++i) {
-      const __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[i]));
+      const __m512bh ai = (__m512bh)_mm512_set1_epi32(static_cast<int>(kRowsA ? a[i * kKc2] : a[i]));
       c0[i] = _mm512_dpbf16_ps(c0[i], ai, b0);
       c1[i] = _mm512_dpbf16_ps(c1[i], ai, b1);
     }
-    a += MR;
+    a += kRowsA ? 1 : MR;
     b += kNr;
   }
 #pragma GCC unroll 14
@@ -148,11 +166,12 @@ TNMT_BF16_TARGET void Kernel(int np, const uint32_t* a, const uint32_t* b, float
 
 using KernelFn = void (*)(int, const uint32_t*, const uint32_t*, float*, int64_t, __mmask16, __mmask16, bool);
 
-template <int... R>
+template <bool kRowsA, int... R>
 constexpr std::array<KernelFn, sizeof...(R) + 1> MakeKernels(std::integer_sequence<int, R...>) {
-  return {nullptr, &Kernel<R + 1>...};
+  return {nullptr, &Kernel<R + 1, kRowsA>...};
 }
-constexpr auto kKernels = MakeKernels(std::make_integer_sequence<int, kMaxMr>{});
+constexpr auto kKernels = MakeKernels<false>(std::make_integer_sequence<int, kMaxMr>{});
+constexpr auto kKernelsRowsA = MakeKernels<true>(std::make_integer_sequence<int, kMaxMr>{});
 
 void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                     bool accumulate, float* c, int ldc) {
@@ -181,18 +200,22 @@ void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float
     for (int m0 = 0; m0 < m; m0 += kMc) {
       const int mc = std::min(kMc, m - m0);
       const Tiling tiling(mc, kMaxMr);
-      uint32_t* pa = GrowScratch(&a_buffer, static_cast<size_t>(mc) * np);
+      // A tile starts at row r: [np, mr] at pa + r * np (transposed a), or rows of kKc2 pairs
+      // at pa + r * kKc2.
+      const int64_t a_rows_at = trans_a ? np : kKc2;
+      uint32_t* pa = GrowScratch(&a_buffer, static_cast<size_t>(mc) * a_rows_at);
       ParallelForLarge(tiling.tiles, kMaxMr * np, [&](int64_t t0, int64_t t1) {
         for (int64_t t = t0; t < t1; ++t) {
           const int r = tiling.start(static_cast<int>(t)), mr = tiling.rows(static_cast<int>(t));
-          uint32_t* dst = pa + static_cast<int64_t>(r) * np;
+          uint32_t* dst = pa + r * a_rows_at;
           if (trans_a) {
             PackPairsAcrossRows(dst, mr, a + m0 + r, lda, mr, p0, np, k);
           } else {
-            PackPairsAlongRows(dst, mr, a + static_cast<int64_t>(m0 + r) * lda, lda, mr, p0, np, k);
+            PackRowPairs(dst, a + static_cast<int64_t>(m0 + r) * lda, lda, mr, p0, np, k);
           }
         }
       });
+      const auto& kernels = trans_a ? kKernels : kKernelsRowsA;
       ParallelFor(panels, [&](int64_t j0, int64_t j1) {
         for (int64_t j = j0; j < j1; ++j) {
           const int cols = std::min(kNr, n - static_cast<int>(j) * kNr);
@@ -200,7 +223,7 @@ void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float
           const uint32_t* panel = pb + j * np * kNr;
           for (int t = 0; t < tiling.tiles; ++t) {
             const int r = tiling.start(t), mr = tiling.rows(t);
-            kKernels[mr](np, pa + static_cast<int64_t>(r) * np, panel,
+            kernels[mr](np, pa + r * a_rows_at, panel,
                          c + static_cast<int64_t>(m0 + r) * ldc + j * kNr, ldc, mask0, mask1, load);
           }
         }
