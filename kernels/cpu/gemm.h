@@ -24,7 +24,8 @@ void GemmNN(int m, int n, int k, float alpha, const float* a, int lda, const flo
 void GemmTN(int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
             float beta, float* c, int ldc);
 
-// Mixed-precision GEMM for training: c: [m, n] = op(a) · op(b) (+ c when accumulate), every
+// Mixed-precision GEMM for training: c: [m, n] = op(a) · op(b) (+ bias[n] when bias is not null)
+// (+ c when accumulate), every
 // element of a and b rounded to bfloat16 (to nearest, ties to even) and the products summed in
 // float32. op(a) is a: [m, k] (row stride lda), or a stored [k, m] when trans_a; op(b) is
 // b: [k, n], or b stored [n, k] when trans_b. So GemmNT is (false, true), GemmNN (false, false)
@@ -34,7 +35,7 @@ void GemmTN(int m, int n, int k, float alpha, const float* a, int lda, const flo
 // pairs of products may round differently from the copies' sequential sums. Each call packs
 // both operands; the kernel's results depend neither on the thread count nor on m.
 void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-              bool accumulate, float* c, int ldc);
+              const float* bias, bool accumulate, float* c, int ldc);
 // Whether GemmBf16 runs its own kernel here: the CPU has AVX-512 BF16 and the active
 // instruction-set level (cpu_features.h) is avx512.
 bool HasBf16Gemm();

@@ -49,7 +49,7 @@ namespace {
 // Any CPU: rounded copies of op(a) ([m, k]) and of op(b) transposed ([n, k]), then the float32
 // GEMM.
 void GemmBf16Portable(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b,
-                      int ldb, bool accumulate, float* c, int ldc) {
+                      int ldb, const float* bias, bool accumulate, float* c, int ldc) {
   std::vector<float> ar(static_cast<size_t>(m) * k), br(static_cast<size_t>(n) * k);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t p = 0; p < k; ++p) ar[i * k + p] = RoundToBfloat16(trans_a ? a[p * lda + i] : a[i * lda + p]);
@@ -58,6 +58,11 @@ void GemmBf16Portable(bool trans_a, bool trans_b, int m, int n, int k, const flo
     for (int64_t p = 0; p < k; ++p) br[j * k + p] = RoundToBfloat16(trans_b ? b[j * ldb + p] : b[p * ldb + j]);
   }
   GemmNT(m, n, k, 1.0f, ar.data(), k, br.data(), k, accumulate ? 1.0f : 0.0f, c, ldc);
+  if (bias != nullptr) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] += bias[j];
+    }
+  }
 }
 
 #if defined(__x86_64__)
@@ -133,16 +138,18 @@ TNMT_BF16_TARGET void PackRowPairs(uint32_t* dst, const float* src, int64_t ld, 
   }
 }
 
-// c[MR, 32] (columns masked by m0, m1) = (c if load, else 0) + a · b[np, 32] in pairs, a as
+// c[MR, 32] (columns masked by m0, m1) = (c if load, else 0) (+ bias[32] if not null) + a · b[np, 32] in pairs, a as
 // PackPairsAcrossRows leaves it ([np, MR]) or, with kRowsA, as PackRowPairs does ([MR, kKc2]).
 template <int MR, bool kRowsA>
 TNMT_BF16_TARGET void Kernel(int np, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, __mmask16 m0,
-                             __mmask16 m1, bool load) {
+                             __mmask16 m1, bool load, const float* bias) {
   __m512 c0[MR], c1[MR];
+  const __m512 bias0 = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 bias1 = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 14
   for (int i = 0; i < MR; ++i) {
-    c0[i] = load ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
-    c1[i] = load ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
+    c0[i] = load ? _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c + i * ldc), bias0) : bias0;
+    c1[i] = load ? _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + i * ldc + 16), bias1) : bias1;
   }
 #pragma GCC unroll 2
   for (int p = 0; p < np; ++p) {
@@ -164,7 +171,8 @@ TNMT_BF16_TARGET void Kernel(int np, const uint32_t* a, const uint32_t* b, float
   }
 }
 
-using KernelFn = void (*)(int, const uint32_t*, const uint32_t*, float*, int64_t, __mmask16, __mmask16, bool);
+using KernelFn = void (*)(int, const uint32_t*, const uint32_t*, float*, int64_t, __mmask16, __mmask16, bool,
+                          const float*);
 
 template <bool kRowsA, int... R>
 constexpr std::array<KernelFn, sizeof...(R) + 1> MakeKernels(std::integer_sequence<int, R...>) {
@@ -174,7 +182,7 @@ constexpr auto kKernels = MakeKernels<false>(std::make_integer_sequence<int, kMa
 constexpr auto kKernelsRowsA = MakeKernels<true>(std::make_integer_sequence<int, kMaxMr>{});
 
 void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                    bool accumulate, float* c, int ldc) {
+                    const float* bias, bool accumulate, float* c, int ldc) {
   const int pairs = (k + 1) / 2;
   const int panels = (n + kNr - 1) / kNr;
   thread_local std::vector<uint32_t> b_buffer, a_buffer;
@@ -223,8 +231,8 @@ void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float
           const uint32_t* panel = pb + j * np * kNr;
           for (int t = 0; t < tiling.tiles; ++t) {
             const int r = tiling.start(t), mr = tiling.rows(t);
-            kernels[mr](np, pa + r * a_rows_at, panel,
-                         c + static_cast<int64_t>(m0 + r) * ldc + j * kNr, ldc, mask0, mask1, load);
+            kernels[mr](np, pa + r * a_rows_at, panel, c + static_cast<int64_t>(m0 + r) * ldc + j * kNr, ldc, mask0,
+                        mask1, load, p0 == 0 && bias != nullptr ? bias + j * kNr : nullptr);
           }
         }
       });
@@ -237,21 +245,23 @@ void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float
 }  // namespace
 
 void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-              bool accumulate, float* c, int ldc) {
+              const float* bias, bool accumulate, float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
-    if (!accumulate) {
-      for (int64_t i = 0; i < m; ++i) std::memset(c + i * ldc, 0, sizeof(float) * n);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        c[i * ldc + j] = (accumulate ? c[i * ldc + j] : 0.0f) + (bias != nullptr ? bias[j] : 0.0f);
+      }
     }
     return;
   }
 #if defined(__x86_64__)
   if (HasBf16Gemm()) {
-    GemmBf16Avx512(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+    GemmBf16Avx512(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, accumulate, c, ldc);
     return;
   }
 #endif
-  GemmBf16Portable(trans_a, trans_b, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+  GemmBf16Portable(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, accumulate, c, ldc);
 }
 
 }  // namespace tnmt::kernels::cpu

@@ -73,15 +73,16 @@ Operands MakeOperands(const Case& c, uint32_t seed) {
 }
 
 // c with row stride n + 5 (padding 7.0), optionally NaN-poisoned or random in the logical part.
-std::vector<float> RunGemm(const Case& c, const Operands& o, bool accumulate, const std::vector<float>& c0) {
+std::vector<float> RunGemm(const Case& c, const Operands& o, bool accumulate, const std::vector<float>& c0,
+                           const float* bias = nullptr) {
   std::vector<float> out = c0;
-  GemmBf16(c.trans_a, c.trans_b, c.m, c.n, c.k, o.a.data(), o.lda, o.b.data(), o.ldb, accumulate, out.data(),
+  GemmBf16(c.trans_a, c.trans_b, c.m, c.n, c.k, o.a.data(), o.lda, o.b.data(), o.ldb, bias, accumulate, out.data(),
            c.n + 5);
   return out;
 }
 
-void CheckAgainstReference(const Case& c, bool accumulate) {
-  SCOPED_TRACE(Name(c) + (accumulate ? " accumulate" : ""));
+void CheckAgainstReference(const Case& c, bool accumulate, bool with_bias) {
+  SCOPED_TRACE(Name(c) + (accumulate ? " accumulate" : "") + (with_bias ? " bias" : ""));
   const Operands o = MakeOperands(c, 1234 + c.m * 7 + c.n * 13 + c.k);
   const int ldc = c.n + 5;
   std::vector<float> c0(static_cast<size_t>(c.m) * ldc, 7.0f);
@@ -92,7 +93,9 @@ void CheckAgainstReference(const Case& c, bool accumulate) {
       c0[static_cast<size_t>(i) * ldc + j] = accumulate ? dist(rng) : std::numeric_limits<float>::quiet_NaN();
     }
   }
-  const std::vector<float> got = RunGemm(c, o, accumulate, c0);
+  std::vector<float> bias(c.n);
+  for (float& x : bias) x = dist(rng);
+  const std::vector<float> got = RunGemm(c, o, accumulate, c0, with_bias ? bias.data() : nullptr);
   int bad = 0;
   for (int i = 0; i < c.m; ++i) {
     for (int j = 0; j < ldc; ++j) {
@@ -101,7 +104,7 @@ void CheckAgainstReference(const Case& c, bool accumulate) {
         if (got[at] != 7.0f && ++bad <= 5) ADD_FAILURE() << "padding at (" << i << ", " << j << ") changed";
         continue;
       }
-      double want = accumulate ? c0[at] : 0.0, size = std::fabs(want);
+      double want = (accumulate ? c0[at] : 0.0) + (with_bias ? bias[j] : 0.0), size = std::fabs(want);
       for (int p = 0; p < c.k; ++p) {
         const double prod = static_cast<double>(RoundToBfloat16(o.A(c, i, p))) * RoundToBfloat16(o.B(c, p, j));
         want += prod;
@@ -141,15 +144,20 @@ const std::vector<Case>& Cases() {
 
 TEST(GemmBf16Test, MatchesRoundedReference) {
   for (const Case& c : Cases()) {
-    CheckAgainstReference(c, /*accumulate=*/false);
-    CheckAgainstReference(c, /*accumulate=*/true);
+    CheckAgainstReference(c, /*accumulate=*/false, /*with_bias=*/false);
+    CheckAgainstReference(c, /*accumulate=*/true, /*with_bias=*/false);
+    CheckAgainstReference(c, /*accumulate=*/false, /*with_bias=*/true);
+    CheckAgainstReference(c, /*accumulate=*/true, /*with_bias=*/true);
   }
 }
 
 TEST(GemmBf16Test, MatchesRoundedReferenceOnThePortablePath) {
   SetIsaForTesting(CpuIsa::kAvx2);
   ASSERT_FALSE(HasBf16Gemm());
-  for (const Case& c : Cases()) CheckAgainstReference(c, /*accumulate=*/true);
+  for (const Case& c : Cases()) {
+    CheckAgainstReference(c, /*accumulate=*/true, /*with_bias=*/false);
+    CheckAgainstReference(c, /*accumulate=*/false, /*with_bias=*/true);
+  }
   SetIsaForTesting(CpuIsa::kAvx512);
 }
 
@@ -159,10 +167,21 @@ TEST(GemmBf16Test, RoundsTheOperands) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       float c = -5.0f;
-      GemmBf16(ta, tb, 1, 1, 1, &a, 1, &b, 1, /*accumulate=*/false, &c, 1);
+      GemmBf16(ta, tb, 1, 1, 1, &a, 1, &b, 1, nullptr, /*accumulate=*/false, &c, 1);
       EXPECT_EQ(c, 1.0f) << ta << tb;
     }
   }
+}
+
+TEST(GemmBf16Test, EmptyKGivesTheBiasAndC) {
+  const float bias[3] = {1.0f, -2.0f, 0.5f};
+  float c[3] = {std::numeric_limits<float>::quiet_NaN(), 4.0f, 0.0f};
+  GemmBf16(false, true, 1, 3, 0, nullptr, 1, nullptr, 1, bias, /*accumulate=*/false, c, 3);
+  EXPECT_EQ(c[0], 1.0f);
+  EXPECT_EQ(c[1], -2.0f);
+  GemmBf16(false, true, 1, 3, 0, nullptr, 1, nullptr, 1, bias, /*accumulate=*/true, c, 3);
+  EXPECT_EQ(c[1], -4.0f);
+  EXPECT_EQ(c[2], 1.0f);
 }
 
 TEST(GemmBf16Test, KernelResultsDoNotDependOnThreadsOrRows) {
@@ -179,7 +198,7 @@ TEST(GemmBf16Test, KernelResultsDoNotDependOnThreadsOrRows) {
   const int first = 101, rows = 13;
   std::vector<float> part(static_cast<size_t>(rows) * (c.n + 5), 0.0f);
   GemmBf16(false, true, rows, c.n, c.k, o.a.data() + static_cast<size_t>(first) * o.lda, o.lda, o.b.data(), o.ldb,
-           false, part.data(), c.n + 5);
+           nullptr, false, part.data(), c.n + 5);
   for (int i = 0; i < rows; ++i) {
     for (int j = 0; j < c.n; ++j) {
       ASSERT_EQ(part[static_cast<size_t>(i) * (c.n + 5) + j], one[static_cast<size_t>(first + i) * (c.n + 5) + j])

@@ -114,8 +114,8 @@ class CpuTrainOps {
     }
     const ::tnmt::Linear& w = *l.w;
     const int out = static_cast<int>(w.weight.dim(0)), in = static_cast<int>(w.weight.dim(1));
-    k::GemmBf16(false, true, static_cast<int>(rows), out, in, x, in, w.weight.f32(), in, false, y, out);
-    if (!w.bias.empty()) k::AddBias(y, w.bias.f32(), rows, out);
+    k::GemmBf16(false, true, static_cast<int>(rows), out, in, x, in, w.weight.f32(), in,
+                w.bias.empty() ? nullptr : w.bias.f32(), false, y, out);
     return absl::OkStatus();
   }
   absl::Status LinearBackward(float* dx, bool accumulate, const float* dy, const float* x, int64_t rows,
@@ -124,9 +124,10 @@ class CpuTrainOps {
     const int out = static_cast<int>(w.weight.dim(0)), in = static_cast<int>(w.weight.dim(1));
     if (bf16_) {
       if (dx != nullptr) {
-        k::GemmBf16(false, false, static_cast<int>(rows), in, out, dy, out, w.weight.f32(), in, accumulate, dx, in);
+        k::GemmBf16(false, false, static_cast<int>(rows), in, out, dy, out, w.weight.f32(), in, nullptr, accumulate, dx,
+                    in);
       }
-      k::GemmBf16(true, false, out, in, static_cast<int>(rows), dy, out, x, in, true, l.g->weight.f32(), in);
+      k::GemmBf16(true, false, out, in, static_cast<int>(rows), dy, out, x, in, nullptr, true, l.g->weight.f32(), in);
     } else {
       if (dx != nullptr) {
         k::GemmNN(static_cast<int>(rows), in, out, 1.0f, dy, out, w.weight.f32(), in, accumulate ? 1.0f : 0.0f,
@@ -204,8 +205,8 @@ class CpuTrainOps {
   absl::Status Logits(float* logits, const float* h, int64_t rows) {
     const int V = c_.vocab_size;
     if (bf16_) {
-      k::GemmBf16(false, true, static_cast<int>(rows), V, d_, h, d_, w_.output_projection.f32(), d_, false, logits,
-                  V);
+      k::GemmBf16(false, true, static_cast<int>(rows), V, d_, h, d_, w_.output_projection.f32(), d_, nullptr, false,
+                  logits, V);
     } else {
       k::GemmNT(static_cast<int>(rows), V, d_, 1.0f, h, d_, w_.output_projection.f32(), d_, 0.0f, logits, V);
     }
@@ -223,8 +224,8 @@ class CpuTrainOps {
   absl::Status LogitsBackward(float* dh, const float* dlogits, const float* h, int64_t rows) {
     const int V = c_.vocab_size, r = static_cast<int>(rows);
     if (bf16_) {
-      k::GemmBf16(false, false, r, d_, V, dlogits, V, w_.output_projection.f32(), d_, false, dh, d_);
-      k::GemmBf16(true, false, V, d_, r, dlogits, V, h, d_, true, g_->output_projection.f32(), d_);
+      k::GemmBf16(false, false, r, d_, V, dlogits, V, w_.output_projection.f32(), d_, nullptr, false, dh, d_);
+      k::GemmBf16(true, false, V, d_, r, dlogits, V, h, d_, nullptr, true, g_->output_projection.f32(), d_);
     } else {
       k::GemmNN(r, d_, V, 1.0f, dlogits, V, w_.output_projection.f32(), d_, 0.0f, dh, d_);
       k::GemmTN(V, d_, r, 1.0f, dlogits, V, h, d_, 1.0f, g_->output_projection.f32(), d_);
