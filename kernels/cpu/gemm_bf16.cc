@@ -69,8 +69,8 @@ void GemmBf16Portable(bool trans_a, bool trans_b, int m, int n, int k, const flo
 
 constexpr int kNr = 32;     // output columns per panel
 constexpr int kMaxMr = 14;  // rows per register tile
-constexpr int kKc2 = 128;   // pairs (256 k values) per block: a panel's block is 16 KiB
-constexpr int kMc = 448;    // rows per packed block of a
+constexpr int kKc2 = 512;   // pairs (1024 k values) per block: a panel's block is 64 KiB, in L2
+constexpr int kMc = 224;    // rows per packed block of a (224 x 512 pairs: 448 KiB, in L2)
 
 __mmask16 FirstLanes(int n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u);
