@@ -138,8 +138,9 @@ TNMT_BF16_TARGET void PackRowPairs(uint32_t* dst, const float* src, int64_t ld, 
   }
 }
 
-// c[MR, 32] (columns masked by m0, m1) = (c if load, else 0) (+ bias[32] if not null) + a · b[np, 32] in pairs, a as
-// PackPairsAcrossRows leaves it ([np, MR]) or, with kRowsA, as PackRowPairs does ([MR, kKc2]).
+// c[MR, 32] (columns masked by m0, m1) = (c if load, else 0) (+ bias[32] if not null)
+// + a · b[np, 32] in pairs, a as PackPairsAcrossRows leaves it ([np, MR]) or, with kRowsA, as
+// PackRowPairs does ([MR, kKc2]).
 template <int MR, bool kRowsA>
 TNMT_BF16_TARGET void Kernel(int np, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc, __mmask16 m0,
                              __mmask16 m1, bool load, const float* bias) {

@@ -9,7 +9,8 @@
 namespace tnmt::kernels::cpu {
 
 // c[q] lane i = r[i] lane q (16 x 16 transpose, 64 shuffles).
-__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma"))) inline void Transpose16(const __m512* r, __m512* c) {
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+inline void Transpose16(const __m512* r, __m512* c) {
   __m512 t[16], u[16];
   for (int j = 0; j < 8; ++j) {
     t[2 * j] = _mm512_unpacklo_ps(r[2 * j], r[2 * j + 1]);
