@@ -122,19 +122,10 @@ class CpuTrainOps {
                               const CpuLinear& l) {
     const ::tnmt::Linear& w = *l.w;
     const int out = static_cast<int>(w.weight.dim(0)), in = static_cast<int>(w.weight.dim(1));
-    if (bf16_) {
-      if (dx != nullptr) {
-        k::GemmBf16(false, false, static_cast<int>(rows), in, out, dy, out, w.weight.f32(), in, nullptr, accumulate, dx,
-                    in);
-      }
-      k::GemmBf16(true, false, out, in, static_cast<int>(rows), dy, out, x, in, nullptr, true, l.g->weight.f32(), in);
-    } else {
-      if (dx != nullptr) {
-        k::GemmNN(static_cast<int>(rows), in, out, 1.0f, dy, out, w.weight.f32(), in, accumulate ? 1.0f : 0.0f,
-                  dx, in);
-      }
-      k::GemmTN(out, in, static_cast<int>(rows), 1.0f, dy, out, x, in, 1.0f, l.g->weight.f32(), in);
+    if (dx != nullptr) {
+      Gemm(false, false, static_cast<int>(rows), in, out, dy, out, w.weight.f32(), in, accumulate, dx, in);
     }
+    Gemm(true, false, out, in, static_cast<int>(rows), dy, out, x, in, true, l.g->weight.f32(), in);
     if (!w.bias.empty()) k::AccumulateColumnSum(l.g->bias.f32(), dy, rows, out);
     return absl::OkStatus();
   }
@@ -204,12 +195,7 @@ class CpuTrainOps {
 
   absl::Status Logits(float* logits, const float* h, int64_t rows) {
     const int V = c_.vocab_size;
-    if (bf16_) {
-      k::GemmBf16(false, true, static_cast<int>(rows), V, d_, h, d_, w_.output_projection.f32(), d_, nullptr, false,
-                  logits, V);
-    } else {
-      k::GemmNT(static_cast<int>(rows), V, d_, 1.0f, h, d_, w_.output_projection.f32(), d_, 0.0f, logits, V);
-    }
+    Gemm(false, true, static_cast<int>(rows), V, d_, h, d_, w_.output_projection.f32(), d_, false, logits, V);
     return absl::OkStatus();
   }
   absl::Status Loss(float* logits, int64_t rows, float label_smoothing) {
@@ -223,18 +209,32 @@ class CpuTrainOps {
   }
   absl::Status LogitsBackward(float* dh, const float* dlogits, const float* h, int64_t rows) {
     const int V = c_.vocab_size, r = static_cast<int>(rows);
-    if (bf16_) {
-      k::GemmBf16(false, false, r, d_, V, dlogits, V, w_.output_projection.f32(), d_, nullptr, false, dh, d_);
-      k::GemmBf16(true, false, V, d_, r, dlogits, V, h, d_, nullptr, true, g_->output_projection.f32(), d_);
-    } else {
-      k::GemmNN(r, d_, V, 1.0f, dlogits, V, w_.output_projection.f32(), d_, 0.0f, dh, d_);
-      k::GemmTN(V, d_, r, 1.0f, dlogits, V, h, d_, 1.0f, g_->output_projection.f32(), d_);
-    }
+    Gemm(false, false, r, d_, V, dlogits, V, w_.output_projection.f32(), d_, false, dh, d_);
+    Gemm(true, false, V, d_, r, dlogits, V, h, d_, true, g_->output_projection.f32(), d_);
     return absl::OkStatus();
   }
   absl::Status Done(int) { return absl::OkStatus(); }
 
  private:
+  // c = op(a) · op(b) (+ c when accumulate) in this batch's precision: bfloat16 operands
+  // (GemmBf16) or float32 (OpenBLAS). (trans_a, trans_b) is one of GemmNT's (false, true),
+  // GemmNN's (false, false) and GemmTN's (true, false); see kernels/cpu/gemm.h.
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int kk, const float* a, int lda, const float* b, int ldb,
+            bool accumulate, float* c, int ldc) const {
+    if (bf16_) {
+      k::GemmBf16(trans_a, trans_b, m, n, kk, a, lda, b, ldb, nullptr, accumulate, c, ldc);
+      return;
+    }
+    const float beta = accumulate ? 1.0f : 0.0f;
+    if (trans_a) {
+      k::GemmTN(m, n, kk, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    } else if (trans_b) {
+      k::GemmNT(m, n, kk, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    } else {
+      k::GemmNN(m, n, kk, 1.0f, a, lda, b, ldb, beta, c, ldc);
+    }
+  }
+
   static std::vector<int32_t> Positions(int batch, int len) {
     std::vector<int32_t> p(static_cast<size_t>(batch) * len);
     for (size_t r = 0; r < p.size(); ++r) p[r] = static_cast<int32_t>(r % len);
