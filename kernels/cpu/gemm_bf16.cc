@@ -9,8 +9,9 @@
 // transposed) or row by row (a not transposed: its pairs lie along its rows already). A tile of
 // c, 14 rows x 32 columns, lives in 28 zmm accumulators, as in the float32 kernel
 // (gemm_packed.cc). Loop nest: blocks of kKc2 pairs (b's block packed once for every row), row
-// blocks of kMc rows (a's block packed), the panels (split over the threads: each element of c
-// is computed by one thread in the same order whatever the split), the row tiles.
+// blocks of kMc rows (a's block packed), the panels, the row tiles. Threads split the rows when
+// there are many (each packs its own blocks of a), else the panels; either way each element of c
+// is computed by one thread in the same order whatever the split.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -71,6 +72,9 @@ constexpr int kNr = 32;     // output columns per panel
 constexpr int kMaxMr = 14;  // rows per register tile
 constexpr int kKc2 = 512;   // pairs (1024 k values) per block: a panel's block is 64 KiB, in L2
 constexpr int kMc = 224;    // rows per packed block of a (224 x 512 pairs: 448 KiB, in L2)
+constexpr int kTilesPerBlock = kMc / kMaxMr;  // row tiles per packed block of a
+// Row tiles per thread from which the threads split c's rows instead of its panels.
+constexpr int kTilesPerThread = 4;
 
 __mmask16 FirstLanes(int n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1u);
@@ -206,37 +210,57 @@ void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float
       }
     });
     const bool load = accumulate || p0 > 0;
-    for (int m0 = 0; m0 < m; m0 += kMc) {
-      const int mc = std::min(kMc, m - m0);
-      const Tiling tiling(mc, kMaxMr);
-      // A tile starts at row r: [np, mr] at pa + r * np (transposed a), or rows of kKc2 pairs
-      // at pa + r * kKc2.
-      const int64_t a_rows_at = trans_a ? np : kKc2;
-      uint32_t* pa = GrowScratch(&a_buffer, static_cast<size_t>(mc) * a_rows_at);
-      ParallelForLarge(tiling.tiles, kMaxMr * np, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) {
-          const int r = tiling.start(static_cast<int>(t)), mr = tiling.rows(static_cast<int>(t));
-          uint32_t* dst = pa + r * a_rows_at;
-          if (trans_a) {
-            PackPairsAcrossRows(dst, mr, a + m0 + r, lda, mr, p0, np, k);
-          } else {
-            PackRowPairs(dst, a + static_cast<int64_t>(m0 + r) * lda, lda, mr, p0, np, k);
-          }
+    const int64_t a_rows_at = trans_a ? np : kKc2;  // a tile at row r: pa + r * a_rows_at
+    const auto& kernels = trans_a ? kKernels : kKernelsRowsA;
+    // A block of row tiles [t0, t1) of `tiles` (at most kTilesPerBlock) is packed at pa, tile
+    // t at pa + (its first row - tile t0's) * a_rows_at; pack_a packs tiles [u0, u1) of it.
+    const Tiling tiles(m, kMaxMr);
+    const auto pack_a = [&](uint32_t* pa, int t0, int64_t u0, int64_t u1) {
+      for (int64_t t = u0; t < u1; ++t) {
+        const int r = tiles.start(static_cast<int>(t)), mr = tiles.rows(static_cast<int>(t));
+        uint32_t* dst = pa + (r - tiles.start(t0)) * a_rows_at;
+        if (trans_a) {
+          PackPairsAcrossRows(dst, mr, a + r, lda, mr, p0, np, k);
+        } else {
+          PackRowPairs(dst, a + static_cast<int64_t>(r) * lda, lda, mr, p0, np, k);
+        }
+      }
+    };
+    const auto multiply = [&](const uint32_t* pa, int t0, int t1, int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        const int cols = std::min(kNr, n - static_cast<int>(j) * kNr);
+        const __mmask16 mask0 = FirstLanes(cols), mask1 = FirstLanes(cols - 16);
+        const uint32_t* panel = pb + j * np * kNr;
+        for (int t = t0; t < t1; ++t) {
+          const int r = tiles.start(t), mr = tiles.rows(t);
+          kernels[mr](np, pa + (r - tiles.start(t0)) * a_rows_at, panel, c + static_cast<int64_t>(r) * ldc + j * kNr,
+                      ldc, mask0, mask1, load, p0 == 0 && bias != nullptr ? bias + j * kNr : nullptr);
+        }
+      }
+    };
+    const int threads = ComputeThreads();
+    if (threads > 1 && tiles.tiles >= threads * kTilesPerThread) {
+      // Many rows: each thread takes a contiguous share of the row tiles, packs its own blocks
+      // of a and runs each against every panel; one synchronization per k block.
+      ParallelFor(tiles.tiles, [&](int64_t s0, int64_t s1) {
+        thread_local std::vector<uint32_t> own_a;
+        uint32_t* pa = GrowScratch(&own_a, static_cast<size_t>(kTilesPerBlock) * kMaxMr * a_rows_at);
+        for (int t0 = static_cast<int>(s0); t0 < s1; t0 += kTilesPerBlock) {
+          const int t1 = std::min<int>(t0 + kTilesPerBlock, static_cast<int>(s1));
+          pack_a(pa, t0, t0, t1);
+          multiply(pa, t0, t1, 0, panels);
         }
       });
-      const auto& kernels = trans_a ? kKernels : kKernelsRowsA;
-      ParallelFor(panels, [&](int64_t j0, int64_t j1) {
-        for (int64_t j = j0; j < j1; ++j) {
-          const int cols = std::min(kNr, n - static_cast<int>(j) * kNr);
-          const __mmask16 mask0 = FirstLanes(cols), mask1 = FirstLanes(cols - 16);
-          const uint32_t* panel = pb + j * np * kNr;
-          for (int t = 0; t < tiling.tiles; ++t) {
-            const int r = tiling.start(t), mr = tiling.rows(t);
-            kernels[mr](np, pa + r * a_rows_at, panel, c + static_cast<int64_t>(m0 + r) * ldc + j * kNr, ldc, mask0,
-                        mask1, load, p0 == 0 && bias != nullptr ? bias + j * kNr : nullptr);
-          }
-        }
-      });
+      continue;
+    }
+    // Few rows (or one thread): blocks of row tiles, each packed by all threads and run with
+    // the panels split over the threads.
+    uint32_t* pa = GrowScratch(&a_buffer, static_cast<size_t>(kTilesPerBlock) * kMaxMr * a_rows_at);
+    for (int t0 = 0; t0 < tiles.tiles; t0 += kTilesPerBlock) {
+      const int t1 = std::min(t0 + kTilesPerBlock, tiles.tiles);
+      ParallelForLarge(t1 - t0, kMaxMr * np,
+                       [&](int64_t u0, int64_t u1) { pack_a(pa, t0, t0 + u0, t0 + u1); });
+      ParallelFor(panels, [&](int64_t j0, int64_t j1) { multiply(pa, t0, t1, j0, j1); });
     }
   }
 }
