@@ -72,6 +72,22 @@ TEST(RecipesTest, Multi30kSmallRegularizedIsTheSmallModelWithMoreRegularization)
   EXPECT_EQ(c.valid_max_sentences, 0);  // dev BLEU on the whole dev set
 }
 
+TEST(RecipesTest, Multi30kWideIsTheRegularizedRecipeWider) {
+  TrainConfig c = Load("multi30k-wide.json");
+  TrainConfig reg = Load("multi30k-small-regularized.json");
+  EXPECT_EQ(c.model.d_model, 320);
+  EXPECT_EQ(c.model.d_ff, 1280);
+  EXPECT_EQ(c.model.num_heads, 5);
+  EXPECT_EQ(c.model.encoder_layers, reg.model.encoder_layers);
+  EXPECT_EQ(c.model.decoder_layers, reg.model.decoder_layers);
+  EXPECT_FLOAT_EQ(c.dropout, reg.dropout);
+  EXPECT_FLOAT_EQ(c.attention_dropout, reg.attention_dropout);
+  EXPECT_FLOAT_EQ(c.activation_dropout, reg.activation_dropout);
+  EXPECT_EQ(c.subword_nbest, reg.subword_nbest);
+  EXPECT_EQ(c.spm_model, "models/demo/spm.model");  // the bundled model's vocabulary
+  EXPECT_EQ(c.valid_max_sentences, 0);
+}
+
 TEST(RecipesTest, Multi30kTiny) {
   TrainConfig c = Load("multi30k-tiny.json");
   EXPECT_EQ(c.model.d_model, 128);
@@ -84,7 +100,7 @@ TEST(RecipesTest, Multi30kTiny) {
 TEST(RecipesTest, Multi30kRecipesReadDataFromTheRepository) {
   // No machine paths: data under data/multi30k (tools/get-multi30k.sh), runs under runs/.
   for (const char* name : {"multi30k-small.json", "multi30k-small-continue.json", "multi30k-small-regularized.json",
-                           "multi30k-tiny.json"}) {
+                           "multi30k-wide.json", "multi30k-tiny.json"}) {
     TrainConfig c = Load(name);
     EXPECT_EQ(c.train_source.rfind("data/multi30k/", 0), 0u) << name << ": " << c.train_source;
     EXPECT_EQ(c.valid_target.rfind("data/multi30k/", 0), 0u) << name << ": " << c.valid_target;
