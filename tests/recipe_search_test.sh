@@ -2,7 +2,10 @@
 # tools/recipe-search.sh end to end on a synthetic corpus: two recipes side by side for a few
 # seconds, every average scored on the dev set with sacreBLEU, the best one written as a loadable
 # float16 model; a second call resumes the runs; a recipe that fails is reported while the
-# others are scored; bad arguments are refused naming the problem, before anything trains.
+# others are scored; bad arguments are refused naming the problem, before anything trains. Then
+# tools/make-demo-model.sh builds a demo-model directory from one of the runs (into a temporary
+# OUT): float16 weights that translate, dev and test BLEU from sacreBLEU, the README and the
+# training history without machine paths.
 set -u
 TNMT="$(pwd)/$1"
 repo="$(cd "$(dirname "$(readlink -f "$0")")/.." && pwd)"
@@ -49,6 +52,31 @@ check "the best model translates" test -s "$TMP/best.out"
 want=$("$PY" -c 'import sys, sacrebleu; h = open(sys.argv[1]).read().splitlines(); r = open(sys.argv[2]).read().splitlines(); print("%.2f" % sacrebleu.corpus_bleu(h, [r]).score)' "$TMP/a1.hyp" "$TMP/valid.de")
 check "a's last checkpoint scored as sacreBLEU scores its dev translation ($want)" grep -qE "^$want a 1$" "$TMP/out/scores.txt"
 check "no work files left" bash -c "! ls $TMP/out | grep -q '^avg-'"
+
+# A demo model from run a (the synthetic dev set stands in for both of Multi30k's sets).
+mkdir -p "$TMP/data"
+for set in val test_2016_flickr; do
+  gzip -c "$TMP/valid.en" > "$TMP/data/$set.en.gz"
+  gzip -c "$TMP/valid.de" > "$TMP/data/$set.de.gz"
+done
+OUT="$TMP/demo" RECIPE=multi30k-wide.json tools/make-demo-model.sh "$TMP/out/a" 2 "$TMP/data" > "$TMP/demo.log" 2>&1
+rc=$?
+cat "$TMP/demo.log"
+check "make-demo-model exits 0" test "$rc" -eq 0
+check "make-demo-model reports dev and test BLEU" grep -qE "wrote $TMP/demo \(dev BLEU [0-9.]+, test BLEU [0-9.]+" "$TMP/demo.log"
+check "the demo model is stored in float16" grep -q '"dtype": *"F16"' <(head -c 4000 "$TMP/demo/model.safetensors" | tr -d '\0')
+echo "a b c d e" | "$TNMT" translate --model "$TMP/demo" --quiet > "$TMP/demo.out" 2> "$TMP/demo.err"
+check "the demo model translates" test -s "$TMP/demo.out"
+readme="$TMP/demo/README.md"
+check "its README names the recipe" grep -q 'models/recipes/multi30k-wide.json' "$readme"
+check "its README describes the model from its config" grep -q 'post-norm as in the paper, joint SentencePiece vocabulary of 60 pieces' "$readme"
+check "its README gives test and dev BLEU and the signature" bash -c "grep -q '^| test BLEU' $readme && grep -q '^| dev BLEU (val, 30 sentences' $readme && grep -q 'tok:13a' $readme"
+check "its README names the 2 averaged checkpoints" grep -qE 'average of 2 checkpoints \(step-[0-9]+ step-[0-9]+\)' "$readme"
+check "one stage, from random weights" grep -qE '^\| 1 \| `multi30k-wide.json --max-steps [0-9]+` from random weights \(seed 1\)' "$readme"
+check "no machine paths in its config or README" bash -c "! grep -q '$TMP' $TMP/demo/train_config.json $readme"
+check "the training log ends with the averaged checkpoints and the recipe" bash -c "tail -n 1 $TMP/demo/training-log.jsonl | grep -q '\"recipe\": \"multi30k-wide.json\"'"
+OUT="$TMP/demo2" PYTHON=/bin/false tools/make-demo-model.sh "$TMP/out/a" 2 "$TMP/data" > "$TMP/demo2.log" 2>&1
+check "make-demo-model without sacrebleu: refused, naming it" bash -c "! test -e $TMP/demo2 && grep -q 'has no sacrebleu' $TMP/demo2.log"
 
 # Again: a resumes; a recipe that fails is reported, a is still scored.
 $search "$TMP/out" 6 "a=$common --seed 1" "c=$common --preset nope" > "$TMP/second.log" 2>&1

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """The training history of a demo model, for tools/make-demo-model.sh.
 
-    demo_model_history.py RUN_DIR OUT_DIR FINAL_STEP CHECKPOINT...
+    demo_model_history.py [--recipe NAME] RUN_DIR OUT_DIR FINAL_STEP CHECKPOINT...
+
+--recipe: the file under models/recipes this run was trained with (default multi30k-small.json,
+or multi30k-small-continue.json for a run started with --init-model).
 
 Writes into OUT_DIR (the new model directory):
   train_config.json        RUN_DIR's config, machine paths reduced to file names
@@ -10,7 +13,8 @@ Writes into OUT_DIR (the new model directory):
   training-log.jsonl       every stage's log, each record tagged with its "stage", this run's up
                            to FINAL_STEP, and one {"event": "averaged"} record per stage
 Prints a JSON object: stage (this run's), total_steps, valid_rows and stage_rows (Markdown table
-rows for the README).
+rows for the README), model (the model and its training settings in words, from the config),
+recipe, and valid_sentences (dev sentences per validation; 0 = the whole dev set).
 """
 import json
 import os
@@ -34,7 +38,29 @@ def write_json(path, value):
         f.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def main(run, out, final_step, checkpoints):
+def number(x):
+    """A config float as written in a recipe (0.30000001192092896 -> 0.3)."""
+    return f"{round(x, 6):g}"
+
+
+def describe(c):
+    """The model and its regularization in words, from a train_config.json."""
+    words = [f"d_model {c['d_model']}", f"{c['num_heads']} heads", f"d_ff {c['d_ff']}",
+             f"{c['encoder_layers']}+{c['decoder_layers']} layers",
+             "pre-norm" if c.get("normalize_before") else "post-norm as in the paper",
+             f"joint SentencePiece vocabulary of {c['vocab_size']} pieces"]
+    dropout = f"dropout {number(c['dropout'])}"
+    inner = [f"{name} {number(c[key])}" for name, key in
+             (("attention", "attention_dropout"), ("activation", "activation_dropout")) if c.get(key, 0) > 0]
+    words.append(dropout + (f" ({', '.join(inner)})" if inner else ""))
+    if c.get("subword_nbest", 1) > 1:
+        words.append(f"subword sampling (the {c['subword_nbest']} best segmentations, alpha {number(c['subword_alpha'])})")
+    words.append(f"label smoothing {number(c['label_smoothing'])}")
+    words.append(f"{c['max_tokens']}-token batches")
+    return ", ".join(words)
+
+
+def main(run, out, final_step, checkpoints, recipe=None):
     config = json.load(open(os.path.join(run, "train_config.json")))
     init = config.get("init_model", "")
     records = []
@@ -65,18 +91,21 @@ def main(run, out, final_step, checkpoints):
         if record.get("step", 0) <= final_step:
             record["stage"] = stage
             records.append(record)
-    records.append({"event": "averaged", "stage": stage, "checkpoints": checkpoints})
+    if recipe is None:
+        recipe = "multi30k-small-continue.json" if init else "multi30k-small.json"
+    records.append({"event": "averaged", "stage": stage, "checkpoints": checkpoints, "recipe": recipe})
     with open(os.path.join(out, "training-log.jsonl"), "w") as f:
         for record in records:
             f.write(json.dumps(record, sort_keys=True) + "\n")
 
-    validations, steps, averaged = {}, {}, {}
+    validations, steps, averaged, recipes = {}, {}, {}, {}
     for r in records:
         s = r["stage"]
         if r.get("event") == "validation":
             validations[(s, r["step"])] = r  # a resumed run's repeat of a step wins
         if r.get("event") == "averaged":
             averaged[s] = r["checkpoints"]
+            recipes[s] = r.get("recipe")
         elif "step" in r:
             steps[s] = max(steps.get(s, 0), r["step"])
     valid_rows = [f"| {s} | {step} | {r['dev_ppl']:.2f} | {r.get('dev_bleu', float('nan')):.1f} |"
@@ -86,17 +115,26 @@ def main(run, out, final_step, checkpoints):
         name = "train_config.json" if s == stage else f"train_config.stage{s}.json"
         c = json.load(open(os.path.join(out, name)))
         if c.get("init_model"):
-            how = (f"`multi30k-small-continue.json --max-steps {steps.get(s, 0)}` from stage {s - 1}'s model "
+            name_s = recipes.get(s) or "multi30k-small-continue.json"
+            how = (f"`{name_s} --max-steps {steps.get(s, 0)}` from stage {s - 1}'s model "
                    f"(seed {c['seed']}, warmup {c['warmup_steps']}, lr_scale {c['lr_scale']:g})")
         else:
-            how = f"`multi30k-small.json --max-steps {steps.get(s, 0)}` from random weights (seed {c['seed']})"
+            name_s = recipes.get(s) or "multi30k-small.json"
+            how = f"`{name_s} --max-steps {steps.get(s, 0)}` from random weights (seed {c['seed']})"
         avg = averaged.get(s, [])
         stage_rows.append(f"| {s} | {how} | {steps.get(s, 0)} | {len(avg)}: {' '.join(avg)} | `{name}` |")
     print(json.dumps({"stage": stage, "total_steps": sum(steps.values()), "valid_rows": "\n".join(valid_rows),
-                      "stage_rows": "\n".join(stage_rows)}))
+                      "stage_rows": "\n".join(stage_rows), "model": describe(config), "recipe": recipe,
+                      "valid_sentences": config.get("valid_max_sentences", 0)}))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 4:
+    args = sys.argv[1:]
+    recipe = None
+    if args[:1] == ["--recipe"]:
+        if len(args) < 2:
+            sys.exit(__doc__)
+        recipe, args = args[1], args[2:]
+    if len(args) < 3:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:])
+    main(args[0], args[1], int(args[2]), args[3:], recipe)

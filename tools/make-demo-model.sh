@@ -1,78 +1,108 @@
 #!/usr/bin/env bash
-# Builds the bundled demo model (models/demo) from a Multi30k training run of
-# models/recipes/multi30k-small.json: averages the newest checkpoints into half precision,
-# scores test_2016_flickr with sacreBLEU (independent of tnmt's own BLEU), and writes the
-# README (config, validation log, test BLEU, terms of use, citation) next to the weights.
+# Builds the bundled demo model (models/demo) from a Multi30k training run of a recipe in
+# models/recipes: averages the newest checkpoints into half precision, scores the dev set (val)
+# and test_2016_flickr with sacreBLEU (independent of tnmt's own BLEU), and writes the README
+# (model, recipe, validation log, BLEU, terms of use, citation) next to the weights.
 #
 #   tools/make-demo-model.sh RUN_DIR [LAST] [DATA_DIR]
 #     RUN_DIR   the recipe's save_dir (checkpoints, metrics.jsonl, train_config.json)
 #     LAST      checkpoints to average (default 5)
 #     DATA_DIR  Multi30k files (default data/multi30k: tools/get-multi30k.sh fetches them)
-# Needs: a built tnmt (bazel build //tools/tnmt) and `python3 -m sacrebleu` (pip install sacrebleu).
+# Environment: RECIPE, the recipe's file name under models/recipes (default multi30k-small.json,
+# or multi30k-small-continue.json for a run that continued models/demo with --init-model); OUT,
+# where the model goes (default models/demo); TNMT, the tnmt binary (default
+# bazel-bin/tools/tnmt/tnmt: bazel build //tools/tnmt); PYTHON, a python3 with sacrebleu (default
+# python3; deploy/install-py-tools.sh puts one in build/py-tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run="${1:?usage: tools/make-demo-model.sh RUN_DIR [LAST] [DATA_DIR]}"
 last="${2:-5}"
 data="${3:-data/multi30k}"
-tnmt=bazel-bin/tools/tnmt/tnmt
-out=models/demo
+tnmt=${TNMT:-bazel-bin/tools/tnmt/tnmt}
+python=${PYTHON:-python3}
+out=${OUT:-models/demo}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-python3 -m sacrebleu --version > /dev/null || { echo "make-demo-model: needs python3 -m sacrebleu" >&2; exit 1; }
+"$python" -m sacrebleu --version > /dev/null 2>&1 ||
+  { echo "make-demo-model: $python has no sacrebleu (pip install sacrebleu, or set PYTHON)" >&2; exit 1; }
+[[ -x $tnmt ]] || { echo "make-demo-model: no tnmt binary at $tnmt (bazel build //tools/tnmt, or set TNMT)" >&2; exit 1; }
 "$tnmt" average --checkpoints "$run" --last "$last" --output "$tmp/model" --dtype float16
-zcat "$data/test_2016_flickr.en.gz" > "$tmp/test.en"
-zcat "$data/test_2016_flickr.de.gz" > "$tmp/test.de"
-"$tnmt" translate --model "$tmp/model" --beam-size 4 --input "$tmp/test.en" --output "$tmp/test.hyp"
-bleu_json=$(python3 -m sacrebleu "$tmp/test.de" -i "$tmp/test.hyp" -m bleu)
-bleu=$(printf '%s' "$bleu_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["score"])')
-signature=$(printf '%s' "$bleu_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["signature"])')
+for set in val test_2016_flickr; do
+  zcat "$data/$set.en.gz" > "$tmp/$set.en"
+  zcat "$data/$set.de.gz" > "$tmp/$set.de"
+  "$tnmt" translate --model "$tmp/model" --beam-size 4 --input "$tmp/$set.en" --output "$tmp/$set.hyp" --no-progress
+  "$python" -m sacrebleu "$tmp/$set.de" -i "$tmp/$set.hyp" -m bleu > "$tmp/$set.bleu"
+done
+json_field() { "$python" -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
+bleu=$(json_field "$tmp/test_2016_flickr.bleu" score)
+dev_bleu=$(json_field "$tmp/val.bleu" score)
+signature=$(json_field "$tmp/test_2016_flickr.bleu" signature)
+dev_sentences=$(wc -l < "$tmp/val.en")
 averaged=$(ls -d "$run"/step-* | sort | tail -n "$last" | xargs -n1 basename | tr '\n' ' ')
 final_step=$(ls -d "$run"/step-* | sort | tail -n 1 | sed 's/.*step-0*//')
 size=$(du -k "$tmp/model/model.safetensors" | cut -f1)
 
 # The configs of every stage and the whole training log (tools/demo_model_history.py).
-history=$(python3 tools/demo_model_history.py "$run" "$tmp/model" "$final_step" $averaged)
-field() { printf '%s' "$history" | python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+recipe_flag=()
+[[ -n ${RECIPE:-} ]] && recipe_flag=(--recipe "$RECIPE")
+history=$("$python" tools/demo_model_history.py "${recipe_flag[@]}" "$run" "$tmp/model" "$final_step" $averaged)
+field() { printf '%s' "$history" | "$python" -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 valid_table=$(field valid_rows)
 stage_table=$(field stage_rows)
 total_steps=$(field total_steps)
+model=$(field model)
+recipe=$(field recipe)
+stage=$(field stage)
+valid_sentences=$(field valid_sentences)
+if ((valid_sentences > 0)); then valid_set="first $valid_sentences sentences of val"; else valid_set="the whole of val"; fi
+steps_note=""
+((stage == 1)) || steps_note=" (steps count from the start of each stage)"
+if ((stage == 1)); then
+  how="Trained in one \`tnmt train\` run, ending in an average of its last checkpoints:"
+  reproduce="Reproduce: \`tools/get-multi30k.sh\` (the data, into data/multi30k); \`tnmt train
+--config models/recipes/$recipe --max-steps STEPS\` (STEPS from the table), then
+\`RECIPE=$recipe tools/make-demo-model.sh RUN_DIR LAST\` (RUN_DIR: the recipe's save_dir),
+which writes models/demo and recomputes its BLEU. \`train_config.json\` holds the run's settings
+as trained; \`training-log.jsonl\` is the trainer's log (training loss, tokens/s and learning rate
+every 20 steps, validations, checkpoints)."
+else
+  how="Trained in stages, each a \`tnmt train\` run ending in an average of its last checkpoints; a
+later stage starts from the model of the one before (\`--init-model\`, fresh optimizer):"
+  reproduce="Reproduce: \`tools/get-multi30k.sh\` (the data, into data/multi30k); stage 1: \`tnmt train
+--config models/recipes/multi30k-small.json --max-steps STEPS\` (checkpoints in
+runs/multi30k-small), then \`tools/make-demo-model.sh runs/multi30k-small LAST\`, which writes
+models/demo and recomputes its BLEU; each later stage: \`tnmt train --config
+models/recipes/multi30k-small-continue.json --max-steps STEPS\` (from models/demo, into
+runs/multi30k-small-continue), then \`tools/make-demo-model.sh runs/multi30k-small-continue
+LAST\` (STEPS, LAST and \`--seed\` from the table). The \`train_config*.json\` files are the stages'
+settings as trained; \`training-log.jsonl\` is the trainer's log of every stage (training loss,
+tokens/s and learning rate every 20 steps, validations, checkpoints; \`\"stage\"\` in each
+record)."
+fi
 
 cat > "$tmp/model/README.md" << EOF
 # Demo model: English → German, Multi30k
 
-A Transformer trained by \`tnmt train\` with [models/recipes/multi30k-small.json](../recipes/multi30k-small.json)
-and [multi30k-small-continue.json](../recipes/multi30k-small-continue.json)
-(the "small" preset: d_model 256, 4 heads, d_ff 1024, 3+3 layers, post-norm as in the paper,
-joint SentencePiece vocabulary of 8000 pieces, dropout 0.3, label smoothing 0.1) on the 29,000
-training pairs of Multi30k Task 1, on a 2-core CPU. This directory is what \`tnmt serve\` serves
-when no \`--model\` is given.
+A Transformer trained by \`tnmt train\` with [models/recipes/$recipe](../recipes/$recipe)
+($model) on the 29,000 training pairs of Multi30k Task 1. This directory is what \`tnmt serve\`
+serves when no \`--model\` is given.
 
 | | |
 |---|---|
 | test BLEU (test_2016_flickr, 1000 sentences, beam 4, α 0.6) | **$(printf '%.1f' "$bleu")** |
+| dev BLEU (val, $dev_sentences sentences, the same decoding; the set the model was chosen on) | $(printf '%.1f' "$dev_bleu") |
 | sacreBLEU signature | \`${signature//|/\\|}\` |
 | weights | average of ${last} checkpoints (${averaged% }), float16, ${size} KiB |
-| training steps | ${total_steps} (stages below) |
+| training steps | ${total_steps} |
 
-Trained in stages, each a \`tnmt train\` run ending in an average of its last checkpoints; a
-later stage starts from the model of the one before (\`--init-model\`, fresh optimizer):
+$how
 
 | stage | run | steps | checkpoints averaged | config |
 |---|---|---|---|---|
 $stage_table
 
-Reproduce: \`tools/get-multi30k.sh\` (the data, into data/multi30k); stage 1: \`tnmt train
---config models/recipes/multi30k-small.json --max-steps STEPS\` (checkpoints in
-runs/multi30k-small), then \`tools/make-demo-model.sh runs/multi30k-small LAST\`, which writes
-models/demo and recomputes its test score; each later stage: \`tnmt train --config
-models/recipes/multi30k-small-continue.json --max-steps STEPS\` (from models/demo, into
-runs/multi30k-small-continue), then \`tools/make-demo-model.sh runs/multi30k-small-continue
-LAST\` (STEPS, LAST and \`--seed\` from the table). The \`train_config*.json\` files are the stages'
-settings as trained; \`training-log.jsonl\` is the trainer's log of every stage (training loss,
-tokens/s and learning rate every 20 steps, validations, checkpoints; \`"stage"\` in each
-record). Dev perplexity and dev BLEU (first 300 sentences of val, beam 4) at each validation
-(steps count from the start of each stage):
+$reproduce Dev perplexity and dev BLEU ($valid_set, beam 4) at each validation$steps_note:
 
 | stage | step | dev perplexity | dev BLEU |
 |---|---|---|---|
@@ -97,4 +127,4 @@ rm -rf "$out.old"
 [[ -d "$out" ]] && mv "$out" "$out.old"
 mv "$tmp/model" "$out"
 rm -rf "$out.old"
-echo "make-demo-model: wrote $out (test BLEU $bleu, $size KiB weights)"
+echo "make-demo-model: wrote $out (dev BLEU $dev_bleu, test BLEU $bleu, $size KiB weights)"
