@@ -54,10 +54,16 @@ def describe(c):
              (("attention", "attention_dropout"), ("activation", "activation_dropout")) if c.get(key, 0) > 0]
     words.append(dropout + (f" ({', '.join(inner)})" if inner else ""))
     if c.get("subword_nbest", 1) > 1:
-        words.append(f"subword sampling (the {c['subword_nbest']} best segmentations, alpha {number(c['subword_alpha'])})")
+        words.append(f"subword sampling (the {c['subword_nbest']} best segmentations, "
+                     f"alpha {number(c['subword_alpha'])})")
     words.append(f"label smoothing {number(c['label_smoothing'])}")
     words.append(f"{c['max_tokens']}-token batches")
     return ", ".join(words)
+
+
+def default_recipe(config):
+    """The recipe a run was trained with when nothing names it: the demo model's staged recipes."""
+    return "multi30k-small-continue.json" if config.get("init_model") else "multi30k-small.json"
 
 
 def main(run, out, final_step, checkpoints, recipe=None):
@@ -91,8 +97,7 @@ def main(run, out, final_step, checkpoints, recipe=None):
         if record.get("step", 0) <= final_step:
             record["stage"] = stage
             records.append(record)
-    if recipe is None:
-        recipe = "multi30k-small-continue.json" if init else "multi30k-small.json"
+    recipe = recipe or default_recipe(config)
     records.append({"event": "averaged", "stage": stage, "checkpoints": checkpoints, "recipe": recipe})
     with open(os.path.join(out, "training-log.jsonl"), "w") as f:
         for record in records:
@@ -114,12 +119,11 @@ def main(run, out, final_step, checkpoints, recipe=None):
     for s in range(1, stage + 1):
         name = "train_config.json" if s == stage else f"train_config.stage{s}.json"
         c = json.load(open(os.path.join(out, name)))
+        name_s = recipes.get(s) or default_recipe(c)
         if c.get("init_model"):
-            name_s = recipes.get(s) or "multi30k-small-continue.json"
             how = (f"`{name_s} --max-steps {steps.get(s, 0)}` from stage {s - 1}'s model "
                    f"(seed {c['seed']}, warmup {c['warmup_steps']}, lr_scale {c['lr_scale']:g})")
         else:
-            name_s = recipes.get(s) or "multi30k-small.json"
             how = f"`{name_s} --max-steps {steps.get(s, 0)}` from random weights (seed {c['seed']})"
         avg = averaged.get(s, [])
         stage_rows.append(f"| {s} | {how} | {steps.get(s, 0)} | {len(avg)}: {' '.join(avg)} | `{name}` |")

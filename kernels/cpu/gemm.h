@@ -26,11 +26,11 @@ void GemmTN(int m, int n, int k, float alpha, const float* a, int lda, const flo
 
 // Mixed-precision GEMM for training: c: [m, n] = op(a) · op(b) (+ bias[n] when bias is not null)
 // (+ c when accumulate), every element of a and b rounded to bfloat16 (to nearest, ties to even)
-// and the products summed in float32. op(a) is a: [m, k] (row stride lda), or a stored [k, m] when trans_a; op(b) is
-// b: [k, n], or b stored [n, k] when trans_b. So GemmNT is (false, true), GemmNN (false, false)
-// and GemmTN (true, false). On CPUs with AVX-512 BF16 (HasBf16Gemm) it runs tnmt's kernel at
-// twice the float32 multiply-add rate; elsewhere it rounds copies of the operands and runs the
-// float32 GEMM (the same products, no faster: for tests and completeness). Sums of the kernel's
+// and the products summed in float32. op(a) is a: [m, k] (row stride lda), or a stored [k, m]
+// when trans_a; op(b) is b: [k, n], or b stored [n, k] when trans_b. So GemmNT is (false, true),
+// GemmNN (false, false) and GemmTN (true, false). On CPUs with AVX-512 BF16 (HasBf16Gemm) it runs
+// tnmt's kernel at twice the float32 multiply-add rate; elsewhere it rounds copies of the
+// operands and runs the float32 GEMM (the same products, no faster: for tests and completeness). Sums of the kernel's
 // pairs of products may round differently from the copies' sequential sums. Each call packs
 // both operands; the kernel's results depend neither on the thread count nor on m.
 void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
