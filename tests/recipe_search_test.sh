@@ -75,6 +75,9 @@ check "its README names the 2 averaged checkpoints" grep -qE 'average of 2 check
 check "one stage, from random weights" grep -qE '^\| 1 \| `multi30k-wide.json --max-steps [0-9]+` from random weights \(seed 1\)' "$readme"
 check "no machine paths in its config or README" bash -c "! grep -q '$TMP' $TMP/demo/train_config.json $readme"
 check "the training log ends with the averaged checkpoints and the recipe" bash -c "tail -n 1 $TMP/demo/training-log.jsonl | grep -q '\"recipe\": \"multi30k-wide.json\"'"
+# Paths relative to where it is called from, not to the repository.
+(cd "$TMP" && OUT=demo3 "$repo/tools/make-demo-model.sh" out/a 2 data) > "$TMP/demo3.log" 2>&1
+check "make-demo-model takes paths relative to the caller" bash -c "grep -q 'wrote $TMP/demo3 ' $TMP/demo3.log && test -s $TMP/demo3/model.safetensors"
 OUT="$TMP/demo2" PYTHON=/bin/false tools/make-demo-model.sh "$TMP/out/a" 2 "$TMP/data" > "$TMP/demo2.log" 2>&1
 check "make-demo-model without sacrebleu: refused, naming it" bash -c "! test -e $TMP/demo2 && grep -q 'has no sacrebleu' $TMP/demo2.log"
 

@@ -8,19 +8,26 @@
 #     RUN_DIR   the recipe's save_dir (checkpoints, metrics.jsonl, train_config.json)
 #     LAST      checkpoints to average (default 5)
 #     DATA_DIR  Multi30k files (default data/multi30k: tools/get-multi30k.sh fetches them)
-# Environment: RECIPE, the recipe's file name under models/recipes (default multi30k-small.json,
+# Paths given on the command line or in OUT, TNMT and PYTHON are relative to the current
+# directory. Environment: RECIPE, the recipe's file name under models/recipes (default multi30k-small.json,
 # or multi30k-small-continue.json for a run that continued models/demo with --init-model); OUT,
 # where the model goes (default models/demo); TNMT, the tnmt binary (default
 # bazel-bin/tools/tnmt/tnmt: bazel build //tools/tnmt); PYTHON, a python3 with sacrebleu (default
 # python3; deploy/install-py-tools.sh puts one in build/py-tools).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-run="${1:?usage: tools/make-demo-model.sh RUN_DIR [LAST] [DATA_DIR]}"
+# Paths given by the caller are relative to where it runs; the defaults to the repository root.
+from_caller() { if [[ $1 == /* ]]; then printf '%s' "$1"; else printf '%s' "$PWD/$1"; fi; }
+run=$(from_caller "${1:?usage: tools/make-demo-model.sh RUN_DIR [LAST] [DATA_DIR]}")
 last="${2:-5}"
-data="${3:-data/multi30k}"
-tnmt=${TNMT:-bazel-bin/tools/tnmt/tnmt}
+data=${3:+$(from_caller "$3")}
+tnmt=${TNMT:+$(from_caller "$TNMT")}
+out=${OUT:+$(from_caller "$OUT")}
 python=${PYTHON:-python3}
-out=${OUT:-models/demo}
+[[ $python == */* ]] && python=$(from_caller "$python")
+cd "$(dirname "$0")/.."
+data=${data:-data/multi30k}
+tnmt=${tnmt:-bazel-bin/tools/tnmt/tnmt}
+out=${out:-models/demo}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
