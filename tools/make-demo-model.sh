@@ -9,9 +9,9 @@
 #     LAST      checkpoints to average (default 5)
 #     DATA_DIR  Multi30k files (default data/multi30k: tools/get-multi30k.sh fetches them)
 # Paths given on the command line or in OUT, TNMT and PYTHON are relative to the current
-# directory. Environment: RECIPE, the recipe's file name under models/recipes (default multi30k-small.json,
-# or multi30k-small-continue.json for a run that continued models/demo with --init-model); OUT,
-# where the model goes (default models/demo); TNMT, the tnmt binary (default
+# directory. Environment: RECIPE, the recipe's file name under models/recipes (default
+# multi30k-small.json, or multi30k-small-continue.json for a run that continued models/demo with
+# --init-model); OUT, where the model goes (default models/demo); TNMT, the tnmt binary (default
 # bazel-bin/tools/tnmt/tnmt: bazel build //tools/tnmt); PYTHON, a python3 with sacrebleu (default
 # python3; deploy/install-py-tools.sh puts one in build/py-tools).
 set -euo pipefail
