@@ -6,6 +6,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace tnmt::kernels::cpu {
 
 namespace {
@@ -34,6 +42,23 @@ CpuIsa EnvironmentCap() {
 }
 
 std::atomic<int> g_test_cap{static_cast<int>(CpuIsa::kAvx512)};
+std::atomic<bool> g_test_amx{true};
+
+// AMX-TILE and AMX-INT8 in CPUID leaf 7, and the kernel's permission to use the tile data
+// state (Linux 5.16 and later grant it per process on request; elsewhere it is not asked).
+bool DetectAmxInt8() {
+#if defined(__x86_64__) && defined(__linux__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool tile = (edx >> 24) & 1u, int8 = (edx >> 25) & 1u;
+  if (!tile || !int8) return false;
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
 
 }  // namespace
 
@@ -86,7 +111,21 @@ bool HasAvx512Bf16() {
 #endif
 }
 
+bool HasAmxInt8() {
+  static const bool amx = DetectedIsa() == CpuIsa::kAvx512 && HasAvx512Vnni() && DetectAmxInt8();
+  return amx;
+}
+
+bool UseAmxInt8() {
+  static const bool environment_off = [] {
+    const char* off = std::getenv("TNMT_NO_AMX");
+    return off != nullptr && std::strcmp(off, "1") == 0;
+  }();
+  return UseAvx512() && HasAmxInt8() && !environment_off && g_test_amx.load(std::memory_order_relaxed);
+}
+
 const char* Int8KernelName() {
+  if (UseAmxInt8()) return "avx512-amx";
   if (UseAvx512() && HasAvx512Vnni()) return "avx512-vnni";
   return UseAvx2() ? "avx2" : "portable";
 }
@@ -94,5 +133,7 @@ const char* Int8KernelName() {
 void SetIsaForTesting(CpuIsa cap) { g_test_cap.store(static_cast<int>(cap), std::memory_order_relaxed); }
 
 void SetAvx512ForTesting(bool allow) { SetIsaForTesting(allow ? CpuIsa::kAvx512 : CpuIsa::kAvx2); }
+
+void SetAmxForTesting(bool allow) { g_test_amx.store(allow, std::memory_order_relaxed); }
 
 }  // namespace tnmt::kernels::cpu

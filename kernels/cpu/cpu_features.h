@@ -27,12 +27,22 @@ bool UseAvx2();
 bool HasAvx512Vnni();
 // Whether the CPU has AVX-512 BF16 (the bfloat16 training GEMM's kernel; used when UseAvx512()).
 bool HasAvx512Bf16();
-// The int8 GEMM's kernel under the active level: "avx512-vnni", "avx2" or "portable".
+// Whether the CPU has AMX-TILE and AMX-INT8 and the operating system lets this process use the
+// tile registers (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA), asked once).
+bool HasAmxInt8();
+// Whether the int8 GEMM runs on AMX: UseAvx512(), HasAmxInt8(), and not turned off by
+// TNMT_NO_AMX=1 in the environment (read once) or SetAmxForTesting(false). AMX computes the
+// same integer sums as VNNI, so the results are the same bit for bit.
+bool UseAmxInt8();
+// The int8 GEMM's kernel under the active level: "avx512-amx", "avx512-vnni", "avx2" or
+// "portable".
 const char* Int8KernelName();
 
 // Tests: caps the level at `cap` (never raises it above the CPU's); kAvx512 restores detection.
 void SetIsaForTesting(CpuIsa cap);
 // Tests: false caps the level at avx2, true restores detection.
 void SetAvx512ForTesting(bool allow);
+// Tests: false keeps the int8 GEMM off AMX, true restores detection.
+void SetAmxForTesting(bool allow);
 
 }  // namespace tnmt::kernels::cpu

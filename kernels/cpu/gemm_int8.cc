@@ -28,7 +28,14 @@
 // instruction consumes (16 columns x 4 k per zmm) and what the AVX2 kernel reads 8 columns at
 // a time.
 //
-// Kernels (activations as q_a + 64 on both vector paths):
+// Kernels (activations as q_a + 64 on the vector paths):
+//   avx512 + AMX   tdpbusd on the tile registers: tiles of 16 rows x 16 columns x 64 k, two
+//                  or four of them (up to 32 rows x 32 columns) per panel tile. A weight tile
+//                  is 16 groups of the panel's 128-byte layout read with a 128-byte stride (16
+//                  columns x 4 bytes per group), so AMX uses the same packed weights; k runs in
+//                  steps of 64 (the activations' rows are zero-padded to a multiple of 64, so
+//                  the weight rows read past the panel's last group, which the packing
+//                  allocates, add nothing). Same integer sums and epilogue as VNNI.
 //   avx512 + VNNI  vpdpbusd; tiles of up to 12 rows x 32 columns.
 //   avx2           vpmaddubsw (x2) + vpaddw + vpmaddwd per two groups; tiles of up to 4 rows x
 //                  16 columns. Also the path of AVX-512 CPUs without VNNI.
@@ -54,6 +61,9 @@
 #define TNMT_VNNI_TARGET \
   __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma")))
 #define TNMT_AVX2_TARGET __attribute__((target("avx2,fma")))
+#define TNMT_AMX_TARGET                                                                 \
+  __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma,amx-tile," \
+                        "amx-int8")))
 #endif
 
 namespace tnmt::kernels::cpu {
@@ -70,15 +80,23 @@ constexpr int kMaxMrPortable = 8;
 constexpr int kRowSplitMinRows = 96;
 constexpr int kRowBlock = 1;
 
-enum class Path { kPortable, kAvx2, kVnni };
+// AMX: rows per tile register and bytes of k per tile row (16 groups).
+constexpr int kAmxRows = 16;
+constexpr int kAmxK = 64;
+// Bytes the packing allocates past the last panel: what an AMX weight tile reads beyond it.
+constexpr int kAmxOverread = kAmxK / 4 * kGroupBytes;
+
+enum class Path { kPortable, kAvx2, kVnni, kAmx };
 
 Path ActivePath() {
+  if (UseAmxInt8()) return Path::kAmx;
   if (UseAvx512() && HasAvx512Vnni()) return Path::kVnni;
   if (UseAvx2()) return Path::kAvx2;
   return Path::kPortable;
 }
 
 int RoundUp4(int k) { return (k + 3) / 4 * 4; }
+int RoundUp(int x, int to) { return (x + to - 1) / to * to; }
 
 // What the epilogue needs besides the integer sums.
 struct Epilogue {
@@ -172,6 +190,45 @@ TNMT_AVX2_TARGET float QuantizeRowAvx2(const float* a, int k, int kp, int8_t* q)
   return amax / static_cast<float>(kActLimit);
 }
 
+// The AVX-512 epilogue (VNNI and AMX kernels): a panel's per-column constants, then each row
+// of the tile from its integer sums (acc0: the panel's columns 0-15, acc1: 16-31).
+struct PanelConstants512 {
+  __mmask16 m0, m1;
+  __m512i comp0, comp1;
+  __m512 s0, s1, bias0, bias1;
+};
+
+TNMT_VNNI_TARGET inline PanelConstants512 LoadPanelConstants512(const Epilogue& e) {
+  PanelConstants512 pc;
+  pc.m0 = e.nvalid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << e.nvalid) - 1);
+  pc.m1 = e.nvalid >= 32   ? 0xFFFF
+          : e.nvalid <= 16 ? 0
+                           : static_cast<__mmask16>((1u << (e.nvalid - 16)) - 1);
+  pc.comp0 = _mm512_loadu_si512(e.col_comp);
+  pc.comp1 = _mm512_loadu_si512(e.col_comp + 16);
+  pc.s0 = _mm512_loadu_ps(e.col_scale);
+  pc.s1 = _mm512_loadu_ps(e.col_scale + 16);
+  pc.bias0 = e.bias ? _mm512_maskz_loadu_ps(pc.m0, e.bias) : _mm512_setzero_ps();
+  pc.bias1 = e.bias ? _mm512_maskz_loadu_ps(pc.m1, e.bias + 16) : _mm512_setzero_ps();
+  return pc;
+}
+
+TNMT_VNNI_TARGET inline void StoreRow512(const Epilogue& e, const PanelConstants512& pc, int i, __m512i acc0,
+                                         __m512i acc1) {
+  float* ci = e.c + i * e.ldc;
+  const __m512 ra = _mm512_set1_ps(e.row_scale[i]);
+  const __m512 init0 =
+      _mm512_add_ps(e.accumulate ? _mm512_maskz_loadu_ps(pc.m0, ci) : _mm512_setzero_ps(), pc.bias0);
+  const __m512 init1 =
+      _mm512_add_ps(e.accumulate ? _mm512_maskz_loadu_ps(pc.m1, ci + 16) : _mm512_setzero_ps(), pc.bias1);
+  const __m512 v0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0, pc.comp0)),
+                                    _mm512_mul_ps(ra, pc.s0), init0);
+  const __m512 v1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1, pc.comp1)),
+                                    _mm512_mul_ps(ra, pc.s1), init1);
+  _mm512_mask_storeu_ps(ci, pc.m0, v0);
+  _mm512_mask_storeu_ps(ci + 16, pc.m1, v1);
+}
+
 // VNNI: c[MR, 32 of the panel] from a (MR rows of kp bytes, stride kp, q_a + 64) and the
 // panel b (groups x 128 bytes).
 template <int MR>
@@ -195,28 +252,9 @@ TNMT_VNNI_TARGET void KernelVnni(int groups, const int8_t* a, int64_t lda, const
     }
     b += kGroupBytes;
   }
-  const __mmask16 m0 = e.nvalid >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << e.nvalid) - 1);
-  const __mmask16 m1 = e.nvalid >= 32   ? 0xFFFF
-                       : e.nvalid <= 16 ? 0
-                                        : static_cast<__mmask16>((1u << (e.nvalid - 16)) - 1);
-  const __m512i comp0 = _mm512_loadu_si512(e.col_comp), comp1 = _mm512_loadu_si512(e.col_comp + 16);
-  const __m512 s0 = _mm512_loadu_ps(e.col_scale), s1 = _mm512_loadu_ps(e.col_scale + 16);
-  const __m512 bias0 = e.bias ? _mm512_maskz_loadu_ps(m0, e.bias) : _mm512_setzero_ps();
-  const __m512 bias1 = e.bias ? _mm512_maskz_loadu_ps(m1, e.bias + 16) : _mm512_setzero_ps();
+  const PanelConstants512 pc = LoadPanelConstants512(e);
 #pragma GCC unroll 12
-  for (int i = 0; i < MR; ++i) {
-    float* ci = e.c + i * e.ldc;
-    const __m512 ra = _mm512_set1_ps(e.row_scale[i]);
-    const __m512 init0 = _mm512_add_ps(e.accumulate ? _mm512_maskz_loadu_ps(m0, ci) : _mm512_setzero_ps(), bias0);
-    const __m512 init1 =
-        _mm512_add_ps(e.accumulate ? _mm512_maskz_loadu_ps(m1, ci + 16) : _mm512_setzero_ps(), bias1);
-    const __m512 v0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c0[i], comp0)),
-                                      _mm512_mul_ps(ra, s0), init0);
-    const __m512 v1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c1[i], comp1)),
-                                      _mm512_mul_ps(ra, s1), init1);
-    _mm512_mask_storeu_ps(ci, m0, v0);
-    _mm512_mask_storeu_ps(ci + 16, m1, v1);
-  }
+  for (int i = 0; i < MR; ++i) StoreRow512(e, pc, i, c0[i], c1[i]);
 }
 
 using KernelFn = void (*)(int, const int8_t*, int64_t, const int8_t*, const Epilogue&);
@@ -226,6 +264,71 @@ constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeVnni(std::integer_sequence
   return {nullptr, &KernelVnni<MR + 1>...};
 }
 constexpr auto kVnni = MakeVnni(std::make_integer_sequence<int, kMaxMrVnni>{});
+
+// AMX tile configuration (palette 1): all eight tiles 16 rows x 64 bytes. tmm0-3 hold the
+// sums (int32) of rows 0-15 / 16-31 x columns 0-15 / 16-31, tmm4-5 the activations of rows
+// 0-15 / 16-31, tmm6-7 the weights of columns 0-15 / 16-31.
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Loads the configuration on the calling thread; AmxEnd releases the tile state again. Written
+// as asm rather than _tile_loadconfig, whose operand tells GCC 12 that only the first 8 bytes
+// of the configuration are read; the "memory" clobber also orders the activations' stores
+// before the tile loads, whose asm (GCC's _tile_loadd) names no memory operand.
+TNMT_AMX_TARGET void AmxBegin() {
+  AmxConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.rows[t] = kAmxRows;
+    config.colsb[t] = kAmxK;
+  }
+  asm volatile("ldtilecfg %0" : : "m"(config) : "memory");
+}
+
+TNMT_AMX_TARGET void AmxEnd() { _tile_release(); }
+
+// AMX: c[mr, 32 of the panel] for mr <= 32, from a (q_a + 64, rows of lda bytes, k zero-padded
+// to chunks * 64 bytes; 16 rows, or 32 when mr > 16, readable) and the panel b.
+TNMT_AMX_TARGET void KernelAmx(int mr, int chunks, const int8_t* a, int64_t lda, const int8_t* b,
+                               const Epilogue& e) {
+  const bool two = mr > kAmxRows;
+  _tile_zero(0);
+  _tile_zero(1);
+  if (two) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+  for (int ch = 0; ch < chunks; ++ch) {
+    const int8_t* bc = b + static_cast<int64_t>(ch) * (kAmxK / 4) * kGroupBytes;
+    const int8_t* ac = a + static_cast<int64_t>(ch) * kAmxK;
+    _tile_loadd(6, bc, kGroupBytes);
+    _tile_loadd(7, bc + 64, kGroupBytes);
+    _tile_loadd(4, ac, lda);
+    _tile_dpbusd(0, 4, 6);
+    _tile_dpbusd(1, 4, 7);
+    if (two) {
+      _tile_loadd(5, ac + kAmxRows * lda, lda);
+      _tile_dpbusd(2, 5, 6);
+      _tile_dpbusd(3, 5, 7);
+    }
+  }
+  alignas(64) int32_t acc[2 * kAmxRows][kNr];
+  constexpr int kStride = kNr * sizeof(int32_t);
+  _tile_stored(0, &acc[0][0], kStride);
+  _tile_stored(1, &acc[0][16], kStride);
+  if (two) {
+    _tile_stored(2, &acc[kAmxRows][0], kStride);
+    _tile_stored(3, &acc[kAmxRows][16], kStride);
+  }
+  const PanelConstants512 pc = LoadPanelConstants512(e);
+  for (int i = 0; i < mr; ++i) {
+    StoreRow512(e, pc, i, _mm512_load_si512(&acc[i][0]), _mm512_load_si512(&acc[i][16]));
+  }
+}
 
 
 // One row of the AVX2 kernel for one group of 4 k: pairs of u7 x s7 products (at most
@@ -418,9 +521,11 @@ PackedMatrix PackedMatrix::PackInt8(int n, int k, const float* b, int ldb) {
   q->kp = RoundUp4(k);
   const int groups = q->kp / 4;
   const size_t bytes = static_cast<size_t>(panels) * kNr * q->kp;
-  q->panels = static_cast<int8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
+  // Zeros past the last panel: what an AMX weight tile of its last chunk of k reads.
+  const size_t allocated = (bytes + kAmxOverread + 63) / 64 * 64;
+  q->panels = static_cast<int8_t*>(std::aligned_alloc(64, allocated));
   if (q->panels == nullptr) return out;
-  std::memset(q->panels, 0, bytes);
+  std::memset(q->panels, 0, allocated);
   q->scale.assign(static_cast<size_t>(panels) * kNr, 0.0f);
   q->comp.assign(static_cast<size_t>(panels) * kNr, 0);
   for (int col = 0; col < n; ++col) {
@@ -453,16 +558,23 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
   if (m <= 0 || n <= 0) return;
   const int panels = (n + kNr - 1) / kNr;
   const Path path = ActivePath();
+  const bool amx = path == Path::kAmx;
   const int max_mr = path == Path::kVnni ? kMaxMrVnni : path == Path::kAvx2 ? kMaxMrAvx2 : kMaxMrPortable;
-  // Quantizes rows [r_begin, r_end) of a into qa/sa (indexed from r_begin).
+  // Bytes per quantized row: kp, or on AMX whole chunks of 64 (zeros past kp). AMX also reads
+  // up to 16 rows past a block's last row: the scratch has pad_rows zero rows after them.
+  const int qstride = amx ? RoundUp(kp, kAmxK) : kp;
+  const int pad_rows = amx ? kAmxRows : 0;
+  // Quantizes rows [r_begin, r_end) of a into qa/sa (indexed from r_begin), then zeroes the
+  // pad rows after them.
   auto quantize = [&](int r_begin, int r_end, int8_t* qa, float* sa) {
     for (int i = r_begin; i < r_end; ++i) {
       const float* row = a + static_cast<int64_t>(i) * lda;
-      int8_t* q = qa + static_cast<int64_t>(i - r_begin) * kp;
+      int8_t* q = qa + static_cast<int64_t>(i - r_begin) * qstride;
       float* s = sa + (i - r_begin);
 #if defined(__x86_64__)
-      if (path == Path::kVnni) {
+      if (path == Path::kVnni || amx) {
         *s = QuantizeRowAvx512(row, k, kp, q);
+        if (qstride > kp) std::memset(q + kp, 0, qstride - kp);
         continue;
       }
       if (path == Path::kAvx2) {
@@ -472,20 +584,29 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
 #endif
       *s = QuantizeRowPortable(row, k, kp, /*shift=*/false, q);
     }
+    std::memset(qa + static_cast<int64_t>(r_end - r_begin) * qstride, 0, static_cast<size_t>(pad_rows) * qstride);
   };
   // Rows [r_begin, r_end) (quantized at pa/psa) times panels [p_begin, p_end).
   auto compute = [&](int r_begin, int r_end, int64_t p_begin, int64_t p_end, const int8_t* pa, const float* psa) {
-    const Tiling tiling(r_end - r_begin, max_mr);
+    const int rows = r_end - r_begin;
+    const Tiling tiling(rows, max_mr);
+    // AMX: tiles of 32 rows (two tile registers' worth), the last one shorter.
+    constexpr int kAmxTileRows = 2 * kAmxRows;
+    const int tiles = amx ? (rows + kAmxTileRows - 1) / kAmxTileRows : tiling.tiles;
     // The thread's next panel is prefetched into L2 in slices, one slice before each tile of
     // this one, so that its first tile does not wait on memory (as gemm_packed.cc).
     const int panel_lines = groups * kGroupBytes / 64;
-    const int slice = (panel_lines + tiling.tiles - 1) / tiling.tiles;
+    const int slice = (panel_lines + tiles - 1) / tiles;
+#if defined(__x86_64__)
+    if (amx) AmxBegin();
+#endif
     for (int64_t p = p_begin; p < p_end; ++p) {
       const int col = static_cast<int>(p) * kNr;
       const int8_t* pb = w.panels + p * groups * kGroupBytes;
       const char* next = p + 1 < p_end ? reinterpret_cast<const char*>(pb + groups * kGroupBytes) : nullptr;
-      for (int t = 0; t < tiling.tiles; ++t) {
-        const int mr = tiling.rows(t), r0 = tiling.start(t);
+      for (int t = 0; t < tiles; ++t) {
+        const int r0 = amx ? t * kAmxTileRows : tiling.start(t);
+        const int mr = amx ? std::min(kAmxTileRows, rows - r0) : tiling.rows(t);
 #if defined(__x86_64__)
         if (next != nullptr) {
           for (int l = t * slice, end = std::min(panel_lines, l + slice); l < end; ++l) {
@@ -493,11 +614,15 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
           }
         }
 #endif
-        const int8_t* ta = pa + static_cast<int64_t>(r0) * kp;
+        const int8_t* ta = pa + static_cast<int64_t>(r0) * qstride;
         Epilogue e{psa + r0, w.scale.data() + col, w.comp.data() + col,
                    bias != nullptr ? bias + col : nullptr, accumulate,
                    c + static_cast<int64_t>(r_begin + r0) * ldc + col, ldc, std::min(kNr, n - col)};
 #if defined(__x86_64__)
+        if (amx) {
+          KernelAmx(mr, qstride / kAmxK, ta, qstride, pb, e);
+          continue;
+        }
         if (path == Path::kVnni) {
           kVnni[mr](groups, ta, kp, pb, e);
           continue;
@@ -511,6 +636,9 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
         KernelPortable(mr, groups, ta, kp, pb, e);
       }
     }
+#if defined(__x86_64__)
+    if (amx) AmxEnd();
+#endif
   };
   const int threads = ComputeThreads();
   if (threads > 1 && m >= kRowSplitMinRows * threads) {
@@ -522,7 +650,7 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
       thread_local std::vector<float> sa;
       const int r_begin = static_cast<int>(b_begin * kRowBlock);
       const int r_end = static_cast<int>(std::min<int64_t>(m, b_end * kRowBlock));
-      int8_t* q = GrowScratch(&qa, static_cast<size_t>(r_end - r_begin) * kp);
+      int8_t* q = GrowScratch(&qa, static_cast<size_t>(r_end - r_begin + pad_rows) * qstride);
       float* s = GrowScratch(&sa, static_cast<size_t>(r_end - r_begin));
       quantize(r_begin, r_end, q, s);
       compute(r_begin, r_end, 0, panels, q, s);
@@ -532,7 +660,7 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
   // Activations, quantized per call by the calling thread; read by every compute thread.
   thread_local std::vector<int8_t> qa;
   thread_local std::vector<float> sa;
-  int8_t* q = GrowScratch(&qa, static_cast<size_t>(m) * kp);
+  int8_t* q = GrowScratch(&qa, static_cast<size_t>(m + pad_rows) * qstride);
   float* s = GrowScratch(&sa, static_cast<size_t>(m));
   quantize(0, m, q, s);
   const int8_t* pa = q;  // (thread_locals: the workers must not name them)

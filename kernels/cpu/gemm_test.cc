@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -312,8 +313,31 @@ TEST_F(GemmPackedTest, EmptyShapes) {
 // GemmPacked with int8 weights (PackedMatrix::PackInt8). The reference quantizes exactly as
 // documented in gemm.h (per output column for b and per row for a to +-63, round to
 // nearest even), sums the integer products in 64 bits and applies fma(sum, s_a * s_w, init): every
-// kernel the CPU has (avx512-vnni, avx2, portable) must give that result bit for bit, and it
-// must be close to the float product.
+// kernel the CPU has (avx512-amx, avx512-vnni, avx2, portable) must give that result bit for
+// bit, and it must be close to the float product.
+// Every int8 kernel this CPU runs, as the settings that select it: the level's cap and whether
+// AMX may be used (AMX first where the CPU has it; then VNNI, or AVX2 where AVX-512 lacks it).
+struct Int8Kernel {
+  CpuIsa isa;
+  bool amx;
+};
+
+std::vector<Int8Kernel> Int8Kernels() {
+  std::vector<Int8Kernel> kernels;
+  if (HasAmxInt8()) kernels.push_back({CpuIsa::kAvx512, true});
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+    if (isa <= DetectedIsa()) kernels.push_back({isa, false});
+  }
+  return kernels;
+}
+
+void SelectInt8Kernel(Int8Kernel kernel) {
+  SetIsaForTesting(kernel.isa);
+  SetAmxForTesting(kernel.amx);
+}
+
+void RestoreInt8Kernel() { SelectInt8Kernel({CpuIsa::kAvx512, true}); }
+
 struct Int8Quantized {
   std::vector<int32_t> q;
   std::vector<float> scale;
@@ -365,13 +389,12 @@ void CheckPackedInt8(PackedCase s, bool with_bias, bool accumulate, int pad, std
       want[idx] = std::fma(static_cast<float>(sum), qa.scale[i] * qb.scale[j], init);
     }
   }
-  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
-    if (isa > DetectedIsa()) continue;
-    SetIsaForTesting(isa);
+  for (Int8Kernel selected : Int8Kernels()) {
+    SelectInt8Kernel(selected);
     const std::string kernel = Int8KernelName();
     std::vector<float> c = c0;
     GemmPacked(s.m, a.data(), lda, packed, with_bias ? bias.data() : nullptr, accumulate, c.data(), ldc);
-    SetIsaForTesting(CpuIsa::kAvx512);
+    RestoreInt8Kernel();
     const std::string where = kernel + " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
                               " k=" + std::to_string(s.k) + " bias=" + std::to_string(with_bias) +
                               " accumulate=" + std::to_string(accumulate);
@@ -405,9 +428,12 @@ void CheckPackedInt8(PackedCase s, bool with_bias, bool accumulate, int pad, std
 
 TEST(GemmPackedInt8Test, MatchesReferenceOnEveryKernel) {
   std::mt19937 rng(4242);
-  const PackedCase cases[] = {{1, 1, 1},    {2, 17, 5},   {13, 31, 16},  {12, 32, 17},
-                              {5, 33, 3},   {27, 64, 64}, {128, 100, 7}, {29, 65, 511},
-                              {3, 40, 513}, {16, 7, 1030}, {130, 96, 258}};
+  // (AMX: one and two tile rows, 32-row tiles with a shorter last one, k below, at and past
+  // a 64-byte chunk.)
+  const PackedCase cases[] = {{1, 1, 1},    {2, 17, 5},    {13, 31, 16},  {12, 32, 17},
+                              {5, 33, 3},   {27, 64, 64},  {128, 100, 7}, {29, 65, 511},
+                              {3, 40, 513}, {16, 7, 1030}, {130, 96, 258}, {17, 33, 64},
+                              {40, 50, 200}, {64, 32, 65},  {97, 70, 128}};
   for (const PackedCase& s : cases) {
     for (bool bias : {false, true}) {
       for (bool accumulate : {false, true}) CheckPackedInt8(s, bias, accumulate, bias ? 3 : 0, rng);
@@ -425,15 +451,14 @@ TEST(GemmPackedInt8Test, RowsDoNotDependOnBatchOrThreads) {
   const std::vector<float> bias = Random(n, rng);
   const PackedMatrix packed = PackedMatrix::PackInt8(n, k, b.data(), k);
   std::vector<float> first;
-  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
-    if (isa > DetectedIsa()) continue;
-    SetIsaForTesting(isa);
+  for (Int8Kernel selected : Int8Kernels()) {
+    SelectInt8Kernel(selected);
     const std::vector<float> one_thread =
         ExpectRowsIndependent(m, n, k, a, packed, bias, {0, 3, 4, 11, 12, 100, 149, 249}, Int8KernelName());
     if (first.empty()) first = one_thread;
     EXPECT_EQ(one_thread, first) << Int8KernelName() << " differs from the first kernel";
   }
-  SetIsaForTesting(CpuIsa::kAvx512);
+  RestoreInt8Kernel();
   SetComputeThreads(1);
 }
 
@@ -452,9 +477,8 @@ TEST(GemmPackedInt8Test, ExtremeValuesAreExact) {
     for (int p = 0; p < k; ++p) b[static_cast<size_t>(j) * k + p] = (j % 2 == 0) ? 0.5f : -0.5f;
   }
   const PackedMatrix packed = PackedMatrix::PackInt8(n, k, b.data(), k);
-  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
-    if (isa > DetectedIsa()) continue;
-    SetIsaForTesting(isa);
+  for (Int8Kernel selected : Int8Kernels()) {
+    SelectInt8Kernel(selected);
     std::vector<float> c(static_cast<size_t>(m) * n, -1.0f);
     GemmPacked(m, a.data(), k, packed, nullptr, false, c.data(), n);
     for (int i = 0; i < m; ++i) {
@@ -469,7 +493,24 @@ TEST(GemmPackedInt8Test, ExtremeValuesAreExact) {
       }
     }
   }
-  SetIsaForTesting(CpuIsa::kAvx512);
+  RestoreInt8Kernel();
+}
+
+// The kernel's name follows what runs: AMX where the CPU and the operating system allow it
+// (and not turned off), VNNI when AMX is off, never AMX below the avx512 level.
+TEST(GemmPackedInt8Test, KernelNameFollowsAmx) {
+  EXPECT_EQ(UseAmxInt8(), HasAmxInt8() && std::getenv("TNMT_NO_AMX") == nullptr && UseAvx512());
+  if (UseAmxInt8()) {
+    EXPECT_STREQ(Int8KernelName(), "avx512-amx");
+  }
+  SetAmxForTesting(false);
+  EXPECT_FALSE(UseAmxInt8());
+  EXPECT_STRNE(Int8KernelName(), "avx512-amx");
+  SetAmxForTesting(true);
+  SetIsaForTesting(CpuIsa::kAvx2);
+  EXPECT_FALSE(UseAmxInt8());
+  EXPECT_STREQ(Int8KernelName(), DetectedIsa() >= CpuIsa::kAvx2 ? "avx2" : "portable");
+  RestoreInt8Kernel();
 }
 
 TEST(GemmPackedInt8Test, EmptyShapesAndPreferPacked) {
