@@ -107,7 +107,7 @@ check "bfloat16 without AVX-512 BF16 fails naming it" \
 check "float16 on the CPU is exit 2 naming the flag" bash -c "test $? -eq 2 && grep -q -- '--dtype needs a GPU for float16' $TMP/f16.log"
 # Where the CPU has it: the straight run's 8 steps in bfloat16 (same batches and dropout masks) end
 # at nearly the same loss, and a float32 checkpoint resumes in bfloat16.
-if "$TNMT" --version | grep -q "bfloat16 training: avx512-bf16"; then
+if "$TNMT" --version | grep -qE "bfloat16 training: avx512-(bf16|amx)"; then
   "$TNMT" train "${common[@]}" --save-dir "$TMP/bf16" --max-steps 8 --save-every-steps 4 --dtype bfloat16 2> "$TMP/bf16.log"
   check "bfloat16 run exits 0 and says what it computes in" \
     bash -c "test $? -eq 0 && grep -q 'training on cpu, bfloat16 GEMMs' $TMP/bf16.log"

@@ -44,20 +44,34 @@ CpuIsa EnvironmentCap() {
 std::atomic<int> g_test_cap{static_cast<int>(CpuIsa::kAvx512)};
 std::atomic<bool> g_test_amx{true};
 
-// AMX-TILE and AMX-INT8 in CPUID leaf 7, and the kernel's permission to use the tile data
-// state (Linux 5.16 and later grant it per process on request; elsewhere it is not asked).
-bool DetectAmxInt8() {
+// CPUID leaf 7's EDX bits of AMX: AMX-BF16, AMX-TILE, AMX-INT8.
+constexpr unsigned kAmxBf16Bit = 22, kAmxTileBit = 24, kAmxInt8Bit = 25;
+
+// Whether the CPU has AMX-TILE and the AMX feature `bit` (CPUID leaf 7), and the kernel grants
+// this process the tile data state (Linux 5.16 and later, on request; asked once; elsewhere
+// not asked, so no AMX).
+bool DetectAmx(unsigned bit) {
 #if defined(__x86_64__) && defined(__linux__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-  const bool tile = (edx >> 24) & 1u, int8 = (edx >> 25) & 1u;
-  if (!tile || !int8) return false;
-  constexpr long kArchReqXcompPerm = 0x1023;
-  constexpr long kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  static const unsigned features = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || ((edx >> kAmxTileBit) & 1u) == 0) return 0u;
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0 ? edx : 0u;
+  }();
+  return ((features >> bit) & 1u) != 0;
 #else
+  (void)bit;
   return false;
 #endif
+}
+
+bool AmxAllowed() {
+  static const bool environment_off = [] {
+    const char* off = std::getenv("TNMT_NO_AMX");
+    return off != nullptr && std::strcmp(off, "1") == 0;
+  }();
+  return !environment_off && g_test_amx.load(std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -112,17 +126,18 @@ bool HasAvx512Bf16() {
 }
 
 bool HasAmxInt8() {
-  static const bool amx = DetectedIsa() == CpuIsa::kAvx512 && HasAvx512Vnni() && DetectAmxInt8();
+  static const bool amx = DetectedIsa() == CpuIsa::kAvx512 && HasAvx512Vnni() && DetectAmx(kAmxInt8Bit);
   return amx;
 }
 
-bool UseAmxInt8() {
-  static const bool environment_off = [] {
-    const char* off = std::getenv("TNMT_NO_AMX");
-    return off != nullptr && std::strcmp(off, "1") == 0;
-  }();
-  return UseAvx512() && HasAmxInt8() && !environment_off && g_test_amx.load(std::memory_order_relaxed);
+bool UseAmxInt8() { return UseAvx512() && HasAmxInt8() && AmxAllowed(); }
+
+bool HasAmxBf16() {
+  static const bool amx = HasAvx512Bf16() && DetectAmx(kAmxBf16Bit);
+  return amx;
 }
+
+bool UseAmxBf16() { return UseAvx512() && HasAmxBf16() && AmxAllowed(); }
 
 const char* Int8KernelName() {
   if (UseAmxInt8()) return "avx512-amx";

@@ -34,6 +34,10 @@ bool HasAmxInt8();
 // TNMT_NO_AMX=1 in the environment (read once) or SetAmxForTesting(false). AMX computes the
 // same integer sums as VNNI, so the results are the same bit for bit.
 bool UseAmxInt8();
+// The same for AMX-BF16 (and AVX-512 BF16): the bfloat16 training GEMM's tile kernel, used
+// under the same conditions (UseAvx512(), not TNMT_NO_AMX=1 or SetAmxForTesting(false)).
+bool HasAmxBf16();
+bool UseAmxBf16();
 // The int8 GEMM's kernel under the active level: "avx512-amx", "avx512-vnni", "avx2" or
 // "portable".
 const char* Int8KernelName();
@@ -42,7 +46,7 @@ const char* Int8KernelName();
 void SetIsaForTesting(CpuIsa cap);
 // Tests: false caps the level at avx2, true restores detection.
 void SetAvx512ForTesting(bool allow);
-// Tests: false keeps the int8 GEMM off AMX, true restores detection.
+// Tests: false keeps the int8 and bfloat16 GEMMs off AMX, true restores detection.
 void SetAmxForTesting(bool allow);
 
 }  // namespace tnmt::kernels::cpu

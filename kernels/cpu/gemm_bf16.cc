@@ -12,6 +12,16 @@
 // blocks of kMc rows (a's block packed), the panels, the row tiles. Threads split the rows when
 // there are many (each packs its own blocks of a), else the panels; either way each element of c
 // is computed by one thread in the same order whatever the split.
+//
+// AMX-BF16 kernel (CPUs with AMX, UseAmxBf16): tdpbf16ps multiplies a 16-row x 16-pair tile of a
+// by a 16-pair x 16-column tile of b into 16 x 16 float32 sums, 8,192 multiply-adds per
+// instruction. b's panels are packed as above ([pairs, 32]: a weight tile is 16 of its rows read
+// with a 128-byte stride), with the pairs of a k block rounded up to a multiple of 16 with zeros;
+// a is packed row by row in pairs ([rows, kKc2], zeros past the block's pairs), in tiles of 32
+// rows; c's tile, 32 x 32, lives in four tile registers, loaded from c (and the bias) and stored
+// back once per k block. The sums are those of the AVX-512 kernel taken in another order (the
+// instruction's own), so the two kernels' results differ in the last bits; each is the same
+// whatever the thread count or the rows around a row.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -19,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_tiling.h"
@@ -30,6 +41,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #define TNMT_BF16_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma")))
+#define TNMT_BF16_AMX_TARGET \
+  __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma,amx-tile,amx-bf16")))
 #endif
 
 namespace tnmt::kernels::cpu {
@@ -265,6 +278,176 @@ void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float
   }
 }
 
+// AMX. Pairs per tile row, rows of c per kernel call (two tile registers' worth) and per packed
+// block of a.
+constexpr int kAmxPairs = kAmxBytes / 4;
+constexpr int kAmxTileRows = 2 * kAmxRows;
+constexpr int kAmxTilesPerBlock = kMc / kAmxTileRows;
+
+// Rows of a transposed (stored [k, m]) as PackRowPairs leaves rows of a: dst[i * kKc2 + q] =
+// (src[2(p0 + q)][i], src[2(p0 + q) + 1][i]) for i < rows (<= 16) and q < np; 16 pairs at a time
+// packed across rows, then transposed.
+TNMT_BF16_TARGET void PackRowPairsFromColumns(uint32_t* dst, const float* src, int64_t ld, int rows, int p0, int np,
+                                              int k) {
+  alignas(64) uint32_t block[16 * 16];
+  __m512 r[16], t[16];
+  for (int q0 = 0; q0 < np; q0 += 16) {
+    const int nq = std::min(16, np - q0);
+    PackPairsAcrossRows(block, 16, src, ld, rows, p0 + q0, nq, k);
+    for (int q = 0; q < 16; ++q) {
+      r[q] = q < nq ? _mm512_maskz_load_ps(FirstLanes(rows), reinterpret_cast<const float*>(block + 16 * q))
+                    : _mm512_setzero_ps();
+    }
+    Transpose16(r, t);
+    for (int l = 0; l < rows; ++l) {
+      _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst + static_cast<int64_t>(l) * kKc2 + q0), FirstLanes(nq), t[l]);
+    }
+  }
+}
+
+// AMX: rows [r, r + mr) of op(a) (mr <= 32) as pairs, row by row at dst (kKc2 words per row), with
+// zeros in pairs [np, np16) and in the rows the kernel reads past mr (up to 16 or 32).
+void PackAmxA(uint32_t* dst, bool trans_a, const float* a, int lda, int r, int mr, int p0, int np, int np16, int k) {
+  if (trans_a) {
+    for (int l0 = 0; l0 < mr; l0 += 16) {
+      PackRowPairsFromColumns(dst + static_cast<int64_t>(l0) * kKc2, a + r + l0, lda, std::min(16, mr - l0), p0, np, k);
+    }
+  } else {
+    PackRowPairs(dst, a + static_cast<int64_t>(r) * lda, lda, mr, p0, np, k);
+  }
+  for (int i = 0; i < mr; ++i) std::memset(dst + static_cast<int64_t>(i) * kKc2 + np, 0, (np16 - np) * sizeof(uint32_t));
+  const int rows_read = mr > kAmxRows ? kAmxTileRows : kAmxRows;
+  for (int i = mr; i < rows_read; ++i) std::memset(dst + static_cast<int64_t>(i) * kKc2, 0, np16 * sizeof(uint32_t));
+}
+
+// AMX: c[mr, 32] (mr <= 32; columns masked by m0, m1) = (c if load, else 0) (+ bias[32] if not
+// null) + a · b over `chunks` x 16 pairs, a as PackAmxA leaves it, b a panel ([pairs, 32]).
+TNMT_BF16_AMX_TARGET void KernelAmx(int mr, int chunks, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc,
+                                    __mmask16 m0, __mmask16 m1, bool load, const float* bias) {
+  const bool two = mr > kAmxRows;
+  alignas(64) float acc[kAmxTileRows][kNr];
+  const __m512 bias0 = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 bias1 = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+  const int rows = two ? kAmxTileRows : kAmxRows;
+  for (int i = 0; i < rows; ++i) {
+    const bool real = i < mr;
+    const float* ci = c + i * ldc;
+    _mm512_store_ps(&acc[i][0], !real ? _mm512_setzero_ps()
+                                : load ? _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), bias0)
+                                       : bias0);
+    _mm512_store_ps(&acc[i][16], !real ? _mm512_setzero_ps()
+                                 : load ? _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), bias1)
+                                        : bias1);
+  }
+  // GCC's tile loads name no memory operand: the stores above (and the packing before this call)
+  // must be done first.
+  asm volatile("" ::: "memory");
+  constexpr int kStride = kNr * sizeof(float);
+  _tile_loadd(0, &acc[0][0], kStride);
+  _tile_loadd(1, &acc[0][16], kStride);
+  if (two) {
+    _tile_loadd(2, &acc[kAmxRows][0], kStride);
+    _tile_loadd(3, &acc[kAmxRows][16], kStride);
+  }
+  constexpr int64_t kStrideA = kKc2 * sizeof(uint32_t), kStrideB = kNr * sizeof(uint32_t);
+  for (int ch = 0; ch < chunks; ++ch) {
+    const uint32_t* bc = b + static_cast<int64_t>(ch) * kAmxPairs * kNr;
+    const uint32_t* ac = a + static_cast<int64_t>(ch) * kAmxPairs;
+    _tile_loadd(6, bc, kStrideB);
+    _tile_loadd(7, bc + 16, kStrideB);
+    _tile_loadd(4, ac, kStrideA);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if (two) {
+      _tile_loadd(5, ac + kAmxRows * kKc2, kStrideA);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, &acc[0][0], kStride);
+  _tile_stored(1, &acc[0][16], kStride);
+  if (two) {
+    _tile_stored(2, &acc[kAmxRows][0], kStride);
+    _tile_stored(3, &acc[kAmxRows][16], kStride);
+  }
+  for (int i = 0; i < mr; ++i) {
+    _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_load_ps(&acc[i][0]));
+    _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_load_ps(&acc[i][16]));
+  }
+}
+
+// The AMX loop nest: that of GemmBf16Avx512 with 32-row tiles and k blocks rounded up to whole
+// tiles of pairs.
+void GemmBf16Amx(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                 const float* bias, bool accumulate, float* c, int ldc) {
+  const int pairs = (k + 1) / 2;
+  const int panels = (n + kNr - 1) / kNr;
+  const int tiles = (m + kAmxTileRows - 1) / kAmxTileRows;
+  constexpr int64_t kTileWords = static_cast<int64_t>(kAmxTileRows) * kKc2;  // a packed tile
+  thread_local std::vector<uint32_t> b_buffer, a_buffer;
+  for (int p0 = 0; p0 < pairs; p0 += kKc2) {
+    const int np = std::min(kKc2, pairs - p0);
+    const int np16 = (np + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
+    uint32_t* pb = GrowScratch(&b_buffer, static_cast<size_t>(panels) * np16 * kNr);
+    ParallelForLarge(2 * panels, 16 * np, [&](int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h) {
+        const int col0 = static_cast<int>(h) * 16;
+        const int lanes = std::min(16, n - col0);
+        if (lanes <= 0) continue;
+        uint32_t* dst = pb + (h / 2) * np16 * kNr + (h % 2) * 16;
+        if (trans_b) {
+          PackPairsAlongRows(dst, kNr, b + static_cast<int64_t>(col0) * ldb, ldb, lanes, p0, np, k);
+        } else {
+          PackPairsAcrossRows(dst, kNr, b + col0, ldb, lanes, p0, np, k);
+        }
+        for (int q = np; q < np16; ++q) std::memset(dst + static_cast<int64_t>(q) * kNr, 0, 16 * sizeof(uint32_t));
+      }
+    });
+    const bool load = accumulate || p0 > 0;
+    const auto pack_a = [&](uint32_t* pa, int t0, int64_t u0, int64_t u1) {
+      for (int64_t t = u0; t < u1; ++t) {
+        const int r = static_cast<int>(t) * kAmxTileRows;
+        PackAmxA(pa + (t - t0) * kTileWords, trans_a, a, lda, r, std::min(kAmxTileRows, m - r), p0, np, np16, k);
+      }
+    };
+    const auto multiply = [&](const uint32_t* pa, int t0, int t1, int64_t j0, int64_t j1) {
+      AmxBegin();
+      for (int64_t j = j0; j < j1; ++j) {
+        const int cols = std::min(kNr, n - static_cast<int>(j) * kNr);
+        const __mmask16 mask0 = FirstLanes(cols), mask1 = FirstLanes(cols - 16);
+        const uint32_t* panel = pb + j * np16 * kNr;
+        for (int t = t0; t < t1; ++t) {
+          const int r = t * kAmxTileRows;
+          KernelAmx(std::min(kAmxTileRows, m - r), np16 / kAmxPairs, pa + (t - t0) * kTileWords, panel,
+                    c + static_cast<int64_t>(r) * ldc + j * kNr, ldc, mask0, mask1, load,
+                    p0 == 0 && bias != nullptr ? bias + j * kNr : nullptr);
+        }
+      }
+      AmxEnd();
+    };
+    const int threads = ComputeThreads();
+    if (threads > 1 && tiles >= threads * 2) {
+      // Many rows: each thread takes a contiguous share of the row tiles (as GemmBf16Avx512).
+      ParallelFor(tiles, [&](int64_t s0, int64_t s1) {
+        thread_local std::vector<uint32_t> own_a;
+        uint32_t* pa = GrowScratch(&own_a, static_cast<size_t>(kAmxTilesPerBlock) * kTileWords);
+        for (int t0 = static_cast<int>(s0); t0 < s1; t0 += kAmxTilesPerBlock) {
+          const int t1 = std::min<int>(t0 + kAmxTilesPerBlock, static_cast<int>(s1));
+          pack_a(pa, t0, t0, t1);
+          multiply(pa, t0, t1, 0, panels);
+        }
+      });
+      continue;
+    }
+    uint32_t* pa = GrowScratch(&a_buffer, static_cast<size_t>(kAmxTilesPerBlock) * kTileWords);
+    for (int t0 = 0; t0 < tiles; t0 += kAmxTilesPerBlock) {
+      const int t1 = std::min(t0 + kAmxTilesPerBlock, tiles);
+      ParallelForLarge(t1 - t0, kAmxTileRows * np, [&](int64_t u0, int64_t u1) { pack_a(pa, t0, t0 + u0, t0 + u1); });
+      ParallelFor(panels, [&](int64_t j0, int64_t j1) { multiply(pa, t0, t1, j0, j1); });
+    }
+  }
+}
+
 #endif  // defined(__x86_64__)
 
 }  // namespace
@@ -281,6 +464,10 @@ void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, const float* a, i
     return;
   }
 #if defined(__x86_64__)
+  if (UseAmxBf16()) {
+    GemmBf16Amx(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, accumulate, c, ldc);
+    return;
+  }
   if (HasBf16Gemm()) {
     GemmBf16Avx512(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, accumulate, c, ldc);
     return;

@@ -130,7 +130,8 @@ const std::vector<Case>& Cases() {
         for (Case s : {Case{false, false, 1, 1, 1}, Case{false, false, 3, 5, 7}, Case{false, false, 14, 32, 2},
                        Case{false, false, 15, 33, 17}, Case{false, false, 29, 47, 1101},  // two k blocks, odd tail
                        Case{false, false, 470, 40, 33},                                   // two row blocks
-                       Case{false, false, 37, 70, 129}}) {
+                       Case{false, false, 37, 70, 129},
+                       Case{false, false, 33, 20, 40}}) {                                  // AMX: 32 rows + 1
           s.trans_a = ta;
           s.trans_b = tb;
           v.push_back(s);
@@ -142,13 +143,25 @@ const std::vector<Case>& Cases() {
   return cases;
 }
 
+// The kernels this CPU runs, as whether AMX may be used: the AMX-BF16 kernel where the CPU has it,
+// then the AVX-512 BF16 one (or the portable path).
+std::vector<bool> AmxSettings() {
+  if (HasAmxBf16()) return {true, false};
+  return {false};
+}
+
 TEST(GemmBf16Test, MatchesRoundedReference) {
-  for (const Case& c : Cases()) {
-    CheckAgainstReference(c, /*accumulate=*/false, /*with_bias=*/false);
-    CheckAgainstReference(c, /*accumulate=*/true, /*with_bias=*/false);
-    CheckAgainstReference(c, /*accumulate=*/false, /*with_bias=*/true);
-    CheckAgainstReference(c, /*accumulate=*/true, /*with_bias=*/true);
+  for (bool amx : AmxSettings()) {
+    SetAmxForTesting(amx);
+    SCOPED_TRACE(UseAmxBf16() ? "AMX-BF16 kernel" : "AVX-512 BF16 kernel or portable path");
+    for (const Case& c : Cases()) {
+      CheckAgainstReference(c, /*accumulate=*/false, /*with_bias=*/false);
+      CheckAgainstReference(c, /*accumulate=*/true, /*with_bias=*/false);
+      CheckAgainstReference(c, /*accumulate=*/false, /*with_bias=*/true);
+      CheckAgainstReference(c, /*accumulate=*/true, /*with_bias=*/true);
+    }
   }
+  SetAmxForTesting(true);
 }
 
 TEST(GemmBf16Test, MatchesRoundedReferenceOnThePortablePath) {
@@ -188,9 +201,12 @@ TEST(GemmBf16Test, KernelResultsDoNotDependOnThreadsOrRows) {
   if (!HasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 (the portable path is tested above)";
   // Two k blocks and several row blocks; 300 rows: at two threads, each thread takes its own rows.
   // The layouts the trainer uses: NT (forward), NN (input gradients), TN (weight gradients).
+  for (bool amx : AmxSettings()) {
+  SetAmxForTesting(amx);
   for (const Case& c : {Case{false, true, 300, 200, 1100}, Case{false, false, 300, 200, 1100},
                         Case{true, false, 300, 200, 1100}}) {
-    SCOPED_TRACE(testing::Message() << "trans_a " << c.trans_a << " trans_b " << c.trans_b);
+    SCOPED_TRACE(testing::Message() << (UseAmxBf16() ? "AMX " : "AVX-512 ") << "trans_a " << c.trans_a
+                                    << " trans_b " << c.trans_b);
     const Operands o = MakeOperands(c, 7);
     const std::vector<float> zero(static_cast<size_t>(c.m) * (c.n + 5), 0.0f);
     SetComputeThreads(1);
@@ -212,6 +228,8 @@ TEST(GemmBf16Test, KernelResultsDoNotDependOnThreadsOrRows) {
       }
     }
   }
+  }
+  SetAmxForTesting(true);
   SetComputeThreads(1);
 }
 

@@ -48,6 +48,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/amx.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_tiling.h"
@@ -80,8 +81,7 @@ constexpr int kMaxMrPortable = 8;
 constexpr int kRowSplitMinRows = 96;
 constexpr int kRowBlock = 1;
 
-// AMX: rows per tile register and bytes of k per tile row (16 groups).
-constexpr int kAmxRows = 16;
+// AMX: bytes of k per tile row (16 groups; amx.h).
 constexpr int kAmxK = 64;
 // Bytes the packing allocates past the last panel: what an AMX weight tile reads beyond it.
 constexpr int kAmxOverread = kAmxK / 4 * kGroupBytes;
@@ -264,32 +264,6 @@ constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeVnni(std::integer_sequence
   return {nullptr, &KernelVnni<MR + 1>...};
 }
 constexpr auto kVnni = MakeVnni(std::make_integer_sequence<int, kMaxMrVnni>{});
-
-// AMX tile configuration (palette 1): all eight tiles 16 rows x 64 bytes. tmm0-3 hold the
-// sums (int32) of rows 0-15 / 16-31 x columns 0-15 / 16-31, tmm4-5 the activations of rows
-// 0-15 / 16-31, tmm6-7 the weights of columns 0-15 / 16-31.
-struct alignas(64) AmxConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Loads the configuration on the calling thread; AmxEnd releases the tile state again. Written
-// as asm rather than _tile_loadconfig, whose operand tells GCC 12 that only the first 8 bytes
-// of the configuration are read; the "memory" clobber also orders the activations' stores
-// before the tile loads, whose asm (GCC's _tile_loadd) names no memory operand.
-TNMT_AMX_TARGET void AmxBegin() {
-  AmxConfig config;
-  for (int t = 0; t < 8; ++t) {
-    config.rows[t] = kAmxRows;
-    config.colsb[t] = kAmxK;
-  }
-  asm volatile("ldtilecfg %0" : : "m"(config) : "memory");
-}
-
-TNMT_AMX_TARGET void AmxEnd() { _tile_release(); }
 
 // AMX: c[mr, 32 of the panel] for mr <= 32, from a (q_a + 64, rows of lda bytes, k zero-padded
 // to chunks * 64 bytes; 16 rows, or 32 when mr > 16, readable) and the panel b.
