@@ -79,7 +79,7 @@ for r in $(seq "$REPEAT"); do
   done
 done
 
-echo "== $(lscpu | sed -n 's/^Model name: *//p'); AVX-512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); VNNI: $(grep -q avx512_vnni /proc/cpuinfo && echo yes || echo no)${ISA:+; capped at $ISA}; tnmt: $("$TNMT" --version)"
+echo "== $(lscpu | sed -n 's/^Model name: *//p'); AVX-512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no); VNNI: $(grep -q avx512_vnni /proc/cpuinfo && echo yes || echo no); AMX: $(grep -q amx_int8 /proc/cpuinfo && echo yes || echo no)${ISA:+; capped at $ISA}; tnmt: $("$TNMT" --version)"
 echo "== model $MODEL, $(grep -c . "$WORK/src.en") sentences, best of $REPEAT runs; work dir $WORK"
 "$PYTHON" - "$WORK" "$MODEL/spm.model" << 'PY'
 import collections, os, sys
