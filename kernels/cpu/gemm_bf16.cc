@@ -17,9 +17,9 @@
 // by a 16-pair x 16-column tile of b into 16 x 16 float32 sums, 8,192 multiply-adds per
 // instruction. b's panels are packed as above ([pairs, 32]: a weight tile is 16 of its rows read
 // with a 128-byte stride), with the pairs of a k block rounded up to a multiple of 16 with zeros;
-// a is packed row by row in pairs ([rows, kKc2], zeros past the block's pairs), in tiles of 32
-// rows; c's tile, 32 x 32, lives in four tile registers, loaded from c (and the bias) and stored
-// back once per k block. The sums are those of the AVX-512 kernel taken in another order (the
+// a is packed row by row in pairs (zeros past the block's pairs; a row stride of those pairs plus
+// one cache line), in tiles of 32 rows; c's tile, 32 x 32, lives in four tile registers, loaded
+// from c and stored back once per k block (a bias is added to c first). The sums are those of the AVX-512 kernel taken in another order (the
 // instruction's own), so the two kernels' results differ in the last bits; each is the same
 // whatever the thread count or the rows around a row.
 #include <algorithm>
@@ -139,10 +139,11 @@ TNMT_BF16_TARGET void PackPairsAcrossRows(uint32_t* dst, int64_t stride, const f
   }
 }
 
-// Rows of a not transposed, kept row by row: dst[i * kKc2 + q] = (src[i][2(p0 + q)],
+// Rows of a not transposed, kept row by row: dst[i * row_stride + q] = (src[i][2(p0 + q)],
 // src[i][2(p0 + q) + 1]) rounded, for i < rows and q < np (k values from k on read as 0). No
 // transpose: the kernel reads each row's pairs at a fixed stride.
-TNMT_BF16_TARGET void PackRowPairs(uint32_t* dst, const float* src, int64_t ld, int rows, int p0, int np, int k) {
+TNMT_BF16_TARGET void PackRowPairs(uint32_t* dst, const float* src, int64_t ld, int rows, int p0, int np, int k,
+                                   int64_t row_stride = kKc2) {
   for (int i = 0; i < rows; ++i) {
     for (int q0 = 0; q0 < np; q0 += 16) {
       const int k0 = 2 * (p0 + q0);
@@ -150,7 +151,7 @@ TNMT_BF16_TARGET void PackRowPairs(uint32_t* dst, const float* src, int64_t ld, 
       const float* s = src + i * ld + k0;
       const __m512 lo = _mm512_maskz_loadu_ps(FirstLanes(kv), s);
       const __m512 hi = _mm512_maskz_loadu_ps(FirstLanes(kv - 16), s + 16);
-      _mm512_mask_storeu_epi32(dst + i * kKc2 + q0, FirstLanes(np - q0), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+      _mm512_mask_storeu_epi32(dst + i * row_stride + q0, FirstLanes(np - q0), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
   }
 }
@@ -284,11 +285,11 @@ constexpr int kAmxPairs = kAmxBytes / 4;
 constexpr int kAmxTileRows = 2 * kAmxRows;
 constexpr int kAmxTilesPerBlock = kMc / kAmxTileRows;
 
-// Rows of a transposed (stored [k, m]) as PackRowPairs leaves rows of a: dst[i * kKc2 + q] =
+// Rows of a transposed (stored [k, m]) as PackRowPairs leaves rows of a: dst[i * row_stride + q] =
 // (src[2(p0 + q)][i], src[2(p0 + q) + 1][i]) for i < rows (<= 16) and q < np; 16 pairs at a time
 // packed across rows, then transposed.
 TNMT_BF16_TARGET void PackRowPairsFromColumns(uint32_t* dst, const float* src, int64_t ld, int rows, int p0, int np,
-                                              int k) {
+                                              int k, int64_t row_stride) {
   alignas(64) uint32_t block[16 * 16];
   __m512 r[16], t[16];
   for (int q0 = 0; q0 < np; q0 += 16) {
@@ -300,48 +301,92 @@ TNMT_BF16_TARGET void PackRowPairsFromColumns(uint32_t* dst, const float* src, i
     }
     Transpose16(r, t);
     for (int l = 0; l < rows; ++l) {
-      _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst + static_cast<int64_t>(l) * kKc2 + q0), FirstLanes(nq), t[l]);
+      _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst + l * row_stride + q0), FirstLanes(nq), t[l]);
     }
   }
 }
 
-// AMX: rows [r, r + mr) of op(a) (mr <= 32) as pairs, row by row at dst (kKc2 words per row), with
-// zeros in pairs [np, np16) and in the rows the kernel reads past mr (up to 16 or 32).
+// AMX: the row stride of packed a, in words: the block's pairs rounded up to whole tiles, plus
+// one cache line, so that a tile's 16 rows do not all fall into the same few L1 sets.
+int AmxRowStride(int np16) { return np16 + 16; }
+
+// AMX: rows [r, r + mr) of op(a) (mr <= 32) as pairs, row by row at dst (AmxRowStride words per
+// row), with zeros in pairs [np, np16) and in the rows the kernel reads past mr (up to 16 or 32).
 void PackAmxA(uint32_t* dst, bool trans_a, const float* a, int lda, int r, int mr, int p0, int np, int np16, int k) {
+  const int64_t stride = AmxRowStride(np16);
   if (trans_a) {
     for (int l0 = 0; l0 < mr; l0 += 16) {
-      PackRowPairsFromColumns(dst + static_cast<int64_t>(l0) * kKc2, a + r + l0, lda, std::min(16, mr - l0), p0, np, k);
+      PackRowPairsFromColumns(dst + l0 * stride, a + r + l0, lda, std::min(16, mr - l0), p0, np, k, stride);
     }
   } else {
-    PackRowPairs(dst, a + static_cast<int64_t>(r) * lda, lda, mr, p0, np, k);
+    PackRowPairs(dst, a + static_cast<int64_t>(r) * lda, lda, mr, p0, np, k, stride);
   }
-  for (int i = 0; i < mr; ++i) std::memset(dst + static_cast<int64_t>(i) * kKc2 + np, 0, (np16 - np) * sizeof(uint32_t));
+  for (int i = 0; i < mr; ++i) std::memset(dst + i * stride + np, 0, (np16 - np) * sizeof(uint32_t));
   const int rows_read = mr > kAmxRows ? kAmxTileRows : kAmxRows;
-  for (int i = mr; i < rows_read; ++i) std::memset(dst + static_cast<int64_t>(i) * kKc2, 0, np16 * sizeof(uint32_t));
+  for (int i = mr; i < rows_read; ++i) std::memset(dst + i * stride, 0, np16 * sizeof(uint32_t));
 }
 
-// AMX: c[mr, 32] (mr <= 32; columns masked by m0, m1) = (c if load, else 0) (+ bias[32] if not
-// null) + a · b over `chunks` x 16 pairs, a as PackAmxA leaves it, b a panel ([pairs, 32]).
-TNMT_BF16_AMX_TARGET void KernelAmx(int mr, int chunks, const uint32_t* a, const uint32_t* b, float* c, int64_t ldc,
-                                    __mmask16 m0, __mmask16 m1, bool load, const float* bias) {
+// AMX: c[mr, 32] (mr <= 32; `cols` columns, masked by m0, m1) = (c if load, else 0) + a · b over
+// `chunks` x 16 pairs, a as PackAmxA leaves it (row stride lda_words), b a panel ([pairs, 32]).
+// Whole tiles (16 or 32 rows, 32 columns) are loaded from and stored to c itself; others go
+// through a buffer. (Storing a tile's start values and loading them into the tile at once would
+// stall on the store: the tile load cannot take them from the stores in flight.)
+TNMT_BF16_AMX_TARGET void KernelAmx(int mr, int cols, int chunks, const uint32_t* a, int64_t lda_words,
+                                    const uint32_t* b, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1, bool load) {
   const bool two = mr > kAmxRows;
+  const bool whole = (mr == kAmxRows || mr == kAmxTileRows) && cols == kNr;
+  // GCC's tile loads name no memory operand: the packing before this call must be done first.
+  asm volatile("" ::: "memory");
+  const int64_t stride_a = lda_words * sizeof(uint32_t);
+  constexpr int64_t kStrideB = kNr * sizeof(uint32_t);
+  if (whole) {
+    const int64_t stride_c = ldc * sizeof(float);
+    if (load) {
+      _tile_loadd(0, c, stride_c);
+      _tile_loadd(1, c + 16, stride_c);
+      if (two) {
+        _tile_loadd(2, c + kAmxRows * ldc, stride_c);
+        _tile_loadd(3, c + kAmxRows * ldc + 16, stride_c);
+      }
+    } else {
+      _tile_zero(0);
+      _tile_zero(1);
+      if (two) {
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+    }
+    for (int ch = 0; ch < chunks; ++ch) {
+      const uint32_t* bc = b + static_cast<int64_t>(ch) * kAmxPairs * kNr;
+      const uint32_t* ac = a + static_cast<int64_t>(ch) * kAmxPairs;
+      _tile_loadd(6, bc, kStrideB);
+      _tile_loadd(7, bc + 16, kStrideB);
+      _tile_loadd(4, ac, stride_a);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      if (two) {
+        _tile_loadd(5, ac + kAmxRows * lda_words, stride_a);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    _tile_stored(0, c, stride_c);
+    _tile_stored(1, c + 16, stride_c);
+    if (two) {
+      _tile_stored(2, c + kAmxRows * ldc, stride_c);
+      _tile_stored(3, c + kAmxRows * ldc + 16, stride_c);
+    }
+    return;
+  }
   alignas(64) float acc[kAmxTileRows][kNr];
-  const __m512 bias0 = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-  const __m512 bias1 = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
   const int rows = two ? kAmxTileRows : kAmxRows;
   for (int i = 0; i < rows; ++i) {
     const bool real = i < mr;
     const float* ci = c + i * ldc;
-    _mm512_store_ps(&acc[i][0], !real ? _mm512_setzero_ps()
-                                : load ? _mm512_add_ps(_mm512_maskz_loadu_ps(m0, ci), bias0)
-                                       : bias0);
-    _mm512_store_ps(&acc[i][16], !real ? _mm512_setzero_ps()
-                                 : load ? _mm512_add_ps(_mm512_maskz_loadu_ps(m1, ci + 16), bias1)
-                                        : bias1);
+    _mm512_store_ps(&acc[i][0], real && load ? _mm512_maskz_loadu_ps(m0, ci) : _mm512_setzero_ps());
+    _mm512_store_ps(&acc[i][16], real && load ? _mm512_maskz_loadu_ps(m1, ci + 16) : _mm512_setzero_ps());
   }
-  // GCC's tile loads name no memory operand: the stores above (and the packing before this call)
-  // must be done first.
-  asm volatile("" ::: "memory");
+  asm volatile("" ::: "memory");  // the stores above before the tile loads
   constexpr int kStride = kNr * sizeof(float);
   _tile_loadd(0, &acc[0][0], kStride);
   _tile_loadd(1, &acc[0][16], kStride);
@@ -349,17 +394,16 @@ TNMT_BF16_AMX_TARGET void KernelAmx(int mr, int chunks, const uint32_t* a, const
     _tile_loadd(2, &acc[kAmxRows][0], kStride);
     _tile_loadd(3, &acc[kAmxRows][16], kStride);
   }
-  constexpr int64_t kStrideA = kKc2 * sizeof(uint32_t), kStrideB = kNr * sizeof(uint32_t);
   for (int ch = 0; ch < chunks; ++ch) {
     const uint32_t* bc = b + static_cast<int64_t>(ch) * kAmxPairs * kNr;
     const uint32_t* ac = a + static_cast<int64_t>(ch) * kAmxPairs;
     _tile_loadd(6, bc, kStrideB);
     _tile_loadd(7, bc + 16, kStrideB);
-    _tile_loadd(4, ac, kStrideA);
+    _tile_loadd(4, ac, stride_a);
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     if (two) {
-      _tile_loadd(5, ac + kAmxRows * kKc2, kStrideA);
+      _tile_loadd(5, ac + kAmxRows * lda_words, stride_a);
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
@@ -377,17 +421,33 @@ TNMT_BF16_AMX_TARGET void KernelAmx(int mr, int chunks, const uint32_t* a, const
 }
 
 // The AMX loop nest: that of GemmBf16Avx512 with 32-row tiles and k blocks rounded up to whole
-// tiles of pairs.
+// tiles of pairs. A bias is first added to c (c = (c or 0) + bias, the start values of the
+// AVX-512 kernel), so that the tiles start from c.
 void GemmBf16Amx(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                  const float* bias, bool accumulate, float* c, int ldc) {
+  if (bias != nullptr) {
+    ParallelForLarge(m, n, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        float* ci = c + i * ldc;
+        if (accumulate) {
+          for (int j = 0; j < n; ++j) ci[j] += bias[j];
+        } else {
+          std::memcpy(ci, bias, n * sizeof(float));
+        }
+      }
+    });
+    accumulate = true;
+  }
   const int pairs = (k + 1) / 2;
   const int panels = (n + kNr - 1) / kNr;
   const int tiles = (m + kAmxTileRows - 1) / kAmxTileRows;
-  constexpr int64_t kTileWords = static_cast<int64_t>(kAmxTileRows) * kKc2;  // a packed tile
+  // a packed tile: 32 rows of the largest row stride
+  constexpr int64_t kTileWords = static_cast<int64_t>(kAmxTileRows) * (kKc2 + 16);
   thread_local std::vector<uint32_t> b_buffer, a_buffer;
   for (int p0 = 0; p0 < pairs; p0 += kKc2) {
     const int np = std::min(kKc2, pairs - p0);
     const int np16 = (np + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
+    const int64_t row_stride = AmxRowStride(np16);
     uint32_t* pb = GrowScratch(&b_buffer, static_cast<size_t>(panels) * np16 * kNr);
     ParallelForLarge(2 * panels, 16 * np, [&](int64_t h0, int64_t h1) {
       for (int64_t h = h0; h < h1; ++h) {
@@ -418,9 +478,8 @@ void GemmBf16Amx(bool trans_a, bool trans_b, int m, int n, int k, const float* a
         const uint32_t* panel = pb + j * np16 * kNr;
         for (int t = t0; t < t1; ++t) {
           const int r = t * kAmxTileRows;
-          KernelAmx(std::min(kAmxTileRows, m - r), np16 / kAmxPairs, pa + (t - t0) * kTileWords, panel,
-                    c + static_cast<int64_t>(r) * ldc + j * kNr, ldc, mask0, mask1, load,
-                    p0 == 0 && bias != nullptr ? bias + j * kNr : nullptr);
+          KernelAmx(std::min(kAmxTileRows, m - r), cols, np16 / kAmxPairs, pa + (t - t0) * kTileWords, row_stride,
+                    panel, c + static_cast<int64_t>(r) * ldc + j * kNr, ldc, mask0, mask1, load);
         }
       }
       AmxEnd();
