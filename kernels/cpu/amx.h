@@ -24,6 +24,8 @@ struct alignas(64) AmxConfig {
 }  // namespace tnmt::kernels::cpu
 
 #if defined(__x86_64__)
+#include <immintrin.h>
+
 #define TNMT_AMX_TILE_TARGET __attribute__((target("amx-tile")))
 
 namespace tnmt::kernels::cpu {
@@ -42,6 +44,72 @@ TNMT_AMX_TILE_TARGET inline void AmxBegin() {
 }
 
 TNMT_AMX_TILE_TARGET inline void AmxEnd() { asm volatile("tilerelease" ::: "memory"); }
+
+// The tile product of the int8 (tdpbusd) and bfloat16 (tdpbf16ps) kernels: tmm0-1 (and tmm2-3
+// when `two`) += the left operand's rows 0-15 (16-31 at a + a_rows16 bytes) times the right
+// operand's columns 0-15 (16-31 at b + b_half bytes), over `chunks` steps along k; a and b
+// advance by a_step and b_step bytes per step. The sums must already be in tmm0-3.
+enum class AmxDot { kInt8, kBf16 };
+
+template <AmxDot kDot>
+__attribute__((target("amx-tile,amx-int8,amx-bf16"))) inline void AmxTileProduct(
+    int chunks, const char* a, int64_t stride_a, int64_t a_rows16, int64_t a_step, const char* b, int64_t stride_b,
+    int64_t b_half, int64_t b_step, bool two) {
+  for (int ch = 0; ch < chunks; ++ch, a += a_step, b += b_step) {
+    _tile_loadd(6, b, stride_b);
+    _tile_loadd(7, b + b_half, stride_b);
+    _tile_loadd(4, a, stride_a);
+    if constexpr (kDot == AmxDot::kInt8) {
+      _tile_dpbusd(0, 4, 6);
+      _tile_dpbusd(1, 4, 7);
+    } else {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if (two) {
+      _tile_loadd(5, a + a_rows16, stride_a);
+      if constexpr (kDot == AmxDot::kInt8) {
+        _tile_dpbusd(2, 5, 6);
+        _tile_dpbusd(3, 5, 7);
+      } else {
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+  }
+}
+
+// Stores tmm0-1 (and tmm2-3 when `two`) as rows 0-15 (16-31) x columns 0-15, 16-31 of 4-byte
+// elements at c (row stride stride_c bytes); AmxLoadSums loads them from there, AmxZeroSums
+// zeroes them.
+TNMT_AMX_TILE_TARGET inline void AmxStoreSums(void* c, int64_t stride_c, bool two) {
+  char* p = static_cast<char*>(c);
+  _tile_stored(0, p, stride_c);
+  _tile_stored(1, p + 64, stride_c);
+  if (two) {
+    _tile_stored(2, p + kAmxRows * stride_c, stride_c);
+    _tile_stored(3, p + kAmxRows * stride_c + 64, stride_c);
+  }
+}
+
+TNMT_AMX_TILE_TARGET inline void AmxLoadSums(const void* c, int64_t stride_c, bool two) {
+  const char* p = static_cast<const char*>(c);
+  _tile_loadd(0, p, stride_c);
+  _tile_loadd(1, p + 64, stride_c);
+  if (two) {
+    _tile_loadd(2, p + kAmxRows * stride_c, stride_c);
+    _tile_loadd(3, p + kAmxRows * stride_c + 64, stride_c);
+  }
+}
+
+TNMT_AMX_TILE_TARGET inline void AmxZeroSums(bool two) {
+  _tile_zero(0);
+  _tile_zero(1);
+  if (two) {
+    _tile_zero(2);
+    _tile_zero(3);
+  }
+}
 
 }  // namespace tnmt::kernels::cpu
 

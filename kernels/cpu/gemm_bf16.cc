@@ -41,8 +41,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #define TNMT_BF16_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma")))
-#define TNMT_BF16_AMX_TARGET \
-  __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma,amx-tile,amx-bf16")))
+// (amx-int8 too: amx.h's AmxTileProduct, inlined here, names both tile dot products.)
+#define TNMT_BF16_AMX_TARGET                                                            \
+  __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma,amx-tile," \
+                        "amx-int8,amx-bf16")))
 #endif
 
 namespace tnmt::kernels::cpu {
@@ -200,6 +202,28 @@ constexpr std::array<KernelFn, sizeof...(R) + 1> MakeKernels(std::integer_sequen
 constexpr auto kKernels = MakeKernels<false>(std::make_integer_sequence<int, kMaxMr>{});
 constexpr auto kKernelsRowsA = MakeKernels<true>(std::make_integer_sequence<int, kMaxMr>{});
 
+// b's pairs [p0, p0 + np) in panels of 32 columns, panel j at pb + j * panel_pairs * kNr, stored
+// [panel_pairs, 32] with zeros in pairs [np, panel_pairs). Packed in half panels of 16 columns
+// over the threads; lanes past n are left as they are (they reach only the sums of columns the
+// kernels do not store).
+void PackPanels(uint32_t* pb, int panel_pairs, bool trans_b, const float* b, int ldb, int n, int panels, int p0,
+                int np, int k) {
+  ParallelForLarge(2 * panels, 16 * np, [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h) {
+      const int col0 = static_cast<int>(h) * 16;
+      const int lanes = std::min(16, n - col0);
+      if (lanes <= 0) continue;
+      uint32_t* dst = pb + (h / 2) * panel_pairs * kNr + (h % 2) * 16;
+      if (trans_b) {
+        PackPairsAlongRows(dst, kNr, b + static_cast<int64_t>(col0) * ldb, ldb, lanes, p0, np, k);
+      } else {
+        PackPairsAcrossRows(dst, kNr, b + col0, ldb, lanes, p0, np, k);
+      }
+      for (int q = np; q < panel_pairs; ++q) std::memset(dst + static_cast<int64_t>(q) * kNr, 0, 16 * sizeof(uint32_t));
+    }
+  });
+}
+
 void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                     const float* bias, bool accumulate, float* c, int ldc) {
   const int pairs = (k + 1) / 2;
@@ -208,21 +232,7 @@ void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float
   for (int p0 = 0; p0 < pairs; p0 += kKc2) {
     const int np = std::min(kKc2, pairs - p0);
     uint32_t* pb = GrowScratch(&b_buffer, static_cast<size_t>(panels) * np * kNr);
-    // Half panels of 16 columns; lanes past n are left as they are (they reach only the
-    // accumulators of columns the kernel does not store).
-    ParallelForLarge(2 * panels, 16 * np, [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) {
-        const int col0 = static_cast<int>(h) * 16;
-        const int lanes = std::min(16, n - col0);
-        if (lanes <= 0) continue;
-        uint32_t* dst = pb + (h / 2) * np * kNr + (h % 2) * 16;
-        if (trans_b) {
-          PackPairsAlongRows(dst, kNr, b + static_cast<int64_t>(col0) * ldb, ldb, lanes, p0, np, k);
-        } else {
-          PackPairsAcrossRows(dst, kNr, b + col0, ldb, lanes, p0, np, k);
-        }
-      }
-    });
+    PackPanels(pb, np, trans_b, b, ldb, n, panels, p0, np, k);
     const bool load = accumulate || p0 > 0;
     const int64_t a_rows_at = trans_a ? np : kKc2;  // a tile at row r: pa + r * a_rows_at
     const auto& kernels = trans_a ? kKernels : kKernelsRowsA;
@@ -335,85 +345,31 @@ TNMT_BF16_AMX_TARGET void KernelAmx(int mr, int cols, int chunks, const uint32_t
                                     const uint32_t* b, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1, bool load) {
   const bool two = mr > kAmxRows;
   const bool whole = (mr == kAmxRows || mr == kAmxTileRows) && cols == kNr;
-  // GCC's tile loads name no memory operand: the packing before this call must be done first.
-  asm volatile("" ::: "memory");
-  const int64_t stride_a = lda_words * sizeof(uint32_t);
-  constexpr int64_t kStrideB = kNr * sizeof(uint32_t);
-  if (whole) {
-    const int64_t stride_c = ldc * sizeof(float);
-    if (load) {
-      _tile_loadd(0, c, stride_c);
-      _tile_loadd(1, c + 16, stride_c);
-      if (two) {
-        _tile_loadd(2, c + kAmxRows * ldc, stride_c);
-        _tile_loadd(3, c + kAmxRows * ldc + 16, stride_c);
-      }
-    } else {
-      _tile_zero(0);
-      _tile_zero(1);
-      if (two) {
-        _tile_zero(2);
-        _tile_zero(3);
-      }
-    }
-    for (int ch = 0; ch < chunks; ++ch) {
-      const uint32_t* bc = b + static_cast<int64_t>(ch) * kAmxPairs * kNr;
-      const uint32_t* ac = a + static_cast<int64_t>(ch) * kAmxPairs;
-      _tile_loadd(6, bc, kStrideB);
-      _tile_loadd(7, bc + 16, kStrideB);
-      _tile_loadd(4, ac, stride_a);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      if (two) {
-        _tile_loadd(5, ac + kAmxRows * lda_words, stride_a);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-    }
-    _tile_stored(0, c, stride_c);
-    _tile_stored(1, c + 16, stride_c);
-    if (two) {
-      _tile_stored(2, c + kAmxRows * ldc, stride_c);
-      _tile_stored(3, c + kAmxRows * ldc + 16, stride_c);
-    }
-    return;
-  }
+  // Where the sums start and end: c itself for whole tiles, else a buffer holding c's part.
   alignas(64) float acc[kAmxTileRows][kNr];
-  const int rows = two ? kAmxTileRows : kAmxRows;
-  for (int i = 0; i < rows; ++i) {
-    const bool real = i < mr;
-    const float* ci = c + i * ldc;
-    _mm512_store_ps(&acc[i][0], real && load ? _mm512_maskz_loadu_ps(m0, ci) : _mm512_setzero_ps());
-    _mm512_store_ps(&acc[i][16], real && load ? _mm512_maskz_loadu_ps(m1, ci + 16) : _mm512_setzero_ps());
-  }
-  asm volatile("" ::: "memory");  // the stores above before the tile loads
-  constexpr int kStride = kNr * sizeof(float);
-  _tile_loadd(0, &acc[0][0], kStride);
-  _tile_loadd(1, &acc[0][16], kStride);
-  if (two) {
-    _tile_loadd(2, &acc[kAmxRows][0], kStride);
-    _tile_loadd(3, &acc[kAmxRows][16], kStride);
-  }
-  for (int ch = 0; ch < chunks; ++ch) {
-    const uint32_t* bc = b + static_cast<int64_t>(ch) * kAmxPairs * kNr;
-    const uint32_t* ac = a + static_cast<int64_t>(ch) * kAmxPairs;
-    _tile_loadd(6, bc, kStrideB);
-    _tile_loadd(7, bc + 16, kStrideB);
-    _tile_loadd(4, ac, stride_a);
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    if (two) {
-      _tile_loadd(5, ac + kAmxRows * lda_words, stride_a);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_dpbf16ps(3, 5, 7);
+  float* sums = whole ? c : &acc[0][0];
+  const int64_t stride_sums = (whole ? ldc : kNr) * sizeof(float);
+  if (!whole && load) {
+    for (int i = 0; i < (two ? kAmxTileRows : kAmxRows); ++i) {
+      const bool real = i < mr;
+      _mm512_store_ps(&acc[i][0], real ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps());
+      _mm512_store_ps(&acc[i][16], real ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps());
     }
   }
-  _tile_stored(0, &acc[0][0], kStride);
-  _tile_stored(1, &acc[0][16], kStride);
-  if (two) {
-    _tile_stored(2, &acc[kAmxRows][0], kStride);
-    _tile_stored(3, &acc[kAmxRows][16], kStride);
+  // GCC's tile loads name no memory operand: the packing before this call, and the stores above,
+  // must be done first.
+  asm volatile("" ::: "memory");
+  if (load) {
+    AmxLoadSums(sums, stride_sums, two);
+  } else {
+    AmxZeroSums(two);
   }
+  AmxTileProduct<AmxDot::kBf16>(chunks, reinterpret_cast<const char*>(a), lda_words * sizeof(uint32_t),
+                                kAmxRows * lda_words * sizeof(uint32_t), kAmxPairs * sizeof(uint32_t),
+                                reinterpret_cast<const char*>(b), kNr * sizeof(uint32_t), 16 * sizeof(uint32_t),
+                                kAmxPairs * kNr * sizeof(uint32_t), two);
+  AmxStoreSums(sums, stride_sums, two);
+  if (whole) return;
   for (int i = 0; i < mr; ++i) {
     _mm512_mask_storeu_ps(c + i * ldc, m0, _mm512_load_ps(&acc[i][0]));
     _mm512_mask_storeu_ps(c + i * ldc + 16, m1, _mm512_load_ps(&acc[i][16]));
@@ -449,20 +405,7 @@ void GemmBf16Amx(bool trans_a, bool trans_b, int m, int n, int k, const float* a
     const int np16 = (np + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
     const int64_t row_stride = AmxRowStride(np16);
     uint32_t* pb = GrowScratch(&b_buffer, static_cast<size_t>(panels) * np16 * kNr);
-    ParallelForLarge(2 * panels, 16 * np, [&](int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h) {
-        const int col0 = static_cast<int>(h) * 16;
-        const int lanes = std::min(16, n - col0);
-        if (lanes <= 0) continue;
-        uint32_t* dst = pb + (h / 2) * np16 * kNr + (h % 2) * 16;
-        if (trans_b) {
-          PackPairsAlongRows(dst, kNr, b + static_cast<int64_t>(col0) * ldb, ldb, lanes, p0, np, k);
-        } else {
-          PackPairsAcrossRows(dst, kNr, b + col0, ldb, lanes, p0, np, k);
-        }
-        for (int q = np; q < np16; ++q) std::memset(dst + static_cast<int64_t>(q) * kNr, 0, 16 * sizeof(uint32_t));
-      }
-    });
+    PackPanels(pb, np16, trans_b, b, ldb, n, panels, p0, np, k);
     const bool load = accumulate || p0 > 0;
     const auto pack_a = [&](uint32_t* pa, int t0, int64_t u0, int64_t u1) {
       for (int64_t t = u0; t < u1; ++t) {

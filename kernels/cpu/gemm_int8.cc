@@ -64,7 +64,7 @@
 #define TNMT_AVX2_TARGET __attribute__((target("avx2,fma")))
 #define TNMT_AMX_TARGET                                                                 \
   __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512vnni,avx2,fma,amx-tile," \
-                        "amx-int8")))
+                        "amx-int8,amx-bf16")))
 #endif
 
 namespace tnmt::kernels::cpu {
@@ -270,34 +270,11 @@ constexpr auto kVnni = MakeVnni(std::make_integer_sequence<int, kMaxMrVnni>{});
 TNMT_AMX_TARGET void KernelAmx(int mr, int chunks, const int8_t* a, int64_t lda, const int8_t* b,
                                const Epilogue& e) {
   const bool two = mr > kAmxRows;
-  _tile_zero(0);
-  _tile_zero(1);
-  if (two) {
-    _tile_zero(2);
-    _tile_zero(3);
-  }
-  for (int ch = 0; ch < chunks; ++ch) {
-    const int8_t* bc = b + static_cast<int64_t>(ch) * (kAmxK / 4) * kGroupBytes;
-    const int8_t* ac = a + static_cast<int64_t>(ch) * kAmxK;
-    _tile_loadd(6, bc, kGroupBytes);
-    _tile_loadd(7, bc + 64, kGroupBytes);
-    _tile_loadd(4, ac, lda);
-    _tile_dpbusd(0, 4, 6);
-    _tile_dpbusd(1, 4, 7);
-    if (two) {
-      _tile_loadd(5, ac + kAmxRows * lda, lda);
-      _tile_dpbusd(2, 5, 6);
-      _tile_dpbusd(3, 5, 7);
-    }
-  }
+  AmxZeroSums(two);
+  AmxTileProduct<AmxDot::kInt8>(chunks, reinterpret_cast<const char*>(a), lda, kAmxRows * lda, kAmxK,
+                                reinterpret_cast<const char*>(b), kGroupBytes, 64, (kAmxK / 4) * kGroupBytes, two);
   alignas(64) int32_t acc[2 * kAmxRows][kNr];
-  constexpr int kStride = kNr * sizeof(int32_t);
-  _tile_stored(0, &acc[0][0], kStride);
-  _tile_stored(1, &acc[0][16], kStride);
-  if (two) {
-    _tile_stored(2, &acc[kAmxRows][0], kStride);
-    _tile_stored(3, &acc[kAmxRows][16], kStride);
-  }
+  AmxStoreSums(acc, kNr * sizeof(int32_t), two);
   const PanelConstants512 pc = LoadPanelConstants512(e);
   for (int i = 0; i < mr; ++i) {
     StoreRow512(e, pc, i, _mm512_load_si512(&acc[i][0]), _mm512_load_si512(&acc[i][16]));
