@@ -208,6 +208,14 @@ check "server stopped cleanly" test $? -eq 0
 # on its batch), `tnmt models` names the compute type; a bad type is one usage error.
 "$TNMT" translate --model "$MODEL" --compute-type int8 --scores --input "$TMP/good.txt" > "$TMP/int8.txt"
 check "int8: local translation works" test "$(wc -l < "$TMP/int8.txt")" -eq 3
+# Every int8 kernel of this CPU's avx512 and avx2 levels gives the same output and scores: the
+# integer sums are exact (AMX where the CPU has it, VNNI with TNMT_NO_AMX=1, AVX2 when capped).
+for env in TNMT_NO_AMX=1 TNMT_CPU_ISA=avx2; do
+  kernel=$(env "$env" "$TNMT" --version | sed -n 's/.*int8: \([a-z0-9-]*\).*/\1/p')
+  env "$env" "$TNMT" translate --model "$MODEL" --compute-type int8 --scores --input "$TMP/good.txt" > "$TMP/int8-other.txt"
+  check "int8: $env (kernel ${kernel:-?}) gives the same output and scores as $(
+    "$TNMT" --version | sed -n 's/.*int8: \([a-z0-9-]*\).*/\1/p')" cmp -s "$TMP/int8-other.txt" "$TMP/int8.txt"
+done
 "$TNMT" translate --model "$MODEL" --compute-type int16 < "$TMP/good.txt" > /dev/null 2> "$TMP/ct-err"
 check "--compute-type int16: exit 2" test $? -eq 2
 check "  naming the flag and the values" grep -qF -- "--compute-type int16: expected float32 or int8" "$TMP/ct-err"
