@@ -12,6 +12,8 @@ namespace tnmt::kernels::cpu {
 
 constexpr int kAmxRows = 16;   // rows per tile register
 constexpr int kAmxBytes = 64;  // bytes per tile row
+// Rows of c per kernel call: two tile registers' worth (tmm0-1 and tmm2-3).
+constexpr int kAmxTileRows = 2 * kAmxRows;
 
 struct alignas(64) AmxConfig {
   uint8_t palette = 1;

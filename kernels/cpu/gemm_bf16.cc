@@ -289,10 +289,8 @@ void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float
   }
 }
 
-// AMX. Pairs per tile row, rows of c per kernel call (two tile registers' worth) and per packed
-// block of a.
+// AMX. Pairs per tile row, and row tiles (kAmxTileRows) per packed block of a.
 constexpr int kAmxPairs = kAmxBytes / 4;
-constexpr int kAmxTileRows = 2 * kAmxRows;
 constexpr int kAmxTilesPerBlock = kMc / kAmxTileRows;
 
 // Rows of a transposed (stored [k, m]) as PackRowPairs leaves rows of a: dst[i * row_stride + q] =
@@ -402,7 +400,7 @@ void GemmBf16Amx(bool trans_a, bool trans_b, int m, int n, int k, const float* a
   thread_local std::vector<uint32_t> b_buffer, a_buffer;
   for (int p0 = 0; p0 < pairs; p0 += kKc2) {
     const int np = std::min(kKc2, pairs - p0);
-    const int np16 = (np + kAmxPairs - 1) / kAmxPairs * kAmxPairs;
+    const int np16 = RoundUp(np, kAmxPairs);
     const int64_t row_stride = AmxRowStride(np16);
     uint32_t* pb = GrowScratch(&b_buffer, static_cast<size_t>(panels) * np16 * kNr);
     PackPanels(pb, np16, trans_b, b, ldb, n, panels, p0, np, k);

@@ -202,32 +202,32 @@ TEST(GemmBf16Test, KernelResultsDoNotDependOnThreadsOrRows) {
   // Two k blocks and several row blocks; 300 rows: at two threads, each thread takes its own rows.
   // The layouts the trainer uses: NT (forward), NN (input gradients), TN (weight gradients).
   for (bool amx : AmxSettings()) {
-  SetAmxForTesting(amx);
-  for (const Case& c : {Case{false, true, 300, 200, 1100}, Case{false, false, 300, 200, 1100},
-                        Case{true, false, 300, 200, 1100}}) {
-    SCOPED_TRACE(testing::Message() << (UseAmxBf16() ? "AMX " : "AVX-512 ") << "trans_a " << c.trans_a
-                                    << " trans_b " << c.trans_b);
-    const Operands o = MakeOperands(c, 7);
-    const std::vector<float> zero(static_cast<size_t>(c.m) * (c.n + 5), 0.0f);
-    SetComputeThreads(1);
-    const std::vector<float> one = RunGemm(c, o, false, zero);
-    SetComputeThreads(2);
-    const std::vector<float> two = RunGemm(c, o, false, zero);
-    EXPECT_EQ(one, two);
-    // Rows 101..113 alone (a 13-row call: the threads split the panels) give the same bits as
-    // inside the 300-row call.
-    const int first = 101, rows = 13;
-    std::vector<float> part(static_cast<size_t>(rows) * (c.n + 5), 0.0f);
-    const float* a_rows = o.a.data() + (c.trans_a ? static_cast<size_t>(first) : static_cast<size_t>(first) * o.lda);
-    GemmBf16(c.trans_a, c.trans_b, rows, c.n, c.k, a_rows, o.lda, o.b.data(), o.ldb, nullptr, false, part.data(),
-             c.n + 5);
-    for (int i = 0; i < rows; ++i) {
-      for (int j = 0; j < c.n; ++j) {
-        ASSERT_EQ(part[static_cast<size_t>(i) * (c.n + 5) + j], one[static_cast<size_t>(first + i) * (c.n + 5) + j])
-            << i << "," << j;
+    SetAmxForTesting(amx);
+    for (const Case& c : {Case{false, true, 300, 200, 1100}, Case{false, false, 300, 200, 1100},
+                          Case{true, false, 300, 200, 1100}}) {
+      SCOPED_TRACE(testing::Message() << (UseAmxBf16() ? "AMX " : "AVX-512 ") << "trans_a " << c.trans_a
+                                      << " trans_b " << c.trans_b);
+      const Operands o = MakeOperands(c, 7);
+      const std::vector<float> zero(static_cast<size_t>(c.m) * (c.n + 5), 0.0f);
+      SetComputeThreads(1);
+      const std::vector<float> one = RunGemm(c, o, false, zero);
+      SetComputeThreads(2);
+      const std::vector<float> two = RunGemm(c, o, false, zero);
+      EXPECT_EQ(one, two);
+      // Rows 101..113 alone (a 13-row call: the threads split the panels) give the same bits as
+      // inside the 300-row call.
+      const int first = 101, rows = 13;
+      std::vector<float> part(static_cast<size_t>(rows) * (c.n + 5), 0.0f);
+      const float* a_rows = o.a.data() + (c.trans_a ? static_cast<size_t>(first) : static_cast<size_t>(first) * o.lda);
+      GemmBf16(c.trans_a, c.trans_b, rows, c.n, c.k, a_rows, o.lda, o.b.data(), o.ldb, nullptr, false, part.data(),
+               c.n + 5);
+      for (int i = 0; i < rows; ++i) {
+        for (int j = 0; j < c.n; ++j) {
+          ASSERT_EQ(part[static_cast<size_t>(i) * (c.n + 5) + j], one[static_cast<size_t>(first + i) * (c.n + 5) + j])
+              << i << "," << j;
+        }
       }
     }
-  }
   }
   SetAmxForTesting(true);
   SetComputeThreads(1);

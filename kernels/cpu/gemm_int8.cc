@@ -81,10 +81,9 @@ constexpr int kMaxMrPortable = 8;
 constexpr int kRowSplitMinRows = 96;
 constexpr int kRowBlock = 1;
 
-// AMX: bytes of k per tile row (16 groups; amx.h).
-constexpr int kAmxK = 64;
-// Bytes the packing allocates past the last panel: what an AMX weight tile reads beyond it.
-constexpr int kAmxOverread = kAmxK / 4 * kGroupBytes;
+// Bytes the packing allocates past the last panel: what an AMX weight tile (16 groups of k, one
+// per tile row) reads beyond it.
+constexpr int kAmxOverread = kAmxBytes / 4 * kGroupBytes;
 
 enum class Path { kPortable, kAvx2, kVnni, kAmx };
 
@@ -95,8 +94,6 @@ Path ActivePath() {
   return Path::kPortable;
 }
 
-int RoundUp4(int k) { return (k + 3) / 4 * 4; }
-int RoundUp(int x, int to) { return (x + to - 1) / to * to; }
 
 // What the epilogue needs besides the integer sums.
 struct Epilogue {
@@ -271,8 +268,9 @@ TNMT_AMX_TARGET void KernelAmx(int mr, int chunks, const int8_t* a, int64_t lda,
                                const Epilogue& e) {
   const bool two = mr > kAmxRows;
   AmxZeroSums(two);
-  AmxTileProduct<AmxDot::kInt8>(chunks, reinterpret_cast<const char*>(a), lda, kAmxRows * lda, kAmxK,
-                                reinterpret_cast<const char*>(b), kGroupBytes, 64, (kAmxK / 4) * kGroupBytes, two);
+  AmxTileProduct<AmxDot::kInt8>(chunks, reinterpret_cast<const char*>(a), lda, kAmxRows * lda, kAmxBytes,
+                                reinterpret_cast<const char*>(b), kGroupBytes, kAmxBytes,
+                                (kAmxBytes / 4) * kGroupBytes, two);
   alignas(64) int32_t acc[2 * kAmxRows][kNr];
   AmxStoreSums(acc, kNr * sizeof(int32_t), two);
   const PanelConstants512 pc = LoadPanelConstants512(e);
@@ -469,7 +467,7 @@ PackedMatrix PackedMatrix::PackInt8(int n, int k, const float* b, int ldb) {
   if (n <= 0 || k <= 0) return out;
   auto q = std::make_shared<PackedInt8>();
   const int panels = (n + kNr - 1) / kNr;
-  q->kp = RoundUp4(k);
+  q->kp = RoundUp(k, 4);
   const int groups = q->kp / 4;
   const size_t bytes = static_cast<size_t>(panels) * kNr * q->kp;
   // Zeros past the last panel: what an AMX weight tile of its last chunk of k reads.
@@ -513,7 +511,7 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
   const int max_mr = path == Path::kVnni ? kMaxMrVnni : path == Path::kAvx2 ? kMaxMrAvx2 : kMaxMrPortable;
   // Bytes per quantized row: kp, or on AMX whole chunks of 64 (zeros past kp). AMX also reads
   // up to 16 rows past a block's last row: the scratch has pad_rows zero rows after them.
-  const int qstride = amx ? RoundUp(kp, kAmxK) : kp;
+  const int qstride = amx ? RoundUp(kp, kAmxBytes) : kp;
   const int pad_rows = amx ? kAmxRows : 0;
   // Quantizes rows [r_begin, r_end) of a into qa/sa (indexed from r_begin), then zeroes the
   // pad rows after them.
@@ -541,8 +539,7 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
   auto compute = [&](int r_begin, int r_end, int64_t p_begin, int64_t p_end, const int8_t* pa, const float* psa) {
     const int rows = r_end - r_begin;
     const Tiling tiling(rows, max_mr);
-    // AMX: tiles of 32 rows (two tile registers' worth), the last one shorter.
-    constexpr int kAmxTileRows = 2 * kAmxRows;
+    // AMX: tiles of kAmxTileRows rows, the last one shorter.
     const int tiles = amx ? (rows + kAmxTileRows - 1) / kAmxTileRows : tiling.tiles;
     // The thread's next panel is prefetched into L2 in slices, one slice before each tile of
     // this one, so that its first tile does not wait on memory (as gemm_packed.cc).
@@ -571,7 +568,7 @@ void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const
                    c + static_cast<int64_t>(r_begin + r0) * ldc + col, ldc, std::min(kNr, n - col)};
 #if defined(__x86_64__)
         if (amx) {
-          KernelAmx(mr, qstride / kAmxK, ta, qstride, pb, e);
+          KernelAmx(mr, qstride / kAmxBytes, ta, qstride, pb, e);
           continue;
         }
         if (path == Path::kVnni) {

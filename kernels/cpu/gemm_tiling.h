@@ -22,6 +22,9 @@ struct Tiling {
   int start(int t) const { return t * base + std::min(t, extra); }
 };
 
+// x rounded up to a multiple of `to`.
+inline int RoundUp(int x, int to) { return (x + to - 1) / to * to; }
+
 // At least n elements of a reused per-thread buffer, uninitialized as far as the caller is
 // concerned: it only grows, so calls of alternating sizes (k = 256 and 1024 layers in turn) do
 // not zero-fill the difference on every call as vector::resize would.
