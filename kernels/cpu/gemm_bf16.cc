@@ -334,31 +334,37 @@ void PackAmxA(uint32_t* dst, bool trans_a, const float* a, int lda, int r, int m
   for (int i = mr; i < rows_read; ++i) std::memset(dst + i * stride, 0, np16 * sizeof(uint32_t));
 }
 
-// AMX: c[mr, 32] (mr <= 32; `cols` columns, masked by m0, m1) = (c if load, else 0) + a · b over
-// `chunks` x 16 pairs, a as PackAmxA leaves it (row stride lda_words), b a panel ([pairs, 32]).
-// Whole tiles (16 or 32 rows, 32 columns) are loaded from and stored to c itself; others go
-// through a buffer. (Storing a tile's start values and loading them into the tile at once would
-// stall on the store: the tile load cannot take them from the stores in flight.)
+// AMX: c[mr, 32] (mr <= 32; `cols` columns, masked by m0, m1) = (c if load, else bias[32] in
+// every row if bias is not null, else 0) + a · b over `chunks` x 16 pairs, a as PackAmxA leaves
+// it (row stride lda_words), b a panel ([pairs, 32]). Whole tiles (16 or 32 rows, 32 columns)
+// are loaded from c itself, or from the bias row with a row stride of 0, and stored to c; others
+// go through a buffer. (Storing a tile's start values and loading them into the tile at once
+// would stall on the store: the tile load cannot take them from the stores in flight.)
 TNMT_BF16_AMX_TARGET void KernelAmx(int mr, int cols, int chunks, const uint32_t* a, int64_t lda_words,
-                                    const uint32_t* b, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1, bool load) {
+                                    const uint32_t* b, float* c, int64_t ldc, __mmask16 m0, __mmask16 m1, bool load,
+                                    const float* bias) {
   const bool two = mr > kAmxRows;
   const bool whole = (mr == kAmxRows || mr == kAmxTileRows) && cols == kNr;
   // Where the sums start and end: c itself for whole tiles, else a buffer holding c's part.
   alignas(64) float acc[kAmxTileRows][kNr];
   float* sums = whole ? c : &acc[0][0];
   const int64_t stride_sums = (whole ? ldc : kNr) * sizeof(float);
-  if (!whole && load) {
+  if (!whole && (load || bias != nullptr)) {
+    const __m512 bias0 = bias != nullptr ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 bias1 = bias != nullptr ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
     for (int i = 0; i < (two ? kAmxTileRows : kAmxRows); ++i) {
-      const bool real = i < mr;
-      _mm512_store_ps(&acc[i][0], real ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps());
-      _mm512_store_ps(&acc[i][16], real ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps());
+      const bool real = i < mr && load;
+      _mm512_store_ps(&acc[i][0], real ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : bias0);
+      _mm512_store_ps(&acc[i][16], real ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : bias1);
     }
   }
   // GCC's tile loads name no memory operand: the packing before this call, and the stores above,
   // must be done first.
   asm volatile("" ::: "memory");
-  if (load) {
+  if (load || (bias != nullptr && !whole)) {
     AmxLoadSums(sums, stride_sums, two);
+  } else if (bias != nullptr) {
+    AmxLoadSums(bias, 0, two);  // every row of the tiles from the one bias row
   } else {
     AmxZeroSums(two);
   }
@@ -375,22 +381,19 @@ TNMT_BF16_AMX_TARGET void KernelAmx(int mr, int cols, int chunks, const uint32_t
 }
 
 // The AMX loop nest: that of GemmBf16Avx512 with 32-row tiles and k blocks rounded up to whole
-// tiles of pairs. A bias is first added to c (c = (c or 0) + bias, the start values of the
-// AVX-512 kernel), so that the tiles start from c.
+// tiles of pairs. The sums start from c + bias (the start values of the AVX-512 kernel): with
+// accumulate the bias is first added to c; without, the first k block's tiles start from the
+// bias row itself (no pass over c).
 void GemmBf16Amx(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                  const float* bias, bool accumulate, float* c, int ldc) {
-  if (bias != nullptr) {
+  if (bias != nullptr && accumulate) {
     ParallelForLarge(m, n, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) {
         float* ci = c + i * ldc;
-        if (accumulate) {
-          for (int j = 0; j < n; ++j) ci[j] += bias[j];
-        } else {
-          std::memcpy(ci, bias, n * sizeof(float));
-        }
+        for (int j = 0; j < n; ++j) ci[j] += bias[j];
       }
     });
-    accumulate = true;
+    bias = nullptr;
   }
   const int pairs = (k + 1) / 2;
   const int panels = (n + kNr - 1) / kNr;
@@ -420,7 +423,8 @@ void GemmBf16Amx(bool trans_a, bool trans_b, int m, int n, int k, const float* a
         for (int t = t0; t < t1; ++t) {
           const int r = t * kAmxTileRows;
           KernelAmx(std::min(kAmxTileRows, m - r), cols, np16 / kAmxPairs, pa + (t - t0) * kTileWords, row_stride,
-                    panel, c + static_cast<int64_t>(r) * ldc + j * kNr, ldc, mask0, mask1, load);
+                    panel, c + static_cast<int64_t>(r) * ldc + j * kNr, ldc, mask0, mask1, load,
+                    p0 == 0 && bias != nullptr ? bias + j * kNr : nullptr);
         }
       }
       AmxEnd();
