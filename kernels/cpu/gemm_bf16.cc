@@ -19,7 +19,8 @@
 // with a 128-byte stride), with the pairs of a k block rounded up to a multiple of 16 with zeros;
 // a is packed row by row in pairs (zeros past the block's pairs; a row stride of those pairs plus
 // one cache line), in tiles of 32 rows; c's tile, 32 x 32, lives in four tile registers, loaded
-// from c and stored back once per k block (a bias is added to c first). The sums are those of
+// from c (the first k block without accumulate: from the bias row, or zeroed) and stored back
+// once per k block (with accumulate, a bias is added to c first). The sums are those of
 // the AVX-512 kernel taken in another order (the instruction's own), so the two kernels' results
 // differ in the last bits; each is the same whatever the thread count or the rows around a row.
 #include <algorithm>
