@@ -51,13 +51,26 @@ TNMT_AMX_TILE_TARGET inline void AmxEnd() { asm volatile("tilerelease" ::: "memo
 // when `two`) += the left operand's rows 0-15 (16-31 at a + a_rows16 bytes) times the right
 // operand's columns 0-15 (16-31 at b + b_half bytes), over `chunks` steps along k; a and b
 // advance by a_step and b_step bytes per step. The sums must already be in tmm0-3.
+// With kPrefetchA, each step asks for the next step's rows of a in L1 while its products run:
+// for a left operand that comes from L2 (a packed block of many row tiles), a tile load
+// would otherwise wait for it, and the products after it (no tile register to load ahead
+// into) with it; the bfloat16 training GEMMs at d_model 256 ran 10-20% faster.
 enum class AmxDot { kInt8, kBf16 };
 
-template <AmxDot kDot>
+template <AmxDot kDot, bool kPrefetchA = false>
 __attribute__((target("amx-tile,amx-int8,amx-bf16"))) inline void AmxTileProduct(
     int chunks, const char* a, int64_t stride_a, int64_t a_rows16, int64_t a_step, const char* b, int64_t stride_b,
     int64_t b_half, int64_t b_step, bool two) {
   for (int ch = 0; ch < chunks; ++ch, a += a_step, b += b_step) {
+    if constexpr (kPrefetchA) {
+      if (ch + 1 < chunks) {
+        const char* next = a + a_step;
+        for (int r = 0; r < kAmxRows; ++r) __builtin_prefetch(next + r * stride_a, 0, 3);
+        if (two) {
+          for (int r = 0; r < kAmxRows; ++r) __builtin_prefetch(next + a_rows16 + r * stride_a, 0, 3);
+        }
+      }
+    }
     _tile_loadd(6, b, stride_b);
     _tile_loadd(7, b + b_half, stride_b);
     _tile_loadd(4, a, stride_a);
