@@ -12,10 +12,10 @@
 # compares the engines and not the kernel detection. STOCK=1 adds a "torch stock" column:
 # PyTorch with OpenBLAS's own detection, i.e. what `python3 -c 'import torch'` gets here.
 #
-# The machine is shared with a long training run (processes named tnmt-train-bin). It is
-# paused (SIGSTOP) for the measurements and always resumed (SIGCONT) by an EXIT trap, also on
-# errors and Ctrl-C (only a SIGKILL of this script could leave it stopped: then run
-# `kill -CONT <pid>` by hand; the pids are printed).
+# The machine may be shared with a long training run (`tnmt train`, or processes named
+# tnmt-train-bin). It is paused (SIGSTOP) for the measurements and always resumed (SIGCONT) by
+# an EXIT trap, also on errors and Ctrl-C (only a SIGKILL of this script could leave it
+# stopped: then run `kill -CONT <pid>` by hand; the pids are printed).
 #
 # Environment:
 #   THREADS="1 2"   thread counts
@@ -63,17 +63,18 @@ trap 'echo "== interrupted"; exit 130' INT TERM HUP
 
 if [[ "$PAUSE" == 1 ]]; then
   # pgrep -f also matches any shell whose command line merely mentions the name; keep only
-  # processes whose program (argv[0]) is tnmt-train-bin.
-  for pid in $(pgrep -f tnmt-train-bin || true); do
+  # processes whose program (argv[0]) is tnmt-train-bin, or tnmt with `train` as its command.
+  for pid in $(pgrep -f 'tnmt-train-bin|tnmt train' || true); do
     [[ "$pid" == "$$" ]] && continue
-    argv0="$(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null | head -1 || true)"
-    [[ "$(basename -- "${argv0:-x}")" == tnmt-train-bin ]] || continue
+    mapfile -t argv < <(tr '\0' '\n' < "/proc/$pid/cmdline" 2>/dev/null || true)
+    prog="$(basename -- "${argv[0]:-x}")"
+    [[ "$prog" == tnmt-train-bin || ( "$prog" == tnmt && "${argv[1]:-}" == train ) ]] || continue
     if kill -STOP "$pid" 2>/dev/null; then
       PAUSED+=("$pid")
       echo "== paused background training pid $pid (kill -STOP): $(tr '\0' ' ' < "/proc/$pid/cmdline")"
     fi
   done
-  [[ ${#PAUSED[@]} -gt 0 ]] || echo "== no background training (tnmt-train-bin) running: nothing paused"
+  [[ ${#PAUSED[@]} -gt 0 ]] || echo "== no background training (tnmt train, tnmt-train-bin) running: nothing paused"
   sleep 2  # let its threads actually stop before the first timing
 fi
 
@@ -134,7 +135,7 @@ print()
 print(f"Workload: {args}")
 print("tokens/s = target tokens per step x timed steps / wall time of the timed steps "
       "(zero grads + forward/backward + Adam).")
-hdr = f"{'threads':>7} {'dtype':>8} {'tnmt tok/s':>11} {'torch tok/s':>12} {'ratio':>7}"
+hdr = f"{'threads':>7} {'dtype':>8} {'tnmt tok/s':>11} {'torch tok/s':>12} {'ratio':>7} {'ceiling':>8}"
 if stock:
     hdr += f" {'torch stock tok/s':>18} {'ratio':>7}"
 hdr += f" {'tnmt s/step':>12} {'torch s/step':>13} {'tnmt RSS':>9} {'torch RSS':>10} {'cores t/p':>10}"
@@ -149,7 +150,11 @@ for t, d in ((t, d) for t in threads for d in dtypes):
         ok = False
         continue
     ta, tb = float(a["tokens_per_s"]), float(b["tokens_per_s"])
-    row = f"{t:>7} {d:>8} {ta:>11.1f} {tb:>12.1f} {ta / tb:>6.2f}x"
+    # The ratio tnmt would reach if its step were nothing but its matrix products at the rate of
+    # one large product through the same GEMM (train_bench's gemm_gflop / gemm_peak_gflops).
+    floor = float(a["gemm_gflop"]) / float(a["gemm_peak_gflops"]) if "gemm_gflop" in a else 0.0
+    ceiling = f"{float(b['s_per_step']) / floor:>7.2f}x" if floor > 0 else f"{'-':>8}"
+    row = f"{t:>7} {d:>8} {ta:>11.1f} {tb:>12.1f} {ta / tb:>6.2f}x {ceiling}"
     if stock:
         row += (f" {float(s['tokens_per_s']):>18.1f} {ta / float(s['tokens_per_s']):>6.2f}x" if s
                 else f" {'-':>18} {'-':>7}")
@@ -159,6 +164,8 @@ for t, d in ((t, d) for t in threads for d in dtypes):
 core = (result("tnmt" + suffix(dtypes[0]), threads[0]) or {}).get("blas_core", "?")
 print(f"ratio = tnmt / torch; goal >= {GOAL}x. 'torch': PyTorch with OPENBLAS_CORETYPE={core} "
       "(the OpenBLAS kernels tnmt chose).")
+print("ceiling = torch s/step / (the step's GEMM GFLOP / tnmt's GEMM GFLOP/s on one 2048^3 product, same dtype "
+      "and threads): the most any trainer doing these products with this GEMM could reach.")
 if stock:
     print("'torch stock': PyTorch with OpenBLAS's own kernel detection (no OPENBLAS_CORETYPE).")
 if "bfloat16" in dtypes:

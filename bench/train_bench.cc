@@ -26,9 +26,13 @@
 // Output: human-readable lines, then one machine-readable line
 //   RESULT engine=tnmt threads=N tokens_per_s=X s_per_step=S peak_rss_mib=M loss0=L ...
 // (loss0: the label-smoothed loss per target token of the first, untimed step; with a fresh
-// model it is about ln(vocab), the check that the peer computes the same thing).
+// model it is about ln(vocab), the check that the peer computes the same thing), with
+// gemm_gflop (the step's matrix products, GFLOP) and gemm_peak_gflops (one 2048^3 product
+// through the same GEMM and threads, measured after the steps): their quotient is the least
+// time a step of this model can take here, whatever else is made faster.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -144,6 +148,44 @@ double LoadAverage1() {
   return getloadavg(l, 3) >= 1 ? l[0] : -1.0;
 }
 
+// Floating-point operations of one training step's matrix products (forward, input gradients
+// and weight gradients: 3 x 2 x the forward's multiply-adds): every linear at its rows, the
+// logits, and attention's scores and weighted sums at their full (unmasked) sizes. The rest of
+// a step (norms, softmax, dropout, the loss, Adam) is not counted.
+double GemmFlopsPerStep(const ModelConfig& c, const Flags& f) {
+  const double d = c.d_model, ff = c.d_ff, v = c.vocab_size, heads = c.num_heads, dh = d / heads;
+  const double ts = static_cast<double>(f.batch_sentences) * f.src_len;
+  const double tt = static_cast<double>(f.batch_sentences) * f.tgt_len;
+  const double b = f.batch_sentences, ls = f.src_len, lt = f.tgt_len;
+  const double enc = ts * (4 * d * d + 2 * d * ff) + b * heads * 2 * ls * ls * dh;
+  const double dec = tt * (6 * d * d + 2 * d * ff) + ts * 2 * d * d + b * heads * 2 * (lt * lt + lt * ls) * dh;
+  const double macs = c.encoder_layers * enc + c.decoder_layers * dec + tt * d * v;
+  return 6.0 * macs;
+}
+
+// GFLOP/s of one large product (2048 x 2048 x 2048, operands as a linear's forward) through
+// the GEMM the trainer uses for this dtype, best of 3, at the configured threads: the
+// machine's practical peak for the step's matrix products.
+double GemmPeakGflops(const Flags& f) {
+  constexpr int n = 2048;
+  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), out(a.size());
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : a) x = u(rng);
+  for (float& x : b) x = u(rng);
+  double best = 1e30;
+  for (int r = 0; r < 4; ++r) {
+    const Clock::time_point t0 = Clock::now();
+    if (f.dtype == "bfloat16") {
+      kernels::cpu::GemmBf16(false, true, n, n, n, a.data(), n, b.data(), n, nullptr, false, out.data(), n);
+    } else {
+      kernels::cpu::GemmNT(n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, out.data(), n);
+    }
+    if (r > 0) best = std::min(best, Seconds(t0, Clock::now()));  // the first call warms up
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
 // The synthetic batch (see the header comment). Ids are drawn from [4, vocab): no pad, unk,
 // bos or eos inside sentences.
 train::TrainBatch MakeBatch(const Flags& f, const ModelConfig& c) {
@@ -243,10 +285,15 @@ absl::Status Run(const Flags& f) {
   std::printf("train_bench: %.3f s/step (min %.3f, max %.3f), %.1f target tokens/s, cores used %.2f, "
               "peak RSS %.0f MiB, load %.2f -> %.2f\n",
               wall / f.steps, fastest, slowest, tps, cpu / wall, PeakRssMib(), load_start, LoadAverage1());
+  // Measured after the steps, so that the peak RSS above is the trainer's own.
+  const double gflop = GemmFlopsPerStep(c, f) / 1e9, peak = GemmPeakGflops(f);
+  std::printf("train_bench: %.1f GFLOP of matrix products per step; this GEMM's peak here %.1f GFLOP/s "
+              "(2048^3): at least %.3f s/step, %.0f%% of it spent outside them or below peak\n",
+              gflop, peak, gflop / peak, 100.0 * (1.0 - gflop / peak / (wall / f.steps)));
   std::printf("RESULT engine=tnmt threads=%d tokens_per_s=%.2f s_per_step=%.4f peak_rss_mib=%.0f loss0=%.4f "
-              "cores=%.2f blas_core=%s dtype=%s\n",
+              "cores=%.2f blas_core=%s dtype=%s gemm_gflop=%.2f gemm_peak_gflops=%.1f\n",
               f.threads, tps, wall / f.steps, PeakRssMib(), loss0, cpu / wall,
-              kernels::cpu::BlasCoreName().c_str(), f.dtype.c_str());
+              kernels::cpu::BlasCoreName().c_str(), f.dtype.c_str(), gflop, peak);
   return absl::OkStatus();
 }
 

@@ -1,0 +1,119 @@
+// gemm_bench: GFLOP/s of the trainer's matrix products at the shapes of one step of the small
+// preset (bench/train_bench's workload: 3,200 rows, d_model 256, d_ff 1024, vocab 8000), each
+// through the GEMM the trainer uses for --dtype (float32: the BLAS; bfloat16: GemmBf16, the AMX
+// or AVX-512 BF16 kernel), beside one 2048^3 product. A benchmark for tuning the kernels: it
+// prints one table and judges nothing.
+//
+//   bazel build //bench:gemm_bench && bazel-bin/bench/gemm_bench --dtype bfloat16 --threads 1
+//
+// Each row: the best of --reps timed calls after one untimed call, c 64-byte aligned as the
+// trainer's tensors are. "role" names the product: fwd y = x W^T, dx = dy W, dW = dy^T x.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/parallel.h"
+#include "tools/tnmt/args.h"
+
+namespace tnmt::bench {
+namespace {
+
+namespace k = kernels::cpu;
+
+struct Shape {
+  const char* role;
+  bool trans_a, trans_b;
+  int m, n, k;
+};
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+// Best milliseconds of `reps` calls of c[m, n] = op(a) op(b) for the shape.
+double TimeShape(const Shape& s, bool bf16, int reps, std::mt19937* rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
+  std::vector<float> a(static_cast<size_t>(s.m) * s.k), b(static_cast<size_t>(s.k) * s.n);
+  for (float& x : a) x = u(*rng);
+  for (float& x : b) x = u(*rng);
+  const size_t c_bytes = (static_cast<size_t>(s.m) * s.n * sizeof(float) + 63) / 64 * 64;
+  std::unique_ptr<float, FreeDeleter> c(static_cast<float*>(std::aligned_alloc(64, c_bytes)));
+  const auto call = [&] {
+    if (bf16) {
+      k::GemmBf16(s.trans_a, s.trans_b, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, nullptr, false, c.get(), s.n);
+    } else if (s.trans_a) {
+      k::GemmTN(s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.get(), s.n);
+    } else if (s.trans_b) {
+      k::GemmNT(s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.get(), s.n);
+    } else {
+      k::GemmNN(s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.get(), s.n);
+    }
+  };
+  call();
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+int Main(int argc, char** argv) {
+  cli::Args args("gemm_bench", "GFLOP/s of the trainer's GEMMs at the small preset's shapes.");
+  args.AddString("dtype", "bfloat16", "float32 (the BLAS) or bfloat16 (GemmBf16)");
+  args.AddInt("threads", 1, "compute threads");
+  args.AddInt("reps", 10, "timed calls per shape (the best is shown)");
+  if (const absl::Status s = args.Parse(argc, argv, 1); !s.ok()) {
+    std::fprintf(stderr, "gemm_bench: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (args.help_requested()) {
+    std::printf("%s", args.Help().c_str());
+    return 0;
+  }
+  const std::string dtype = args.GetString("dtype");
+  const int threads = args.GetInt("threads"), reps = args.GetInt("reps");
+  if ((dtype != "float32" && dtype != "bfloat16") || threads < 1 || reps < 1) {
+    std::fprintf(stderr, "gemm_bench: --dtype is float32 or bfloat16; --threads and --reps are >= 1\n");
+    return 2;
+  }
+  const bool bf16 = dtype == "bfloat16";
+  if (bf16 && !k::HasBf16Gemm()) {
+    std::fprintf(stderr, "gemm_bench: --dtype bfloat16 needs a CPU with AVX-512 BF16\n");
+    return 2;
+  }
+  k::SetComputeThreads(threads);
+  k::SetBlasThreads(threads);
+  const Shape shapes[] = {
+      {"2048^3", false, true, 2048, 2048, 2048},
+      {"fwd 256->1024", false, true, 3200, 1024, 256},     {"fwd 1024->256", false, true, 3200, 256, 1024},
+      {"fwd 256->768 (qkv)", false, true, 3200, 768, 256}, {"dx 1024->256", false, false, 3200, 256, 1024},
+      {"dx 256->1024", false, false, 3200, 1024, 256},     {"dW 1024x256", true, false, 1024, 256, 3200},
+      {"dW 256x1024", true, false, 256, 1024, 3200},       {"logits fwd", false, true, 3200, 8000, 256},
+      {"logits dx", false, false, 3200, 256, 8000},        {"logits dW", true, false, 8000, 256, 3200},
+  };
+  std::mt19937 rng(1);
+  std::printf("dtype %s, %d thread(s), best of %d calls\n", dtype.c_str(), threads, reps);
+  std::printf("%-20s %6s %6s %6s %10s %10s %8s\n", "role", "m", "n", "k", "ms", "GFLOP/s", "of 2048^3");
+  double peak = 0.0;
+  for (const Shape& s : shapes) {
+    const double ms = TimeShape(s, bf16, reps, &rng);
+    const double gflops = 2.0 * s.m * s.n * s.k / (ms * 1e6);
+    if (peak == 0.0) peak = gflops;
+    std::printf("%-20s %6d %6d %6d %10.3f %10.1f %7.0f%%\n", s.role, s.m, s.n, s.k, ms, gflops, 100.0 * gflops / peak);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tnmt::bench
+
+int main(int argc, char** argv) { return tnmt::bench::Main(argc, argv); }
