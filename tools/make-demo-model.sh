@@ -9,7 +9,9 @@
 #     LAST      checkpoints to average (default 5)
 #     DATA_DIR  Multi30k files (default data/multi30k: tools/get-multi30k.sh fetches them)
 # Paths given on the command line or in OUT, TNMT and PYTHON are relative to the current
-# directory. Environment: RECIPE, the recipe's file name under models/recipes (default
+# directory. Environment: UPTO, a step: only the checkpoints up to it count (the newest LAST of
+# those are averaged, and the training log ends there), for a run that went on past the chosen
+# checkpoints; RECIPE, the recipe's file name under models/recipes (default
 # multi30k-small.json, or multi30k-small-continue.json for a run that continued models/demo with
 # --init-model); OUT, where the model goes (default models/demo); TNMT, the tnmt binary (default
 # bazel-bin/tools/tnmt/tnmt: bazel build //tools/tnmt); PYTHON, a python3 with sacrebleu (default
@@ -34,7 +36,14 @@ trap 'rm -rf "$tmp"' EXIT
 "$python" -m sacrebleu --version > /dev/null 2>&1 ||
   { echo "make-demo-model: $python has no sacrebleu (pip install sacrebleu, or set PYTHON)" >&2; exit 1; }
 [[ -x $tnmt ]] || { echo "make-demo-model: no tnmt binary at $tnmt (bazel build //tools/tnmt, or set TNMT)" >&2; exit 1; }
-"$tnmt" average --checkpoints "$run" --last "$last" --output "$tmp/model" --dtype float16
+# The run's checkpoints (up to UPTO), oldest first; the newest LAST of them are averaged.
+mapfile -t steps < <(ls -d "$run"/step-* | sort | while read -r d; do
+  n=$(basename "$d" | sed 's/^step-0*//'); n=${n:-0}
+  [[ -z ${UPTO:-} ]] || ((n <= UPTO)) && echo "$d"
+done)
+((${#steps[@]} >= last)) || { echo "make-demo-model: fewer than $last checkpoints in $run${UPTO:+ up to step $UPTO}" >&2; exit 1; }
+chosen=("${steps[@]: -$last}")
+"$tnmt" average "${chosen[@]}" --output "$tmp/model" --dtype float16
 for set in val test_2016_flickr; do
   zcat "$data/$set.en.gz" > "$tmp/$set.en"
   zcat "$data/$set.de.gz" > "$tmp/$set.de"
@@ -46,8 +55,8 @@ bleu=$(json_field "$tmp/test_2016_flickr.bleu" score)
 dev_bleu=$(json_field "$tmp/val.bleu" score)
 signature=$(json_field "$tmp/test_2016_flickr.bleu" signature)
 dev_sentences=$(wc -l < "$tmp/val.en")
-averaged=$(ls -d "$run"/step-* | sort | tail -n "$last" | xargs -n1 basename | tr '\n' ' ')
-final_step=$(ls -d "$run"/step-* | sort | tail -n 1 | sed 's/.*step-0*//')
+averaged=$(printf '%s\n' "${chosen[@]}" | xargs -n1 basename | tr '\n' ' ')
+final_step=$(basename "${chosen[-1]}" | sed 's/^step-0*//')
 size=$(du -k "$tmp/model/model.safetensors" | cut -f1)
 
 # The configs of every stage and the whole training log (tools/demo_model_history.py).
