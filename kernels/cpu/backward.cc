@@ -2,6 +2,7 @@
 #include "kernels/cpu/backward.h"
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/vec16.h"
@@ -32,35 +33,38 @@ void ForColumnBlocks(int64_t n, int64_t rows, const std::function<void(int64_t, 
   });
 }
 
-// Each row's mean and 1/std, rows [begin, end).
-TNMT_VECTORIZE void LayerNormRowStats(float* mean_rstd, const float* x, int64_t begin, int64_t end, int d,
-                                      float eps) {
-  for (int64_t r = begin; r < end; ++r) {
-    const float* xr = x + r * d;
-    double sum = 0.0;
-    for (int j = 0; j < d; ++j) sum += xr[j];
-    const float mean = static_cast<float>(sum / d);
-    double sq = 0.0;
-    for (int j = 0; j < d; ++j) sq += (xr[j] - mean) * (xr[j] - mean);
-    mean_rstd[2 * r] = mean;
-    mean_rstd[2 * r + 1] = 1.0f / std::sqrt(static_cast<float>(sq / d) + eps);
-  }
-}
-
-// Rows [begin, end) of LayerNormBackward's dx (which may alias dy).
+// Rows [begin, end) of LayerNormBackward's dx (which may alias dy). The row's two sums run
+// over 16 lanes (lane l adds the terms of columns l, l + 16, ... in order), then lanes are
+// added in a fixed order: a row's result depends on nothing but the row, and a serial sum's
+// chain of dependent adds does not bound the loop.
 TNMT_VECTORIZE void LayerNormBackwardRows(float* dx, const float* mean_rstd, const float* dy, const float* x,
                                           const float* gamma, int64_t begin, int64_t end, int d) {
+  constexpr int kLanes = 16;
+  const int whole = d / kLanes * kLanes;
   for (int64_t r = begin; r < end; ++r) {
     const float* xr = x + r * d;
     const float* dyr = dy + r * d;
     float* dxr = dx + r * d;
     const float mean = mean_rstd[2 * r], rstd = mean_rstd[2 * r + 1];
-    float mean_g = 0.0f, mean_gx = 0.0f;
-    for (int j = 0; j < d; ++j) {
+    float sum_g[kLanes] = {}, sum_gx[kLanes] = {};
+    for (int j0 = 0; j0 < whole; j0 += kLanes) {
+      for (int l = 0; l < kLanes; ++l) {
+        const float xhat = (xr[j0 + l] - mean) * rstd;
+        const float g = dyr[j0 + l] * gamma[j0 + l];
+        sum_g[l] += g;
+        sum_gx[l] += g * xhat;
+      }
+    }
+    for (int j = whole; j < d; ++j) {
       const float xhat = (xr[j] - mean) * rstd;
       const float g = dyr[j] * gamma[j];
-      mean_g += g;
-      mean_gx += g * xhat;
+      sum_g[j - whole] += g;
+      sum_gx[j - whole] += g * xhat;
+    }
+    float mean_g = 0.0f, mean_gx = 0.0f;
+    for (int l = 0; l < kLanes; ++l) {
+      mean_g += sum_g[l];
+      mean_gx += sum_gx[l];
     }
     mean_g /= d;
     mean_gx /= d;
@@ -94,16 +98,14 @@ TNMT_VECTORIZE void ColumnSumRange(float* db, const float* dy, int64_t rows, int
 
 }  // namespace
 
-// Row statistics, then dgamma and dbeta by column blocks (each column summed over the rows in
+// Row statistics (the forward's own), then dgamma and dbeta by column blocks (each column summed over the rows in
 // order), then dx by rows, each step in parallel: the results do not depend on the thread
 // count, and dy is read for the parameter gradients before dx (which may alias it) is written.
 void LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
                        int64_t rows, int d, float eps) {
   if (rows <= 0 || d <= 0) return;
   std::vector<float> mean_rstd(2 * static_cast<size_t>(rows));
-  ParallelForLarge(rows, d, [&](int64_t begin, int64_t end) {
-    LayerNormRowStats(mean_rstd.data(), x, begin, end, d, eps);
-  });
+  LayerNormStats(mean_rstd.data(), x, rows, d, eps);  // those the forward pass normalized with
   ForColumnBlocks(d, rows, [&](int64_t begin, int64_t end) {
     LayerNormBackwardColumns(dgamma, dbeta, mean_rstd.data(), dy, x, rows, d, begin, end);
   });

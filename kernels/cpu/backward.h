@@ -14,7 +14,8 @@
 
 namespace tnmt::kernels::cpu {
 
-// dx: [rows, d] = d LayerNorm(x) / dx · dy, recomputing mean and variance from x.
+// dx: [rows, d] = d LayerNorm(x) / dx · dy, recomputing mean and 1/std from x exactly as the
+// forward LayerNorm (elementwise.h) computed them.
 // dgamma, dbeta: [d] += their gradients. dx may alias dy.
 void LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
                        const float* gamma, int64_t rows, int d, float eps);

@@ -94,15 +94,9 @@ inline __mmask16 ChunkMask(int n, int j) {
 }
 
 // One row of LayerNorm (out may alias x).
-TNMT_AVX512_TARGET void LayerNormRow(float* o, const float* x, const float* r, const float* gamma,
-                                     const float* beta, int d, float eps) {
-  if (r != nullptr) {
-    for (int j = 0; j < d; j += 16) {
-      const __mmask16 m = ChunkMask(d, j);
-      _mm512_mask_storeu_ps(o + j, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + j), _mm512_maskz_loadu_ps(m, r + j)));
-    }
-    x = o;
-  }
+// A row's mean and 1 / sqrt(variance + eps), as LayerNormRow normalizes it (and
+// LayerNormStats reports it for the backward pass).
+TNMT_AVX512_TARGET void RowMeanRstd(const float* x, int d, float eps, float* mean_out, float* rstd_out) {
   __m512 acc = _mm512_setzero_ps();
   for (int j = 0; j < d; j += 16) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(ChunkMask(d, j), x + j));
   const float mean = ReduceAdd(acc) / d;
@@ -113,7 +107,22 @@ TNMT_AVX512_TARGET void LayerNormRow(float* o, const float* x, const float* r, c
     const __m512 c = _mm512_maskz_sub_ps(m, _mm512_maskz_loadu_ps(m, x + j), vmean);
     acc = _mm512_fmadd_ps(c, c, acc);
   }
-  const __m512 vinv = _mm512_set1_ps(1.0f / std::sqrt(ReduceAdd(acc) / d + eps));
+  *mean_out = mean;
+  *rstd_out = 1.0f / std::sqrt(ReduceAdd(acc) / d + eps);
+}
+
+TNMT_AVX512_TARGET void LayerNormRow(float* o, const float* x, const float* r, const float* gamma,
+                                     const float* beta, int d, float eps) {
+  if (r != nullptr) {
+    for (int j = 0; j < d; j += 16) {
+      const __mmask16 m = ChunkMask(d, j);
+      _mm512_mask_storeu_ps(o + j, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + j), _mm512_maskz_loadu_ps(m, r + j)));
+    }
+    x = o;
+  }
+  float mean, rstd;
+  RowMeanRstd(x, d, eps, &mean, &rstd);
+  const __m512 vmean = _mm512_set1_ps(mean), vinv = _mm512_set1_ps(rstd);
   for (int j = 0; j < d; j += 16) {
     const __mmask16 m = ChunkMask(d, j);
     const __m512 c = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), vmean);
@@ -138,18 +147,8 @@ using vec16::avx2::HiMask;
 using vec16::avx2::LoMask;
 using vec16::avx2::ReduceAdd;
 
-// avx512::LayerNormRow on halves.
-TNMT_AVX2_TARGET void LayerNormRow(float* o, const float* x, const float* r, const float* gamma,
-                                   const float* beta, int d, float eps) {
-  if (r != nullptr) {
-    for (int j = 0; j < d; j += 16) {
-      const int n = d - j;
-      const __m256i ml = LoMask(n), mh = HiMask(n);
-      Avx2StoreFirst(o + j, n, _mm256_add_ps(_mm256_maskload_ps(x + j, ml), _mm256_maskload_ps(r + j, ml)));
-      Avx2StoreFirst(o + j + 8, n - 8, _mm256_add_ps(_mm256_maskload_ps(x + j + 8, mh), _mm256_maskload_ps(r + j + 8, mh)));
-    }
-    x = o;
-  }
+// avx512::RowMeanRstd on halves.
+TNMT_AVX2_TARGET void RowMeanRstd(const float* x, int d, float eps, float* mean_out, float* rstd_out) {
   __m256 lo = _mm256_setzero_ps(), hi = lo;
   for (int j = 0; j < d; j += 16) {
     lo = _mm256_add_ps(lo, _mm256_maskload_ps(x + j, LoMask(d - j)));
@@ -165,7 +164,25 @@ TNMT_AVX2_TARGET void LayerNormRow(float* o, const float* x, const float* r, con
     lo = _mm256_fmadd_ps(cl, cl, lo);
     hi = _mm256_fmadd_ps(ch, ch, hi);
   }
-  const __m256 vinv = _mm256_set1_ps(1.0f / std::sqrt(ReduceAdd(lo, hi) / d + eps));
+  *mean_out = mean;
+  *rstd_out = 1.0f / std::sqrt(ReduceAdd(lo, hi) / d + eps);
+}
+
+// avx512::LayerNormRow on halves.
+TNMT_AVX2_TARGET void LayerNormRow(float* o, const float* x, const float* r, const float* gamma,
+                                   const float* beta, int d, float eps) {
+  if (r != nullptr) {
+    for (int j = 0; j < d; j += 16) {
+      const int n = d - j;
+      const __m256i ml = LoMask(n), mh = HiMask(n);
+      Avx2StoreFirst(o + j, n, _mm256_add_ps(_mm256_maskload_ps(x + j, ml), _mm256_maskload_ps(r + j, ml)));
+      Avx2StoreFirst(o + j + 8, n - 8, _mm256_add_ps(_mm256_maskload_ps(x + j + 8, mh), _mm256_maskload_ps(r + j + 8, mh)));
+    }
+    x = o;
+  }
+  float mean, rstd;
+  RowMeanRstd(x, d, eps, &mean, &rstd);
+  const __m256 vmean = _mm256_set1_ps(mean), vinv = _mm256_set1_ps(rstd);
   for (int j = 0; j < d; j += 16) {
     for (int h = 0; h < 2; ++h) {
       const __m256i m = h == 0 ? LoMask(d - j) : HiMask(d - j);
@@ -189,6 +206,21 @@ TNMT_AVX2_TARGET float LogSumExpRow(const float* x, int n) {
 
 #endif  // __x86_64__
 
+TNMT_VECTORIZE void RowMeanRstdPortable(const float* xr, int d, float eps, float* mean_out, float* rstd_out) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < d; ++j) sum += xr[j];
+  const float mean = sum / d;
+  float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+  for (int j = 0; j < d; ++j) {
+    const float c = xr[j] - mean;
+    sq += c * c;
+  }
+  *mean_out = mean;
+  *rstd_out = 1.0f / std::sqrt(sq / d + eps);
+}
+
 TNMT_VECTORIZE void LayerNormPortable(float* out, const float* x, const float* r, const float* gamma,
                                       const float* beta, int64_t rows, int d, float eps) {
   for (int64_t i = 0; i < rows; ++i) {
@@ -199,17 +231,8 @@ TNMT_VECTORIZE void LayerNormPortable(float* out, const float* x, const float* r
       for (int j = 0; j < d; ++j) o[j] = xr[j] + rr[j];
       xr = o;
     }
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int j = 0; j < d; ++j) sum += xr[j];
-    const float mean = sum / d;
-    float sq = 0.0f;
-#pragma omp simd reduction(+ : sq)
-    for (int j = 0; j < d; ++j) {
-      const float c = xr[j] - mean;
-      sq += c * c;
-    }
-    const float inv = 1.0f / std::sqrt(sq / d + eps);
+    float mean, inv;
+    RowMeanRstdPortable(xr, d, eps, &mean, &inv);
     for (int j = 0; j < d; ++j) o[j] = (xr[j] - mean) * inv * gamma[j] + beta[j];
   }
 }
@@ -240,6 +263,25 @@ void LayerNorm(float* out, const float* x, const float* r, const float* gamma, c
     LayerNormPortable(out + at, x + at, rb, gamma, beta, end - begin, d, eps);
   };
   ParallelForLarge(rows, d, run);
+}
+
+void LayerNormStats(float* mean_rstd, const float* x, int64_t rows, int d, float eps) {
+  ParallelForLarge(rows, d, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* out = mean_rstd + 2 * i;
+#if defined(__x86_64__)
+      if (UseAvx2() && d > 0) {
+        if (UseAvx512()) {
+          avx512::RowMeanRstd(x + i * d, d, eps, out, out + 1);
+        } else {
+          avx2::RowMeanRstd(x + i * d, d, eps, out, out + 1);
+        }
+        continue;
+      }
+#endif
+      RowMeanRstdPortable(x + i * d, d, eps, out, out + 1);
+    }
+  });
 }
 
 TNMT_VECTORIZE void Softmax(float* x, int64_t rows, int n) {

@@ -27,6 +27,10 @@ void Add(float* out, const float* x, const float* r, int64_t count);
 void LayerNorm(float* out, const float* x, const float* r, const float* gamma, const float* beta,
                int64_t rows, int d, float eps);
 
+// mean_rstd: [rows, 2] = each row's mean and 1 / sqrt(variance + eps), bit for bit those
+// LayerNorm (r null) normalizes that row with on this CPU's kernel path.
+void LayerNormStats(float* mean_rstd, const float* x, int64_t rows, int d, float eps);
+
 // In place row softmax of x: [rows, n].
 void Softmax(float* x, int64_t rows, int n);
 

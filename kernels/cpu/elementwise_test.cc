@@ -228,6 +228,47 @@ void CheckLayerNorm() {
   }
 }
 
+// LayerNormStats reports, on every path, exactly the mean and 1/std LayerNorm normalized with:
+// with gamma 1 and beta 0 the output is (x - mean) * rstd, bit for bit; and they are the
+// row's mean and 1/std to float rounding.
+TEST(LayerNorm, StatsAreThoseTheForwardUsed) {
+  std::mt19937 rng(8);
+  for (CpuIsa isa : Paths()) {
+    SCOPED_TRACE(IsaName(isa));
+    SetIsaForTesting(isa);
+    for (const Dim& s : kDims) {
+      const int64_t rows = s.rows;
+      const int d = s.n;
+      const float eps = 1e-5f;
+      const std::vector<float> x = Random(rows * d, rng, 1.0f, 4.0f);
+      const std::vector<float> ones(d, 1.0f), zeros(d, 0.0f);
+      std::vector<float> y(rows * d), stats(2 * rows, -1.0f);
+      LayerNorm(y.data(), x.data(), nullptr, ones.data(), zeros.data(), rows, d, eps);
+      LayerNormStats(stats.data(), x.data(), rows, d, eps);
+      int bad = 0;
+      for (int64_t i = 0; i < rows; ++i) {
+        const float mean = stats[2 * i], rstd = stats[2 * i + 1];
+        double ref_mean = 0.0, ref_var = 0.0;
+        for (int j = 0; j < d; ++j) ref_mean += x[i * d + j];
+        ref_mean /= d;
+        for (int j = 0; j < d; ++j) ref_var += (x[i * d + j] - ref_mean) * (x[i * d + j] - ref_mean);
+        const double ref_rstd = 1.0 / std::sqrt(ref_var / d + eps);
+        EXPECT_NEAR(mean, ref_mean, 1e-5 * std::fabs(ref_mean)) << Dims(rows, d) << " row " << i;
+        EXPECT_NEAR(rstd, ref_rstd, 1e-4 * ref_rstd) << Dims(rows, d) << " row " << i;
+        for (int j = 0; j < d; ++j) {
+          const float want = (x[i * d + j] - mean) * rstd;
+          if (std::memcmp(&want, &y[i * d + j], sizeof(float)) != 0 && ++bad <= 5) {
+            ADD_FAILURE() << Dims(rows, d) << " (" << i << ", " << j << "): LayerNorm " << y[i * d + j]
+                          << ", from the stats " << want;
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0) << Dims(rows, d);
+    }
+  }
+  SetIsaForTesting(CpuIsa::kAvx512);
+}
+
 TEST(LayerNorm, BiasedVarianceAndEpsInsideSqrt) {
   // x = [1, 3]: mean 2, biased variance 1 (unbiased would be 2). With eps = 3 inside the root
   // the scale is 1/sqrt(4) = 0.5, so the output is [-0.5, 0.5] before gamma/beta.
