@@ -143,7 +143,7 @@ class TrainGraph {
     Buffer ctx;    // [rows, d]
   };
   struct FfnTape {
-    Buffer pre;  // fc1 output before the activation: [rows, d_ff]
+    Buffer pre;  // fc1 output before the activation: [rows, d_ff] (empty for ReLU)
     Buffer h;    // after the activation
   };
   struct LayerTape {
@@ -219,9 +219,17 @@ class TrainGraph {
   absl::Status FfnForward(const float* in, float* out, int64_t rows, const Lin& fc1, const Lin& fc2, uint64_t stream,
                           FfnTape* t) {
     const int64_t nh = rows * c_.d_ff;
-    TNMT_ASSIGN_OR_RETURN(t->pre, ops_.Alloc(nh));
-    TNMT_RETURN_IF_ERROR(ops_.Linear(D(t->pre), in, rows, fc1));
-    TNMT_ASSIGN_OR_RETURN(t->h, ops_.Copy(D(t->pre), nh));
+    if (c_.activation == kernels::Activation::kRelu) {
+      // ReLU's derivative needs only where its output is positive, which h still shows after
+      // activation dropout (a dropped element's gradient is zero either way): no copy of the
+      // pre-activation is kept (FfnBackward passes h instead).
+      TNMT_ASSIGN_OR_RETURN(t->h, ops_.Alloc(nh));
+      TNMT_RETURN_IF_ERROR(ops_.Linear(D(t->h), in, rows, fc1));
+    } else {
+      TNMT_ASSIGN_OR_RETURN(t->pre, ops_.Alloc(nh));
+      TNMT_RETURN_IF_ERROR(ops_.Linear(D(t->pre), in, rows, fc1));
+      TNMT_ASSIGN_OR_RETURN(t->h, ops_.Copy(D(t->pre), nh));
+    }
     TNMT_RETURN_IF_ERROR(ops_.Activation(D(t->h), rows, c_.d_ff));
     TNMT_RETURN_IF_ERROR(ops_.Dropout(D(t->h), nh, p_act_, seed_, stream + kActivationStream));
     return ops_.Linear(out, D(t->h), rows, fc2);
@@ -232,7 +240,8 @@ class TrainGraph {
     TNMT_ASSIGN_OR_RETURN(Buffer dh, ops_.Alloc(nh));
     TNMT_RETURN_IF_ERROR(ops_.LinearBackward(D(dh), false, d_out, D(t.h), rows, fc2));
     TNMT_RETURN_IF_ERROR(ops_.Dropout(D(dh), nh, p_act_, seed_, stream + kActivationStream));
-    TNMT_RETURN_IF_ERROR(ops_.ActivationBackward(D(dh), D(t.pre), nh));
+    const bool relu = c_.activation == kernels::Activation::kRelu;
+    TNMT_RETURN_IF_ERROR(ops_.ActivationBackward(D(dh), D(relu ? t.h : t.pre), nh));
     return ops_.LinearBackward(d_in, false, D(dh), in, rows, fc1);
   }
 
