@@ -98,9 +98,10 @@ TNMT_VECTORIZE void ColumnSumRange(float* db, const float* dy, int64_t rows, int
 
 }  // namespace
 
-// Row statistics (the forward's own), then dgamma and dbeta by column blocks (each column summed over the rows in
-// order), then dx by rows, each step in parallel: the results do not depend on the thread
-// count, and dy is read for the parameter gradients before dx (which may alias it) is written.
+// Row statistics (the forward's own), then dgamma and dbeta by column blocks (each column
+// summed over the rows in order), then dx by rows, each step in parallel: the results do not
+// depend on the thread count, and dy is read for the parameter gradients before dx (which may
+// alias it) is written.
 void LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x, const float* gamma,
                        int64_t rows, int d, float eps) {
   if (rows <= 0 || d <= 0) return;
