@@ -62,6 +62,15 @@ TEST(RecipesTest, Multi30kSmallContinueTrainsTheDemoModelFurther) {
   EXPECT_NE(c.seed, base.seed);  // another data order than the first stage
 }
 
+// The recipe that continues the bundled model starts from it as it is now: the same
+// architecture and vocabulary (a new demo model of another shape needs its own recipe).
+TEST(RecipesTest, ContinueRecipeMatchesTheBundledModel) {
+  TrainConfig c = Load("multi30k-small-continue.json");
+  auto demo = ModelConfig::Load(c.init_model + "/config.json");
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  EXPECT_TRUE(CheckResumable(*demo, c.model).ok()) << CheckResumable(*demo, c.model);
+}
+
 TEST(RecipesTest, Multi30kSmallRegularizedIsTheSmallModelWithMoreRegularization) {
   TrainConfig c = Load("multi30k-small-regularized.json");
   TrainConfig base = Load("multi30k-small.json");
