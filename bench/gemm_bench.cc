@@ -8,15 +8,10 @@
 //
 // Each row: the best of --reps timed calls after one untimed call, c 64-byte aligned as the
 // trainer's tensors are. "role" names the product: fwd y = x W^T, dx = dy W, dW = dy^T x.
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <memory>
-#include <random>
 #include <string>
-#include <vector>
 
+#include "bench/gemm_timing.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 #include "tools/tnmt/args.h"
@@ -25,46 +20,6 @@ namespace tnmt::bench {
 namespace {
 
 namespace k = kernels::cpu;
-
-struct Shape {
-  const char* role;
-  bool trans_a, trans_b;
-  int m, n, k;
-};
-
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-
-// Best milliseconds of `reps` calls of c[m, n] = op(a) op(b) for the shape.
-double TimeShape(const Shape& s, bool bf16, int reps, std::mt19937* rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const int lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
-  std::vector<float> a(static_cast<size_t>(s.m) * s.k), b(static_cast<size_t>(s.k) * s.n);
-  for (float& x : a) x = u(*rng);
-  for (float& x : b) x = u(*rng);
-  const size_t c_bytes = (static_cast<size_t>(s.m) * s.n * sizeof(float) + 63) / 64 * 64;
-  std::unique_ptr<float, FreeDeleter> c(static_cast<float*>(std::aligned_alloc(64, c_bytes)));
-  const auto call = [&] {
-    if (bf16) {
-      k::GemmBf16(s.trans_a, s.trans_b, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, nullptr, false, c.get(), s.n);
-    } else if (s.trans_a) {
-      k::GemmTN(s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.get(), s.n);
-    } else if (s.trans_b) {
-      k::GemmNT(s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.get(), s.n);
-    } else {
-      k::GemmNN(s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.get(), s.n);
-    }
-  };
-  call();
-  double best = 1e30;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    call();
-    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
-}
 
 int Main(int argc, char** argv) {
   cli::Args args("gemm_bench", "GFLOP/s of the trainer's GEMMs at the small preset's shapes.");
@@ -92,23 +47,32 @@ int Main(int argc, char** argv) {
   }
   k::SetComputeThreads(threads);
   k::SetBlasThreads(threads);
-  const Shape shapes[] = {
-      {"2048^3", false, true, 2048, 2048, 2048},
-      {"fwd 256->1024", false, true, 3200, 1024, 256},     {"fwd 1024->256", false, true, 3200, 256, 1024},
-      {"fwd 256->768 (qkv)", false, true, 3200, 768, 256}, {"dx 1024->256", false, false, 3200, 256, 1024},
-      {"dx 256->1024", false, false, 3200, 1024, 256},     {"dW 1024x256", true, false, 1024, 256, 3200},
-      {"dW 256x1024", true, false, 256, 1024, 3200},       {"logits fwd", false, true, 3200, 8000, 256},
-      {"logits dx", false, false, 3200, 256, 8000},        {"logits dW", true, false, 8000, 256, 3200},
+  struct Shape {
+    const char* role;
+    GemmShape shape;
   };
-  std::mt19937 rng(1);
+  const Shape shapes[] = {
+      {"2048^3", {false, true, 2048, 2048, 2048}},
+      {"fwd 256->1024", {false, true, 3200, 1024, 256}},
+      {"fwd 1024->256", {false, true, 3200, 256, 1024}},
+      {"fwd 256->768 (qkv)", {false, true, 3200, 768, 256}},
+      {"dx 1024->256", {false, false, 3200, 256, 1024}},
+      {"dx 256->1024", {false, false, 3200, 1024, 256}},
+      {"dW 1024x256", {true, false, 1024, 256, 3200}},
+      {"dW 256x1024", {true, false, 256, 1024, 3200}},
+      {"logits fwd", {false, true, 3200, 8000, 256}},
+      {"logits dx", {false, false, 3200, 256, 8000}},
+      {"logits dW", {true, false, 8000, 256, 3200}},
+  };
   std::printf("dtype %s, %d thread(s), best of %d calls\n", dtype.c_str(), threads, reps);
   std::printf("%-20s %6s %6s %6s %10s %10s %8s\n", "role", "m", "n", "k", "ms", "GFLOP/s", "of 2048^3");
   double peak = 0.0;
   for (const Shape& s : shapes) {
-    const double ms = TimeShape(s, bf16, reps, &rng);
-    const double gflops = 2.0 * s.m * s.n * s.k / (ms * 1e6);
+    const GemmShape& g = s.shape;
+    const double ms = BestGemmMs(g, bf16, reps);
+    const double gflops = GemmGflops(g, ms);
     if (peak == 0.0) peak = gflops;
-    std::printf("%-20s %6d %6d %6d %10.3f %10.1f %7.0f%%\n", s.role, s.m, s.n, s.k, ms, gflops, 100.0 * gflops / peak);
+    std::printf("%-20s %6d %6d %6d %10.3f %10.1f %7.0f%%\n", s.role, g.m, g.n, g.k, ms, gflops, 100.0 * gflops / peak);
   }
   return 0;
 }

@@ -45,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "bench/gemm_timing.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/tnmt/args.h"
 #include "trainer/model/parameters.h"
@@ -167,23 +168,8 @@ double GemmFlopsPerStep(const ModelConfig& c, const Flags& f) {
 // the GEMM the trainer uses for this dtype, best of 3, at the configured threads: the
 // machine's practical peak for the step's matrix products.
 double GemmPeakGflops(const Flags& f) {
-  constexpr int n = 2048;
-  std::vector<float> a(static_cast<size_t>(n) * n), b(a.size()), out(a.size());
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& x : a) x = u(rng);
-  for (float& x : b) x = u(rng);
-  double best = 1e30;
-  for (int r = 0; r < 4; ++r) {
-    const Clock::time_point t0 = Clock::now();
-    if (f.dtype == "bfloat16") {
-      kernels::cpu::GemmBf16(false, true, n, n, n, a.data(), n, b.data(), n, nullptr, false, out.data(), n);
-    } else {
-      kernels::cpu::GemmNT(n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, out.data(), n);
-    }
-    if (r > 0) best = std::min(best, Seconds(t0, Clock::now()));  // the first call warms up
-  }
-  return 2.0 * n * n * n / best / 1e9;
+  const GemmShape s{false, true, 2048, 2048, 2048};
+  return GemmGflops(s, BestGemmMs(s, f.dtype == "bfloat16", 3));
 }
 
 // The synthetic batch (see the header comment). Ids are drawn from [4, vocab): no pad, unk,

@@ -1,0 +1,52 @@
+#include "bench/gemm_timing.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+
+namespace tnmt::bench {
+namespace {
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+}  // namespace
+
+double BestGemmMs(const GemmShape& s, bool bf16, int reps) {
+  namespace k = kernels::cpu;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
+  std::vector<float> a(static_cast<size_t>(s.m) * s.k), b(static_cast<size_t>(s.k) * s.n);
+  for (float& x : a) x = u(rng);
+  for (float& x : b) x = u(rng);
+  const size_t c_bytes = (static_cast<size_t>(s.m) * s.n * sizeof(float) + 63) / 64 * 64;
+  std::unique_ptr<float, FreeDeleter> c(static_cast<float*>(std::aligned_alloc(64, c_bytes)));
+  const auto call = [&] {
+    if (bf16) {
+      k::GemmBf16(s.trans_a, s.trans_b, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, nullptr, false, c.get(), s.n);
+    } else if (s.trans_a) {
+      k::GemmTN(s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.get(), s.n);
+    } else if (s.trans_b) {
+      k::GemmNT(s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.get(), s.n);
+    } else {
+      k::GemmNN(s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.get(), s.n);
+    }
+  };
+  call();  // warm-up (packing buffers, threads)
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    call();
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+}  // namespace tnmt::bench

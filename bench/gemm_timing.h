@@ -1,0 +1,22 @@
+// Timing of one CPU GEMM the trainer runs, shared by the benchmarks that report GEMM rates
+// (bench/gemm_bench, bench/train_bench).
+#pragma once
+
+namespace tnmt::bench {
+
+// c[m, n] = op(a) op(b), stored row-major as a linear's operands are (trans_a: a stored
+// [k, m]; trans_b: b stored [n, k]).
+struct GemmShape {
+  bool trans_a = false, trans_b = false;
+  int m = 0, n = 0, k = 0;
+};
+
+// The best milliseconds of `reps` calls (after one untimed call) of the product through the
+// GEMM the trainer uses: bfloat16 operands (kernels::cpu::GemmBf16) or float32 (the BLAS via
+// GemmNT/GemmNN/GemmTN), on random operands, c 64-byte aligned as the trainer's tensors are.
+double BestGemmMs(const GemmShape& s, bool bf16, int reps);
+
+// GFLOP/s of a product of this shape taking `ms` milliseconds.
+inline double GemmGflops(const GemmShape& s, double ms) { return 2.0 * s.m * s.n * s.k / (ms * 1e6); }
+
+}  // namespace tnmt::bench
