@@ -266,21 +266,14 @@ void LayerNorm(float* out, const float* x, const float* r, const float* gamma, c
 }
 
 void LayerNormStats(float* mean_rstd, const float* x, int64_t rows, int d, float eps) {
-  ParallelForLarge(rows, d, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      float* out = mean_rstd + 2 * i;
+  // The path LayerNorm takes for a row (LayerNormRow per ISA, else the portable loop).
+  using RowStatsFn = void (*)(const float*, int, float, float*, float*);
+  RowStatsFn row_stats = RowMeanRstdPortable;
 #if defined(__x86_64__)
-      if (UseAvx2() && d > 0) {
-        if (UseAvx512()) {
-          avx512::RowMeanRstd(x + i * d, d, eps, out, out + 1);
-        } else {
-          avx2::RowMeanRstd(x + i * d, d, eps, out, out + 1);
-        }
-        continue;
-      }
+  if (UseAvx2() && d > 0) row_stats = UseAvx512() ? avx512::RowMeanRstd : avx2::RowMeanRstd;
 #endif
-      RowMeanRstdPortable(x + i * d, d, eps, out, out + 1);
-    }
+  ParallelForLarge(rows, d, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) row_stats(x + i * d, d, eps, mean_rstd + 2 * i, mean_rstd + 2 * i + 1);
   });
 }
 

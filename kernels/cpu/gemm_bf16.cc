@@ -369,10 +369,10 @@ TNMT_BF16_AMX_TARGET void KernelAmx(int mr, int cols, int chunks, const uint32_t
   } else {
     AmxZeroSums(two);
   }
-  AmxTileProduct<AmxDot::kBf16, true>(chunks, reinterpret_cast<const char*>(a), lda_words * sizeof(uint32_t),
-                                kAmxRows * lda_words * sizeof(uint32_t), kAmxPairs * sizeof(uint32_t),
-                                reinterpret_cast<const char*>(b), kNr * sizeof(uint32_t), 16 * sizeof(uint32_t),
-                                kAmxPairs * kNr * sizeof(uint32_t), two);
+  AmxTileProduct<AmxDot::kBf16, /*kPrefetchA=*/true>(
+      chunks, reinterpret_cast<const char*>(a), lda_words * sizeof(uint32_t), kAmxRows * lda_words * sizeof(uint32_t),
+      kAmxPairs * sizeof(uint32_t), reinterpret_cast<const char*>(b), kNr * sizeof(uint32_t), 16 * sizeof(uint32_t),
+      kAmxPairs * kNr * sizeof(uint32_t), two);
   AmxStoreSums(sums, stride_sums, two);
   if (whole) return;
   for (int i = 0; i < mr; ++i) {
