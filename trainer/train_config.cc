@@ -133,7 +133,7 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
       "train_source", "train_target", "valid_source", "valid_target", "spm_model", "init_model", "vocab_size",
       "max_length", "max_length_ratio", "preset", "max_tokens", "accum_steps", "warmup_steps",
       "lr_scale", "max_steps", "max_epochs", "clip_norm", "dropout", "attention_dropout",
-      "activation_dropout", "subword_nbest", "subword_alpha", "seed", "save_dir",
+      "activation_dropout", "rdrop_alpha", "subword_nbest", "subword_alpha", "seed", "save_dir",
       "save_every_steps", "save_every_minutes", "keep_last", "valid_every_steps", "valid_bleu",
       "valid_beam_size", "valid_max_sentences", "metrics_file", "log_every_steps", "threads", "device", "dtype"};
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -155,6 +155,7 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
                          integer("max_epochs", &t.max_epochs), number("clip_norm", &t.clip_norm),
                          number("dropout", &t.dropout), number("attention_dropout", &t.attention_dropout),
                          number("activation_dropout", &t.activation_dropout),
+                         number("rdrop_alpha", &t.rdrop_alpha),
                          integer("subword_nbest", &t.subword_nbest), number("subword_alpha", &t.subword_alpha),
                          integer("seed", &t.seed),
                          str("save_dir", &t.save_dir),
@@ -201,6 +202,7 @@ absl::StatusOr<TrainConfig> TrainConfig::FromJson(const json& j, const ConfigOri
   if (!(t.dropout >= 0 && t.dropout < 1)) return bad("dropout", "must be in [0, 1)");
   if (!(t.attention_dropout >= 0 && t.attention_dropout < 1)) return bad("attention_dropout", "must be in [0, 1)");
   if (!(t.activation_dropout >= 0 && t.activation_dropout < 1)) return bad("activation_dropout", "must be in [0, 1)");
+  if (!(t.rdrop_alpha >= 0 && t.rdrop_alpha <= 100)) return bad("rdrop_alpha", "must be in [0, 100]");
   if (t.subword_nbest < 1 || t.subword_nbest > Tokenizer::kNBestMax) {
     return bad("subword_nbest", absl::StrCat("must be in [1, ", Tokenizer::kNBestMax, "]"));
   }
@@ -283,6 +285,7 @@ json TrainConfig::ToJson() const {
   j["dropout"] = dropout;
   j["attention_dropout"] = attention_dropout;
   j["activation_dropout"] = activation_dropout;
+  j["rdrop_alpha"] = rdrop_alpha;
   j["subword_nbest"] = subword_nbest;
   j["subword_alpha"] = subword_alpha;
   j["seed"] = seed;

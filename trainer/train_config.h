@@ -52,6 +52,10 @@ struct TrainConfig {
   float dropout = 0.1f;             // residual: sub-layer outputs, embeddings
   float attention_dropout = 0.0f;   // attention probabilities
   float activation_dropout = 0.0f;  // the feed-forward's hidden layer after the activation
+  // R-Drop: each batch runs twice under different dropout masks, and rdrop_alpha / 2 times the
+  // symmetric KL divergence between the two output distributions joins the loss (0: off).
+  // A step then costs about twice as much: halve max_tokens to keep it.
+  float rdrop_alpha = 0.0f;
   // Subword sampling of the training data: segmentations per side drawn from (1: the best
   // only, off) and the exponent of their probabilities (data::DatasetOptions).
   int subword_nbest = 1;

@@ -44,6 +44,22 @@ TEST(TrainConfigTest, AttentionAndActivationDropoutDefaultOffAndRoundTrip) {
   EXPECT_EQ(again->activation_dropout, c->activation_dropout);
 }
 
+TEST(TrainConfigTest, RDropDefaultsOffAndRoundTrips) {
+  auto c = TrainConfig::FromJson(Minimal(), "test.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rdrop_alpha, 0.0f);
+  json j = Minimal();
+  j["rdrop_alpha"] = 5;
+  c = TrainConfig::FromJson(j, "test.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->rdrop_alpha, 5.0f);
+  auto again = TrainConfig::FromJson(c->ToJson(), "round trip");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->rdrop_alpha, 5.0f);
+  j["rdrop_alpha"] = 1e9;
+  EXPECT_FALSE(TrainConfig::FromJson(j, "test.json").ok());
+}
+
 TEST(TrainConfigTest, SubwordSamplingDefaultsOffAndRoundTrips) {
   auto c = TrainConfig::FromJson(Minimal(), "test.json");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -153,6 +169,7 @@ TEST(TrainConfigTest, ABadFlagIsBlamedOnTheFlag) {
   for (const Case& c : {Case{"preset", "huge", "--preset"}, Case{"dropout", 2.0, "--dropout"},
                         Case{"attention_dropout", 1.0, "--attention-dropout"},
                         Case{"activation_dropout", -0.5, "--activation-dropout"},
+                        Case{"rdrop_alpha", -1.0, "--rdrop-alpha"},
                         Case{"subword_nbest", 0, "--subword-nbest"}, Case{"subword_alpha", -1.0, "--subword-alpha"},
                         Case{"max_steps", 0, "--max-steps"}, Case{"log_every_steps", 0, "--log-every-steps"},
                         Case{"device", "tpu", "--device"}, Case{"vocab_size", "many", "--vocab-size"}}) {

@@ -287,12 +287,14 @@ class Trainer {
         data::Batch b;
         TNMT_RETURN_IF_ERROR(batches_->Next(&b));
         TrainBatch batch = ToTrainBatch(std::move(b));
+        if (cfg_.rdrop_alpha > 0) batch = DoubleForRDrop(batch);
         phases.data += since(t);
         TrainStepOptions o;
         o.dropout = cfg_.dropout;
         o.attention_dropout = cfg_.attention_dropout;
         o.activation_dropout = cfg_.activation_dropout;
         o.label_smoothing = config_.label_smoothing;
+        o.rdrop_alpha = cfg_.rdrop_alpha;
         o.dropout_seed = MixSeed(cfg_.seed, state_.step, a, coll_->rank());
         t = Clock::now();
         TNMT_RETURN_IF_ERROR(engine_->ForwardBackward(batch, o));

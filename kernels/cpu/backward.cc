@@ -562,6 +562,67 @@ double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t 
 
 namespace {
 
+// Log-sum-exp of a row (the max, then the exponentials' sum below it).
+TNMT_VECTORIZE float RowLogSumExp(const float* x, int vocab) {
+  float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+  for (int j = 0; j < vocab; ++j) mx = x[j] > mx ? x[j] : mx;
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < vocab; ++j) sum += ExpApprox(x[j] - mx);
+  return mx + std::log(sum);
+}
+
+// One pair of RDropConsistency: a and b become their gradients; returns h * (KL(p||q) + KL(q||p)).
+TNMT_VECTORIZE double ConsistencyPair(float* a, float* b, int vocab, float h) {
+  const float la = RowLogSumExp(a, vocab), lb = RowLogSumExp(b, vocab);
+  // a, b become log p, log q; the two divergences are summed on the way.
+  float kpq = 0.0f, kqp = 0.0f;
+#pragma omp simd reduction(+ : kpq, kqp)
+  for (int j = 0; j < vocab; ++j) {
+    const float lp = a[j] - la, lq = b[j] - lb, d = lp - lq;
+    kpq += ExpApprox(lp) * d;
+    kqp -= ExpApprox(lq) * d;
+    a[j] = lp;
+    b[j] = lq;
+  }
+#pragma omp simd
+  for (int j = 0; j < vocab; ++j) {
+    const float p = ExpApprox(a[j]), q = ExpApprox(b[j]), d = a[j] - b[j];
+    a[j] = h * (p * (d - kpq) + p - q);
+    b[j] = h * (q * (-d - kqp) + q - p);
+  }
+  return static_cast<double>(h) * (static_cast<double>(kpq) + kqp);
+}
+
+}  // namespace
+
+double RDropConsistency(float* logits, const int32_t* targets, int64_t pairs, int vocab, float alpha,
+                        int32_t pad) {
+  const float h = 0.5f * alpha;
+  std::vector<double> pair_loss(static_cast<size_t>(std::max<int64_t>(pairs, 0)));
+  const int64_t half = pairs * vocab;
+  ParallelFor(pairs, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* a = logits + r * vocab;
+      float* b = a + half;
+      if (targets[r] == pad) {
+        std::memset(a, 0, sizeof(float) * vocab);
+        std::memset(b, 0, sizeof(float) * vocab);
+        pair_loss[r] = 0.0;
+      } else {
+        pair_loss[r] = ConsistencyPair(a, b, vocab, h);
+      }
+    }
+  });
+  // Summed in pair order: the result does not depend on the split over threads.
+  double total = 0.0;
+  for (double l : pair_loss) total += l;
+  return total;
+}
+
+namespace {
+
 // x[t] for t in [0, n) is element index0 + t of the tensor the mask is defined over.
 TNMT_VECTORIZE void DropoutRange(float* x, int64_t n, uint64_t index0, float p, uint64_t seed, uint64_t stream) {
   const float keep_scale = 1.0f / (1.0f - p);

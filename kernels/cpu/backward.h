@@ -65,6 +65,16 @@ void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_
 double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
                                  float eps, int32_t pad, double* nll_sum, int64_t* count);
 
+// R-Drop's consistency term (Liang et al., 2021) between the two halves of a doubled batch:
+// logits: [2 * pairs, vocab], row r and row r + pairs are the same target token run through
+// two dropout masks, with softmax distributions p and q. In place, the logits become the
+// gradient of h * (KL(p || q) + KL(q || p)), h = alpha / 2, for every pair whose target is not
+// pad (targets: [2 * pairs]; pad pairs get a zero gradient); returns that term summed over
+// the pairs. With p = softmax(x), q = softmax(y) and d = log p - log q:
+//   dx = h * (p * (d - KL(p || q)) + p - q),   dy = h * (q * (-d - KL(q || p)) + q - p).
+double RDropConsistency(float* logits, const int32_t* targets, int64_t pairs, int vocab,
+                        float alpha, int32_t pad);
+
 // Uniform in [0, 1) from (seed, stream, index) (counter_uniform.h, shared with CUDA).
 using ::tnmt::kernels::CounterUniform;
 

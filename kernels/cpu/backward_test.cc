@@ -788,6 +788,85 @@ TEST(LabelSmoothedCrossEntropy, AllPadRows) {
   EXPECT_EQ(logits, std::vector<float>(6, 0.0f));
 }
 
+// ---------------------------------------------------------------- RDropConsistency
+
+// Naive h * (KL(p||q) + KL(q||p)) over the pairs (row r, row r + pairs) whose target is not pad.
+double NaiveConsistency(const std::vector<double>& logits, const std::vector<int32_t>& targets, int vocab,
+                        double alpha, int32_t pad) {
+  const size_t pairs = targets.size() / 2;
+  auto log_softmax = [&](size_t r) {
+    std::vector<double> l(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+    const double mx = *std::max_element(l.begin(), l.end());
+    double sum = 0.0;
+    for (double x : l) sum += std::exp(x - mx);
+    for (double& x : l) x -= mx + std::log(sum);
+    return l;
+  };
+  double total = 0.0;
+  for (size_t r = 0; r < pairs; ++r) {
+    if (targets[r] == pad) continue;
+    const std::vector<double> lp = log_softmax(r), lq = log_softmax(r + pairs);
+    for (int j = 0; j < vocab; ++j) {
+      total += 0.5 * alpha * (std::exp(lp[j]) - std::exp(lq[j])) * (lp[j] - lq[j]);
+    }
+  }
+  return total;
+}
+
+TEST(RDropConsistency, MatchesTheSymmetricDivergenceAndFiniteDifferences) {
+  std::mt19937 rng(43);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int vocab : {5, 37}) {
+    const int64_t pairs = 4;
+    std::vector<int32_t> targets = {1, 3, 0, 2};
+    targets.insert(targets.end(), targets.begin(), targets.end());  // the doubled batch's targets
+    std::vector<float> logits(2 * pairs * vocab);
+    for (float& x : logits) x = nd(rng);
+    const int32_t pad = 0;  // pair 2 is pad
+    const float alpha = 3.0f;
+    const std::vector<double> ld = ToDouble(logits);
+    const double want = NaiveConsistency(ld, targets, vocab, alpha, pad);
+    std::vector<float> grad = logits;
+    const double got = RDropConsistency(grad.data(), targets.data(), pairs, vocab, alpha, pad);
+    EXPECT_GT(want, 0.1);
+    EXPECT_NEAR(got, want, 1e-5 * (1.0 + want));
+    const std::vector<double> want_grad = FiniteDiff(
+        [&](const std::vector<double>& x) { return NaiveConsistency(x, targets, vocab, alpha, pad); }, ld);
+    ExpectAllNear(grad, want_grad, "dlogits");
+    for (int j = 0; j < vocab; ++j) {
+      EXPECT_EQ(grad[2 * vocab + j], 0.0f) << "pad pair, first row";
+      EXPECT_EQ(grad[(2 + pairs) * vocab + j], 0.0f) << "pad pair, second row";
+    }
+  }
+}
+
+TEST(RDropConsistency, EqualHalvesHaveNoTermAndNoGradient) {
+  const int vocab = 300;
+  std::mt19937 rng(44);
+  std::uniform_real_distribution<float> u(-8.0f, 8.0f);
+  std::vector<float> half(3 * vocab);
+  for (float& x : half) x = u(rng);
+  std::vector<float> logits = half;
+  logits.insert(logits.end(), half.begin(), half.end());
+  const std::vector<int32_t> targets = {4, 5, 6, 4, 5, 6};
+  const double got = RDropConsistency(logits.data(), targets.data(), 3, vocab, 5.0f, 1);
+  EXPECT_EQ(got, 0.0);
+  for (float g : logits) ASSERT_EQ(g, 0.0f);
+}
+
+TEST(RDropConsistency, LargeLogitsStayFinite) {
+  const int vocab = 4;
+  const std::vector<int32_t> targets = {2, 2};
+  std::vector<float> logits = {1000.0f, 1001.0f, 999.0f, 1000.5f, -1000.0f, -999.0f, -1002.0f, -1001.0f};
+  const std::vector<double> want_grad = FiniteDiff(
+      [&](const std::vector<double>& x) { return NaiveConsistency(x, targets, vocab, 1.0, 0); },
+      ToDouble(logits));
+  const double want = NaiveConsistency(ToDouble(logits), targets, vocab, 1.0, 0);
+  const double got = RDropConsistency(logits.data(), targets.data(), 1, vocab, 1.0f, 0);
+  EXPECT_NEAR(got, want, 1e-5 * (1.0 + want));
+  ExpectAllNear(logits, want_grad, "dlogits");
+}
+
 // ---------------------------------------------------------------------- CounterUniform / Dropout
 
 TEST(CounterUniform, DeterministicInRangeAndUniform) {

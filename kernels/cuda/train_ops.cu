@@ -137,6 +137,103 @@ __global__ void __launch_bounds__(1024)
 }
 
 // ---------------------------------------------------------------------------------------------
+// R-Drop's consistency term
+
+// Block-wide sum of two floats.
+__device__ void BlockSum2(float* a, float* b, float* shared /* 2 * 32 */) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    *a += __shfl_down_sync(0xffffffffu, *a, o);
+    *b += __shfl_down_sync(0xffffffffu, *b, o);
+  }
+  __syncthreads();  // shared may still be read from an earlier reduction
+  if (lane == 0) {
+    shared[warp] = *a;
+    shared[32 + warp] = *b;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int warps = blockDim.x >> 5;
+    *a = lane < warps ? shared[lane] : 0.0f;
+    *b = lane < warps ? shared[32 + lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) {
+      *a += __shfl_down_sync(0xffffffffu, *a, o);
+      *b += __shfl_down_sync(0xffffffffu, *b, o);
+    }
+    if (lane == 0) {
+      shared[0] = *a;
+      shared[32] = *b;
+    }
+  }
+  __syncthreads();
+  *a = shared[0];
+  *b = shared[32];
+}
+
+// Log-sum-exp of a row of `vocab` floats (online max and sum per thread, merged block-wide).
+__device__ float RowLogSumExp(const float* row, int vocab, float* shared /* 96 */) {
+  float m = -INFINITY, s = 0.0f, unused = 0.0f;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float x = row[j];
+    if (x > m) {
+      s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+  BlockMaxSum(&m, &s, &unused, shared);
+  __syncthreads();  // every thread has read the result before shared is reused
+  return m + logf(s);
+}
+
+// One block per pair: rows r and r + pairs become their gradients; pair_out[r] = the pair's term.
+__global__ void __launch_bounds__(kRowThreads)
+    ConsistencyPairs(float* logits, const int32_t* targets, int64_t pairs, int vocab, float h,
+                     int32_t pad, double* pair_out) {
+  __shared__ float shared[96];
+  const int64_t r = blockIdx.x;
+  float* a = logits + r * vocab;
+  float* b = logits + (r + pairs) * vocab;
+  if (targets[r] == pad) {
+    for (int j = threadIdx.x; j < vocab; j += blockDim.x) a[j] = b[j] = 0.0f;
+    if (threadIdx.x == 0) pair_out[r] = 0.0;
+    return;
+  }
+  const float la = RowLogSumExp(a, vocab, shared), lb = RowLogSumExp(b, vocab, shared);
+  // Each thread touches only its own elements from here on, so a and b may become log p, log q.
+  float kpq = 0.0f, kqp = 0.0f;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float lp = a[j] - la, lq = b[j] - lb, d = lp - lq;
+    kpq += expf(lp) * d;
+    kqp -= expf(lq) * d;
+    a[j] = lp;
+    b[j] = lq;
+  }
+  BlockSum2(&kpq, &kqp, shared);
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float p = expf(a[j]), q = expf(b[j]), d = a[j] - b[j];
+    a[j] = h * (p * (d - kpq) + p - q);
+    b[j] = h * (q * (-d - kqp) + q - p);
+  }
+  if (threadIdx.x == 0) pair_out[r] = static_cast<double>(h) * (static_cast<double>(kpq) + kqp);
+}
+
+// *loss_sum += the pairs' terms, in a fixed order.
+__global__ void __launch_bounds__(1024) AddPairSums(const double* pair_out, int64_t pairs, double* loss_sum) {
+  __shared__ double sh[1024];
+  double t = 0.0;
+  for (int64_t r = threadIdx.x; r < pairs; r += blockDim.x) t += pair_out[r];
+  sh[threadIdx.x] = t;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss_sum += sh[0];
+}
+
+// ---------------------------------------------------------------------------------------------
 // Dropout and Adam
 
 
@@ -195,6 +292,23 @@ absl::Status LabelSmoothedCrossEntropy(Context& ctx, float* logits, const int32_
   CrossEntropySums<<<1, 1024, 0, ctx.stream()>>>(scratch->as<double>(), targets, rows, pad, sums);
   // The scratch goes back to the allocator now; later work on this stream may reuse it, which
   // stream order makes safe.
+  return TNMT_CUDA_LAUNCH_CHECK();
+}
+
+absl::Status RDropConsistency(Context& ctx, float* logits, const int32_t* targets, int64_t pairs,
+                              int vocab, float alpha, int32_t pad, double* loss_sum) {
+  if (pairs < 0 || vocab < 1 || pad < 0 || pad >= vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("cuda::RDropConsistency: pairs ", pairs, ", vocab ", vocab,
+                                                   ", pad ", pad));
+  }
+  if (pairs > 0x7fffffff) return absl::InvalidArgumentError("cuda::RDropConsistency: too many pairs");
+  if (pairs == 0) return absl::OkStatus();
+  absl::StatusOr<DeviceBuffer> scratch = ctx.allocator().Buffer(sizeof(double) * pairs);
+  if (!scratch.ok()) return scratch.status();
+  ConsistencyPairs<<<static_cast<unsigned>(pairs), kRowThreads, 0, ctx.stream()>>>(
+      logits, targets, pairs, vocab, 0.5f * alpha, pad, scratch->as<double>());
+  if (absl::Status s = TNMT_CUDA_LAUNCH_CHECK(); !s.ok()) return s;
+  AddPairSums<<<1, 1024, 0, ctx.stream()>>>(scratch->as<double>(), pairs, loss_sum);
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 

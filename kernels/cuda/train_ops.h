@@ -20,6 +20,13 @@ absl::Status LabelSmoothedCrossEntropy(Context& ctx, float* logits, const int32_
                                        int64_t rows, int vocab, float eps, int32_t pad,
                                        double* sums);
 
+// As cpu::RDropConsistency: logits [2 * pairs, vocab] (row r paired with row r + pairs) become
+// the gradient of R-Drop's consistency term in place; the term summed over the pairs is added
+// to *loss_sum (device double). Pair sums are added in a fixed order. Uses a pairs doubles
+// scratch from ctx's allocator.
+absl::Status RDropConsistency(Context& ctx, float* logits, const int32_t* targets, int64_t pairs,
+                              int vocab, float alpha, int32_t pad, double* loss_sum);
+
 // As cpu::Dropout: x[i] = keep ? x[i] / (1 - p) : 0 with keep iff
 // CounterUniform(seed, stream_id, i) >= p (the same bits as on the CPU). p == 0: no-op.
 absl::Status Dropout(Context& ctx, float* x, int64_t count, float p, uint64_t seed,

@@ -52,6 +52,32 @@ TEST_F(TrainOpsTest, LabelSmoothedCrossEntropyMatchesCpu) {
   }
 }
 
+TEST_F(TrainOpsTest, RDropConsistencyMatchesCpu) {
+  struct Case {
+    int pairs, vocab;
+  };
+  for (const Case c : {Case{37, 8000}, Case{5, 31}, Case{16, 32000}, Case{3, 2}}) {
+    const int32_t pad = 1;
+    std::vector<float> logits = Random(static_cast<size_t>(2 * c.pairs) * c.vocab, 0.0f, 4.0f);
+    std::vector<int32_t> targets(c.pairs);
+    std::uniform_int_distribution<int> tok(0, c.vocab - 1);
+    for (int r = 0; r < c.pairs; ++r) targets[r] = r % 7 == 3 ? pad : tok(rng_);
+    targets.insert(targets.end(), targets.begin(), targets.end());
+    float* dlogits = ToDevice(logits);
+    int32_t* dtargets = ToDevice(targets);
+    const std::vector<double> start = {0.25};
+    double* dsum = ToDevice(start);
+    ASSERT_TRUE(RDropConsistency(*ctx_, dlogits, dtargets, c.pairs, c.vocab, 3.0f, pad, dsum).ok());
+    const double term = cpu::RDropConsistency(logits.data(), targets.data(), c.pairs, c.vocab, 3.0f, pad);
+    const double got = ToHost(dsum, 1)[0] - 0.25;  // added to what was there
+    EXPECT_NEAR(got, term, 1e-4 * (1.0 + std::fabs(term))) << c.vocab;
+    const double err = MaxScaledError(ToHost(dlogits, logits.size()), logits);
+    EXPECT_LE(err, 5e-5) << c.vocab;
+    std::printf("r-drop pairs=%d vocab=%d: term %.6f vs cpu %.6f, gradient max error %.2e\n", c.pairs, c.vocab,
+                got, term, err);
+  }
+}
+
 TEST_F(TrainOpsTest, DropoutMasksAreBitIdentical) {
   const int64_t n = 1 << 20;
   std::vector<float> x = Random(n);

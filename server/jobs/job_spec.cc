@@ -257,6 +257,7 @@ absl::StatusOr<nlohmann::json> TrainConfigJson(const JobSpec& spec, const std::s
   set_if("dropout", m.dropout());
   set_if("attention_dropout", m.attention_dropout());
   set_if("activation_dropout", m.activation_dropout());
+  set_if("rdrop_alpha", m.rdrop_alpha());
   set_if("label_smoothing", m.label_smoothing());
   const auto& s = spec.schedule();
   set_if("max_tokens", s.max_tokens());

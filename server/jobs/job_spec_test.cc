@@ -71,10 +71,12 @@ TEST_F(JobSpecTest, ValidSpecPassesAndBecomesATrainerConfig) {
   tnmt::v1::JobSpec regularized = Valid();
   regularized.mutable_model()->set_attention_dropout(0.1f);
   regularized.mutable_model()->set_activation_dropout(0.2f);
+  regularized.mutable_model()->set_rdrop_alpha(5.0f);
   auto rj = TrainConfigJson(regularized, root_, "/x", 1);
   ASSERT_TRUE(rj.ok()) << rj.status();
   EXPECT_FLOAT_EQ((*rj)["attention_dropout"].get<float>(), 0.1f);
   EXPECT_FLOAT_EQ((*rj)["activation_dropout"].get<float>(), 0.2f);
+  EXPECT_FLOAT_EQ((*rj)["rdrop_alpha"].get<float>(), 5.0f);
   EXPECT_FALSE(j->contains("subword_nbest"));  // subword sampling: off unless asked for
   regularized.mutable_vocabulary()->set_subword_nbest(16);
   regularized.mutable_vocabulary()->set_subword_alpha(0.2f);

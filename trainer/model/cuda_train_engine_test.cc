@@ -122,11 +122,14 @@ TEST_F(CudaTrainEngineTest, ForwardBackwardMatchesCpu) {
       o16.initial_loss_scale = 1024;
       auto gpu = Gpu(c, *init, precision, o16);
       ASSERT_TRUE(cpu && gpu);
-      const TrainBatch b = RandomBatch(c, 8, 4, 9, 7);
-      // Every kind of dropout on: the GPU must drop the CPU's elements.
+      // Every kind of dropout on: the GPU must drop the CPU's elements. With bfloat16, R-Drop
+      // too (its consistency term over a doubled batch).
+      const bool rdrop = precision == TrainPrecision::kBFloat16;
+      const TrainBatch b = rdrop ? DoubleForRDrop(RandomBatch(c, 8, 4, 9, 7)) : RandomBatch(c, 8, 4, 9, 7);
       TrainStepOptions o = Options(c, 1234);
       o.attention_dropout = 0.1f;
       o.activation_dropout = 0.2f;
+      o.rdrop_alpha = rdrop ? 2.0f : 0.0f;
       StepTotals want, got;
       for (TrainEngine* e : {cpu.get(), gpu.get()}) {
         ASSERT_TRUE(e->BeginStep(1).ok());

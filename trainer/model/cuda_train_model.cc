@@ -195,6 +195,11 @@ class CudaTrainOps {
     return k::LabelSmoothedCrossEntropy(ctx_, logits, ids_.tgt_out, rows, c_.vocab_size, label_smoothing, c_.pad_id,
                                         sums_);
   }
+  absl::Status RDropConsistency(float* x, int64_t rows, float alpha) {
+    TNMT_RETURN_IF_ERROR(CheckDoubledForRDrop(b_));
+    const int64_t pairs = rows / 2;
+    return k::RDropConsistency(ctx_, x, ids_.tgt_out, pairs, c_.vocab_size, alpha, c_.pad_id, sums_);
+  }
   absl::Status Scale(float* x, int64_t n, float s) { return k::ScaleInPlace(ctx_, x, n, s); }
   // dh: [rows, d] = dlogits · W_out;  dW_out: [V, d] += dlogits^T · h
   absl::Status LogitsBackward(float* dh, const float* dlogits, const float* h, int64_t rows) {
@@ -279,7 +284,7 @@ absl::Status CudaTrainModel::Run(const TrainBatch& batch, const TrainStepOptions
   TrainGraph<CudaTrainOps> graph(ops, batch.batch, batch.src_len, batch.tgt_len, options.rates(),
                                  options.dropout_seed);
   TNMT_RETURN_IF_ERROR(graph.Forward());
-  return graph.LossAndBackward(options.label_smoothing, loss_scale, backward);
+  return graph.LossAndBackward(options.label_smoothing, options.rdrop_alpha, loss_scale, backward);
 }
 
 }  // namespace tnmt::train

@@ -53,6 +53,9 @@
 //   Status Logits(float* logits, const float* h, int64_t rows);  // output projection
 //   Status Loss(float* logits, int64_t rows, float label_smoothing);  // in place: logits become
 //       // d(summed loss)/d(logits); the ops keep the sums
+//   Status RDropConsistency(float* x, int64_t rows, float alpha);  // in place: x, a copy of a
+//       // doubled batch's logits (kernels/cpu/backward.h), becomes the gradient of R-Drop's
+//       // consistency term; the ops add the term to the loss sum that Loss set
 //   Status Scale(float* x, int64_t n, float s);
 //   Status LogitsBackward(float* dh, const float* dlogits, const float* h, int64_t rows);
 //   Status Done(int stage);  // the backward has finished `stage` (BackwardStages)
@@ -112,12 +115,23 @@ class TrainGraph {
   }
 
   // Logits and the loss (the ops keep its sums); with `backward`, the gradients of
-  // loss_scale * (summed loss), stage by stage.
-  absl::Status LossAndBackward(float label_smoothing, float loss_scale, bool backward) {
+  // loss_scale * (summed loss), stage by stage. rdrop_alpha > 0 (training only): the batch is
+  // doubled (DoubleForRDrop: its second half repeats the first under other dropout masks)
+  // and R-Drop's consistency term between the halves joins the loss.
+  absl::Status LossAndBackward(float label_smoothing, float rdrop_alpha, float loss_scale, bool backward) {
     const int64_t n_logits = rt_ * c_.vocab_size;
     TNMT_ASSIGN_OR_RETURN(Buffer logits, ops_.Alloc(n_logits));
     TNMT_RETURN_IF_ERROR(ops_.Logits(D(logits), D(dec_out_), rt_));
+    Buffer consistency;
+    if (rdrop_alpha > 0.0f) {
+      TNMT_ASSIGN_OR_RETURN(consistency, ops_.Copy(D(logits), n_logits));
+    }
     TNMT_RETURN_IF_ERROR(ops_.Loss(D(logits), rt_, label_smoothing));
+    if (rdrop_alpha > 0.0f) {
+      TNMT_RETURN_IF_ERROR(ops_.RDropConsistency(D(consistency), rt_, rdrop_alpha));
+      TNMT_RETURN_IF_ERROR(ops_.Add(D(logits), D(consistency), n_logits));
+      consistency = Buffer();
+    }
     if (!backward) return absl::OkStatus();
     if (loss_scale != 1.0f) TNMT_RETURN_IF_ERROR(ops_.Scale(D(logits), n_logits, loss_scale));
     TNMT_ASSIGN_OR_RETURN(Buffer dh, ops_.Alloc(rt_ * d_));

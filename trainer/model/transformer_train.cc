@@ -203,6 +203,12 @@ class CpuTrainOps {
                                                    c_.pad_id, &stats_.nll_sum, &stats_.tokens);
     return absl::OkStatus();
   }
+  absl::Status RDropConsistency(float* x, int64_t rows, float alpha) {
+    TNMT_RETURN_IF_ERROR(CheckDoubledForRDrop(b_));
+    const int64_t pairs = rows / 2;
+    stats_.loss_sum += k::RDropConsistency(x, b_.tgt_out.data(), pairs, c_.vocab_size, alpha, c_.pad_id);
+    return absl::OkStatus();
+  }
   absl::Status Scale(float* x, int64_t n, float s) {
     for (int64_t i = 0; i < n; ++i) x[i] *= s;
     return absl::OkStatus();
@@ -258,13 +264,13 @@ class CpuTrainOps {
 };
 
 absl::StatusOr<LossStats> Run(const ModelConfig& c, const ModelWeights& w, const TrainBatch& b,
-                              const DropoutRates& dropout, float eps, uint64_t seed, float loss_scale, bool bf16,
-                              ModelWeights* g) {
+                              const DropoutRates& dropout, float eps, float rdrop_alpha, uint64_t seed,
+                              float loss_scale, bool bf16, ModelWeights* g) {
   TNMT_RETURN_IF_ERROR(ValidateBatch(c, b));
   CpuTrainOps ops(c, w, g, b, bf16);
   TrainGraph<CpuTrainOps> graph(ops, b.batch, b.src_len, b.tgt_len, dropout, seed);
   TNMT_RETURN_IF_ERROR(graph.Forward());
-  TNMT_RETURN_IF_ERROR(graph.LossAndBackward(eps, loss_scale, /*backward=*/g != nullptr));
+  TNMT_RETURN_IF_ERROR(graph.LossAndBackward(eps, rdrop_alpha, loss_scale, /*backward=*/g != nullptr));
   return ops.stats();
 }
 
@@ -293,14 +299,37 @@ absl::Status ValidateBatch(const ModelConfig& c, const TrainBatch& b) {
 
 absl::StatusOr<LossStats> ForwardBackward(const ModelConfig& c, const ModelWeights& params, const TrainBatch& batch,
                                           const TrainStepOptions& o, float loss_scale, ModelWeights* grads) {
-  return Run(c, params, batch, o.rates(), o.label_smoothing, o.dropout_seed, loss_scale, o.bfloat16_gemms, grads);
+  return Run(c, params, batch, o.rates(), o.label_smoothing, o.rdrop_alpha, o.dropout_seed, loss_scale, o.bfloat16_gemms,
+             grads);
+}
+
+TrainBatch DoubleForRDrop(const TrainBatch& b) {
+  TrainBatch d = b;
+  d.batch = 2 * b.batch;
+  for (auto [to, from] : {std::pair{&d.src, &b.src}, std::pair{&d.src_lengths, &b.src_lengths},
+                          std::pair{&d.tgt_in, &b.tgt_in}, std::pair{&d.tgt_out, &b.tgt_out}}) {
+    to->insert(to->end(), from->begin(), from->end());
+  }
+  return d;
+}
+
+absl::Status CheckDoubledForRDrop(const TrainBatch& b) {
+  const auto halves_equal = [](const std::vector<int32_t>& v) {
+    const size_t h = v.size() / 2;
+    return v.size() % 2 == 0 && std::equal(v.begin(), v.begin() + h, v.begin() + h);
+  };
+  if (b.batch % 2 != 0 || !halves_equal(b.src) || !halves_equal(b.src_lengths) || !halves_equal(b.tgt_in) ||
+      !halves_equal(b.tgt_out)) {
+    return absl::InvalidArgumentError("R-Drop needs a doubled batch (DoubleForRDrop): its two halves differ");
+  }
+  return absl::OkStatus();
 }
 
 void PoisonNewBuffersForTesting(bool on) { poison_buffers.store(on, std::memory_order_relaxed); }
 
 absl::StatusOr<LossStats> EvaluateLoss(const ModelConfig& c, const ModelWeights& params, const TrainBatch& batch,
                                        float label_smoothing) {
-  return Run(c, params, batch, DropoutRates{}, label_smoothing, 0, 1.0f, /*bf16=*/false, nullptr);
+  return Run(c, params, batch, DropoutRates{}, label_smoothing, /*rdrop_alpha=*/0.0f, 0, 1.0f, /*bf16=*/false, nullptr);
 }
 
 }  // namespace tnmt::train

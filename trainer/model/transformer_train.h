@@ -31,6 +31,10 @@ struct TrainStepOptions {
   float attention_dropout = 0.0f;   // on the attention probabilities
   float activation_dropout = 0.0f;  // on the feed-forward's hidden layer after the activation
   float label_smoothing = 0.1f;     // ε
+  // R-Drop (Liang et al., 2021): with alpha > 0 the batch must be DoubleForRDrop's, and
+  // alpha / 2 * (KL(p1 || p2) + KL(p2 || p1)) between the two copies' output distributions is
+  // added to the loss for each non-pad target (to the reported loss sum too).
+  float rdrop_alpha = 0.0f;
   uint64_t dropout_seed = 0;        // masks depend on (seed, site, element) only
   // The linears' and the output projection's GEMMs, forward and backward, round their operands
   // to bfloat16 and sum in float32 (kernels::cpu::GemmBf16; weights, gradients, activations and
@@ -56,6 +60,12 @@ absl::StatusOr<LossStats> ForwardBackward(const ModelConfig& c, const ModelWeigh
 // Forward only (no dropout): the loss of a batch, for validation.
 absl::StatusOr<LossStats> EvaluateLoss(const ModelConfig& c, const ModelWeights& params,
                                        const TrainBatch& batch, float label_smoothing);
+
+// The batch twice over, [b; b] (batch 2 * b.batch), for TrainStepOptions::rdrop_alpha: dropout
+// masks depend on the element, so the two copies of a sentence see different masks.
+TrainBatch DoubleForRDrop(const TrainBatch& b);
+// InvalidArgument unless b's second half repeats its first (what rdrop_alpha > 0 needs).
+absl::Status CheckDoubledForRDrop(const TrainBatch& b);
 
 // Tests: fill every new training buffer with NaN (instead of leaving it uninitialized), so
 // that an operation reading memory it did not write shows in the results.
