@@ -562,20 +562,9 @@ double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t 
 
 namespace {
 
-// Log-sum-exp of a row (the max, then the exponentials' sum below it).
-TNMT_VECTORIZE float RowLogSumExp(const float* x, int vocab) {
-  float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-  for (int j = 0; j < vocab; ++j) mx = x[j] > mx ? x[j] : mx;
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int j = 0; j < vocab; ++j) sum += ExpApprox(x[j] - mx);
-  return mx + std::log(sum);
-}
-
 // One pair of RDropConsistency: a and b become their gradients; returns h * (KL(p||q) + KL(q||p)).
-TNMT_VECTORIZE double ConsistencyPair(float* a, float* b, int vocab, float h) {
-  const float la = RowLogSumExp(a, vocab), lb = RowLogSumExp(b, vocab);
+// la, lb: the rows' log-sum-exps.
+TNMT_VECTORIZE double ConsistencyPair(float* a, float* b, float la, float lb, int vocab, float h) {
   // a, b become log p, log q; the two divergences are summed on the way.
   float kpq = 0.0f, kqp = 0.0f;
 #pragma omp simd reduction(+ : kpq, kqp)
@@ -602,6 +591,8 @@ double RDropConsistency(float* logits, const int32_t* targets, int64_t pairs, in
   const float h = 0.5f * alpha;
   std::vector<double> pair_loss(static_cast<size_t>(std::max<int64_t>(pairs, 0)));
   const int64_t half = pairs * vocab;
+  std::vector<float> lse(static_cast<size_t>(2 * std::max<int64_t>(pairs, 0)));
+  LogSumExp(lse.data(), logits, 2 * pairs, vocab);
   ParallelFor(pairs, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* a = logits + r * vocab;
@@ -611,7 +602,7 @@ double RDropConsistency(float* logits, const int32_t* targets, int64_t pairs, in
         std::memset(b, 0, sizeof(float) * vocab);
         pair_loss[r] = 0.0;
       } else {
-        pair_loss[r] = ConsistencyPair(a, b, vocab, h);
+        pair_loss[r] = ConsistencyPair(a, b, lse[r], lse[r + pairs], vocab, h);
       }
     }
   });
