@@ -299,8 +299,8 @@ absl::Status ValidateBatch(const ModelConfig& c, const TrainBatch& b) {
 
 absl::StatusOr<LossStats> ForwardBackward(const ModelConfig& c, const ModelWeights& params, const TrainBatch& batch,
                                           const TrainStepOptions& o, float loss_scale, ModelWeights* grads) {
-  return Run(c, params, batch, o.rates(), o.label_smoothing, o.rdrop_alpha, o.dropout_seed, loss_scale, o.bfloat16_gemms,
-             grads);
+  return Run(c, params, batch, o.rates(), o.label_smoothing, o.rdrop_alpha, o.dropout_seed, loss_scale,
+             o.bfloat16_gemms, grads);
 }
 
 TrainBatch DoubleForRDrop(const TrainBatch& b) {
