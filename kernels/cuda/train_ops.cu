@@ -19,6 +19,16 @@ constexpr int kRowThreads = 512;
 // ---------------------------------------------------------------------------------------------
 // Label-smoothed cross-entropy
 
+// One element into a thread's running (max m, sum s of exp(x - m)).
+__device__ __forceinline__ void OnlineMaxSum(float x, float* m, float* s) {
+  if (x > *m) {
+    *s = (*m == -INFINITY ? 0.0f : *s * expf(*m - x)) + 1.0f;
+    *m = x;
+  } else {
+    *s += expf(x - *m);
+  }
+}
+
 // Block-wide online-softmax merge of (max, sum of exp(x - max)) and a plain sum.
 __device__ void BlockMaxSum(float* m, float* s, float* sx, float* shared /* 3 * 32 */) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -84,12 +94,7 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
     const float x = row[j];
     sx += x;
-    if (x > m) {
-      s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
-      m = x;
-    } else {
-      s += expf(x - m);
-    }
+    OnlineMaxSum(x, &m, &s);
   }
   BlockMaxSum(&m, &s, &sx, shared);
   const float lse = m + logf(s);
@@ -175,12 +180,7 @@ __device__ float RowLogSumExp(const float* row, int vocab, float* shared /* 96 *
   float m = -INFINITY, s = 0.0f, unused = 0.0f;
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
     const float x = row[j];
-    if (x > m) {
-      s = (m == -INFINITY ? 0.0f : s * expf(m - x)) + 1.0f;
-      m = x;
-    } else {
-      s += expf(x - m);
-    }
+    OnlineMaxSum(x, &m, &s);
   }
   BlockMaxSum(&m, &s, &unused, shared);
   __syncthreads();  // every thread has read the result before shared is reused
