@@ -3,7 +3,8 @@
 # checkpoints; 2N steps straight equal N steps + resume for N more (bit-identical parameters),
 # also after a kill -9 at a random moment; SIGTERM writes a final checkpoint and exits 0;
 # `tnmt average` and `tnmt translate` work on the result; bad configs give clear errors; bfloat16
-# GEMMs train as float32 does where the CPU has AVX-512 BF16 and are refused where not; and
+# GEMMs train as float32 does where the CPU has AVX-512 BF16 and are refused where not; an R-Drop
+# run counts its data once; and
 # with Open MPI, two ranks equal one process accumulating both ranks' batches (fp32 tolerance).
 set -u
 TNMT="$1"
@@ -97,6 +98,14 @@ check "missing init-model names the file" grep -q "nowhere/config.json: init_mod
 "$TNMT" train "${common[@]}" --save-dir "$TMP/badinit3" --init-model "$TMP/avg16" --spm-model "$TMP/avg16/spm.model" \
   --max-steps 1 2> "$TMP/badinit3.log"
 check "init-model with spm-model is refused" grep -q "cannot be given with init_model" "$TMP/badinit3.log"
+
+# R-Drop: each batch runs twice; the same 2 steps' data counts once in tokens_seen.
+"$TNMT" train "${common[@]}" --save-dir "$TMP/rdrop" --max-steps 2 --valid-every-steps 0 --rdrop-alpha 1 \
+  2> "$TMP/rdrop.log"
+seen() { grep '"event":"train"' "$1" | head -1 | sed 's/.*"tokens_seen":\([0-9.e+]*\).*/\1/'; }
+rd_seen=$(seen "$TMP/rdrop/metrics.jsonl"); straight_seen=$(seen "$TMP/straight/metrics.jsonl")
+check "R-Drop run exits 0 and counts its data once (tokens_seen $rd_seen, without R-Drop $straight_seen)" \
+  bash -c "grep -q '\"step\":2' $TMP/rdrop/metrics.jsonl && test -n '$rd_seen' && test '$rd_seen' = '$straight_seen'"
 
 # bfloat16 GEMMs on the CPU. Without AVX-512 BF16 (here forced with TNMT_CPU_ISA=avx2) the run is
 # refused before it trains, naming what is missing; float16 on the CPU is a config error.

@@ -343,10 +343,13 @@ class Trainer {
       const data::DataPosition pos = batches_->Position();
       state_.epoch = pos.epoch;
       state_.batch_in_epoch = pos.batch_in_epoch;
-      state_.tokens_seen += stats[2];
+      // The corpus's target tokens: an R-Drop batch holds each sentence twice, and its loss and
+      // perplexity average over both copies, but tokens_seen and tokens/s count the data once.
+      const double data_tokens = cfg_.rdrop_alpha > 0 ? stats[2] / 2 : stats[2];
+      state_.tokens_seen += data_tokens;
       state_.seed = cfg_.seed;
       state_.elapsed_seconds = start_elapsed + std::chrono::duration<double>(Clock::now() - start).count();
-      window_tokens += stats[2], window_loss += stats[0], window_nll += stats[1], window_count += stats[2];
+      window_tokens += data_tokens, window_loss += stats[0], window_nll += stats[1], window_count += stats[2];
 
       if (log_due) {
         const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
