@@ -612,6 +612,38 @@ double RDropConsistency(float* logits, const int32_t* targets, int64_t pairs, in
   return total;
 }
 
+double LabelSmoothedCrossEntropyWithRDrop(float* logits, const int32_t* targets, int64_t pairs, int vocab,
+                                          float eps, float alpha, int32_t pad, double* nll_sum, int64_t* count,
+                                          int64_t block_pairs) {
+  const int64_t block = block_pairs > 0 ? block_pairs : std::max<int64_t>(1, (int64_t{1} << 20) / vocab);
+  std::vector<float> copy(static_cast<size_t>(2 * std::min(block, std::max<int64_t>(pairs, 0))) * vocab);
+  double loss = 0.0, nll = 0.0;
+  int64_t n = 0;
+  for (int64_t p0 = 0; p0 < pairs; p0 += block) {
+    const int64_t rows = std::min(block, pairs - p0);
+    float* halves[2] = {logits + p0 * vocab, logits + (pairs + p0) * vocab};
+    float* copies[2] = {copy.data(), copy.data() + rows * vocab};
+    for (int h = 0; h < 2; ++h) {
+      ParallelForLarge(rows * vocab, 1, [&](int64_t begin, int64_t end) {
+        std::memcpy(copies[h] + begin, halves[h] + begin, sizeof(float) * (end - begin));
+      });
+    }
+    loss += RDropConsistency(copy.data(), targets + p0, rows, vocab, alpha, pad);
+    for (int h = 0; h < 2; ++h) {
+      double block_nll = 0.0;
+      int64_t block_n = 0;
+      loss += LabelSmoothedCrossEntropy(halves[h], targets + h * pairs + p0, rows, vocab, eps, pad, &block_nll,
+                                        &block_n);
+      nll += block_nll;
+      n += block_n;
+      Add(halves[h], halves[h], copies[h], rows * vocab);
+    }
+  }
+  if (nll_sum != nullptr) *nll_sum = nll;
+  if (count != nullptr) *count = n;
+  return loss;
+}
+
 namespace {
 
 // x[t] for t in [0, n) is element index0 + t of the tensor the mask is defined over.

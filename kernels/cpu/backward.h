@@ -75,6 +75,18 @@ double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t 
 double RDropConsistency(float* logits, const int32_t* targets, int64_t pairs, int vocab,
                         float alpha, int32_t pad);
 
+// LabelSmoothedCrossEntropy of a doubled batch (logits: [2 * pairs, vocab], row r and row
+// pairs + r the same target token under two dropout masks; targets: [2 * pairs]) plus
+// RDropConsistency between its halves: in place, the logits become the gradient of both; returns
+// the summed loss with the term, *nll_sum and *count as LabelSmoothedCrossEntropy's. Both read
+// the raw logits, so blocks of block_pairs pairs (0: as many as 8 MiB holds) go in turn: the
+// block's rows of both halves are copied, the copy becomes the term's gradient, the rows the
+// loss's, and the copy is added. Every element is the one the two kernels give over the whole
+// batch (a copy of it, then Add); only the sums are taken block by block.
+double LabelSmoothedCrossEntropyWithRDrop(float* logits, const int32_t* targets, int64_t pairs, int vocab,
+                                          float eps, float alpha, int32_t pad, double* nll_sum, int64_t* count,
+                                          int64_t block_pairs = 0);
+
 // Uniform in [0, 1) from (seed, stream, index) (counter_uniform.h, shared with CUDA).
 using ::tnmt::kernels::CounterUniform;
 

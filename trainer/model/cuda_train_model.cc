@@ -195,10 +195,17 @@ class CudaTrainOps {
     return k::LabelSmoothedCrossEntropy(ctx_, logits, ids_.tgt_out, rows, c_.vocab_size, label_smoothing, c_.pad_id,
                                         sums_);
   }
-  absl::Status RDropConsistency(float* x, int64_t rows, float alpha) {
+  // The loss and R-Drop's consistency term of a doubled batch (rows = 2 x pairs). Both read the
+  // raw logits and the loss turns them into its gradient in place, so the term is computed on a
+  // copy ([rows, vocab]) and added.
+  absl::Status LossWithRDrop(float* logits, int64_t rows, float label_smoothing, float alpha) {
     TNMT_RETURN_IF_ERROR(CheckDoubledForRDrop(b_));
-    const int64_t pairs = rows / 2;
-    return k::RDropConsistency(ctx_, x, ids_.tgt_out, pairs, c_.vocab_size, alpha, c_.pad_id, sums_);
+    const int64_t n = rows * c_.vocab_size;
+    TNMT_ASSIGN_OR_RETURN(Buffer copy, Copy(logits, n));
+    TNMT_RETURN_IF_ERROR(Loss(logits, rows, label_smoothing));
+    TNMT_RETURN_IF_ERROR(
+        k::RDropConsistency(ctx_, Data(copy), ids_.tgt_out, rows / 2, c_.vocab_size, alpha, c_.pad_id, sums_));
+    return Add(logits, Data(copy), n);
   }
   absl::Status Scale(float* x, int64_t n, float s) { return k::ScaleInPlace(ctx_, x, n, s); }
   // dh: [rows, d] = dlogits · W_out;  dW_out: [V, d] += dlogits^T · h

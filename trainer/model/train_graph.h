@@ -53,9 +53,10 @@
 //   Status Logits(float* logits, const float* h, int64_t rows);  // output projection
 //   Status Loss(float* logits, int64_t rows, float label_smoothing);  // in place: logits become
 //       // d(summed loss)/d(logits); the ops keep the sums
-//   Status RDropConsistency(float* x, int64_t rows, float alpha);  // in place: x, a copy of a
-//       // doubled batch's logits (kernels/cpu/backward.h), becomes the gradient of R-Drop's
-//       // consistency term; the ops add the term to the loss sum that Loss set
+//   Status LossWithRDrop(float* logits, int64_t rows, float label_smoothing, float alpha);
+//       // Loss of a doubled batch (DoubleForRDrop) plus R-Drop's consistency term between its
+//       // halves (kernels/cpu/backward.h RDropConsistency): in place, its gradient; the ops keep
+//       // the sums, the term in the loss sum
 //   Status Scale(float* x, int64_t n, float s);
 //   Status LogitsBackward(float* dh, const float* dlogits, const float* h, int64_t rows);
 //   Status Done(int stage);  // the backward has finished `stage` (BackwardStages)
@@ -122,15 +123,10 @@ class TrainGraph {
     const int64_t n_logits = rt_ * c_.vocab_size;
     TNMT_ASSIGN_OR_RETURN(Buffer logits, ops_.Alloc(n_logits));
     TNMT_RETURN_IF_ERROR(ops_.Logits(D(logits), D(dec_out_), rt_));
-    Buffer consistency;
     if (rdrop_alpha > 0.0f) {
-      TNMT_ASSIGN_OR_RETURN(consistency, ops_.Copy(D(logits), n_logits));
-    }
-    TNMT_RETURN_IF_ERROR(ops_.Loss(D(logits), rt_, label_smoothing));
-    if (rdrop_alpha > 0.0f) {
-      TNMT_RETURN_IF_ERROR(ops_.RDropConsistency(D(consistency), rt_, rdrop_alpha));
-      TNMT_RETURN_IF_ERROR(ops_.Add(D(logits), D(consistency), n_logits));
-      consistency = Buffer();
+      TNMT_RETURN_IF_ERROR(ops_.LossWithRDrop(D(logits), rt_, label_smoothing, rdrop_alpha));
+    } else {
+      TNMT_RETURN_IF_ERROR(ops_.Loss(D(logits), rt_, label_smoothing));
     }
     if (!backward) return absl::OkStatus();
     if (loss_scale != 1.0f) TNMT_RETURN_IF_ERROR(ops_.Scale(D(logits), n_logits, loss_scale));

@@ -203,10 +203,11 @@ class CpuTrainOps {
                                                    c_.pad_id, &stats_.nll_sum, &stats_.tokens);
     return absl::OkStatus();
   }
-  absl::Status RDropConsistency(float* x, int64_t rows, float alpha) {
+  absl::Status LossWithRDrop(float* logits, int64_t rows, float label_smoothing, float alpha) {
     TNMT_RETURN_IF_ERROR(CheckDoubledForRDrop(b_));
-    const int64_t pairs = rows / 2;
-    stats_.loss_sum += k::RDropConsistency(x, b_.tgt_out.data(), pairs, c_.vocab_size, alpha, c_.pad_id);
+    stats_.loss_sum = k::LabelSmoothedCrossEntropyWithRDrop(logits, b_.tgt_out.data(), rows / 2, c_.vocab_size,
+                                                            label_smoothing, alpha, c_.pad_id, &stats_.nll_sum,
+                                                            &stats_.tokens);
     return absl::OkStatus();
   }
   absl::Status Scale(float* x, int64_t n, float s) {
