@@ -616,7 +616,9 @@ double LabelSmoothedCrossEntropyWithRDrop(float* logits, const int32_t* targets,
                                           float eps, float alpha, int32_t pad, double* nll_sum, int64_t* count,
                                           int64_t block_pairs) {
   const int64_t block = block_pairs > 0 ? block_pairs : std::max<int64_t>(1, (int64_t{1} << 20) / vocab);
-  std::vector<float> copy(static_cast<size_t>(2 * std::min(block, std::max<int64_t>(pairs, 0))) * vocab);
+  thread_local std::vector<float> copy;  // kept between steps (no new pages to fault in each time)
+  const size_t need = static_cast<size_t>(2 * std::min(block, std::max<int64_t>(pairs, 0))) * vocab;
+  if (copy.size() < need) copy.resize(need);
   double loss = 0.0, nll = 0.0;
   int64_t n = 0;
   for (int64_t p0 = 0; p0 < pairs; p0 += block) {
