@@ -15,12 +15,8 @@
 # Environment:
 #   MODEL=models/demo   THREADS="1 2"   DECODING="beam4 greedy"   REPEAT=3
 #   TNMT_TYPES="float32 int8"   CT2_TYPES="float32 int8"  (empty: no CTranslate2 rows)
-#   ISA=avx2            caps both engines at AVX2 on an AVX-512 machine (TNMT_CPU_ISA for tnmt;
-#                       for CTranslate2 CT2_FORCE_CPU_ISA, which caps its own kernels, and the
-#                       caps of both GEMM libraries it may pick: MKL_ENABLE_INSTRUCTIONS for MKL,
-#                       its choice on Intel CPUs, and ONEDNN_MAX_CPU_ISA for oneDNN, its choice on
-#                       AMD CPUs, which CT2_FORCE_CPU_ISA leaves at AVX-512), to measure what CPUs
-#                       without AVX-512 get
+#   ISA=avx2            caps both engines at AVX2 on an AVX-512 machine (bench/cap-isa.sh), to
+#                       measure what CPUs without AVX-512 get
 #   PYTHON=build/py-tools/bin/python3 (deploy/install-py-tools.sh: ctranslate2, sentencepiece);
 #   BLEU needs sacrebleu importable by $PYTHON (pip install sacrebleu), else it shows "-".
 #   WORK=DIR (default: a new temp dir)
@@ -36,11 +32,8 @@ TNMT_TYPES="${TNMT_TYPES:-float32 int8}"
 PYTHON="${PYTHON:-build/py-tools/bin/python3}"
 WORK="${WORK:-$(mktemp -d /tmp/tnmt_real_bench.XXXXXX)}"
 ISA="${ISA:-}"
-if [[ "$ISA" == avx2 ]]; then
-  export TNMT_CPU_ISA=avx2 CT2_FORCE_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
-elif [[ -n "$ISA" ]]; then
-  echo "run_real_bench: ISA is avx2 or empty, not $ISA" >&2; exit 2
-fi
+source bench/cap-isa.sh
+cap_isa run_real_bench
 mkdir -p "$WORK"
 for f in test_2016_flickr.en.gz test_2016_flickr.de.gz; do
   [[ -f "$DATA/$f" ]] || { echo "run_real_bench: $DATA/$f not found" >&2; exit 2; }

@@ -17,6 +17,8 @@
 #   WORK=DIR          where the exported model, outputs and logs go (default: a new temp dir).
 #   BENCH_ARGS=...    extra translate_bench flags for every tnmt run (e.g. "--sentences 40").
 #   GEMM_SECONDS=0.5  minimum time per GEMM shape.
+#   ISA=avx2          caps both engines at AVX2 on an AVX-512 machine (bench/cap-isa.sh; the
+#                     NATURAL table too), to measure what CPUs without AVX-512 get.
 #   REPEAT=1          runs per engine and thread count (alternating tnmt, CT2, tnmt, CT2, ...);
 #                     the table shows the best run (the least disturbed on a shared machine)
 #                     and the range.
@@ -36,6 +38,8 @@ THREADS="${THREADS:-1 2}"
 CORETYPE="${CORETYPE:-}"
 GEMM_SECONDS="${GEMM_SECONDS:-0.5}"
 REPEAT="${REPEAT:-1}"
+source bench/cap-isa.sh
+cap_isa run_translate_bench
 BENCH_ARGS="${BENCH_ARGS:-}"
 WORK="${WORK:-$(mktemp -d /tmp/tnmt_bench.XXXXXX)}"
 mkdir -p "$WORK/model" "$WORK/ct2" "$WORK/out"
@@ -134,9 +138,10 @@ for t in threads:
         r = best(f"{name}.t{t}")
         if r:
             rows.append((name if name == "tnmt" else f"tnmt OPENBLAS_CORETYPE={coretype}", t,
-                         r["blas_core"], r, ct2_tps))
+                         r["blas_core"], r.get("cpu_kernels", "?").split(",")[0], r, ct2_tps))
     if ct2:
-        rows.append(("CTranslate2 " + ct2["version"], t, "MKL", ct2, ct2_tps))
+        rows.append(("CTranslate2 " + ct2["version"], t, "MKL", os.environ.get("CT2_FORCE_CPU_ISA", "auto"),
+                     ct2, ct2_tps))
 
 print()
 first = load(f"{work}/tnmt.t{threads[0]}.r1.txt") or {}
@@ -148,16 +153,16 @@ print(f"Target tokens per sentence: {L} (tnmt: {L - 1} + </s>; CT2: {L} without 
 print(f"max_decoding_length stops without </s>; both run {L} decoder steps).")
 print(f"tokens/s = sentences x {L} / wall time of the decode calls (model load, warm-up excluded).")
 print()
-hdr = (f"{'engine':<34} {'thr':>3} {'BLAS':>10} {'tok/s':>8} {'vs CT2':>7} {'vs goal':>8} "
+hdr = (f"{'engine':<34} {'thr':>3} {'BLAS':>10} {'kernels':>8} {'tok/s':>8} {'vs CT2':>7} {'vs goal':>8} "
        f"{'wall s':>7} {'GFLOP/s':>8} {'decode peak':>12} {'proc peak':>10} {'cores':>5} {'load':>9} {'runs: range':>12}")
 print(hdr)
 print("-" * len(hdr))
-for name, t, blas, r, ct2_tps in rows:
+for name, t, blas, isa, r, ct2_tps in rows:
     tps = float(r["tokens_per_s"])
     vs = f"{tps / ct2_tps:.2f}x" if ct2_tps else "-"
     goal = f"{tps / (GOAL * CT2_REFERENCE):.2f}x" if t == "2" else "-"
     gf = f"{float(r['effective_gflops']):.1f}" if "effective_gflops" in r else "-"
-    print(f"{name:<34} {t:>3} {blas:>10} {tps:>8.1f} {vs:>7} {goal:>8} {float(r['seconds']):>7.1f} "
+    print(f"{name:<34} {t:>3} {blas:>10} {isa:>8} {tps:>8.1f} {vs:>7} {goal:>8} {float(r['seconds']):>7.1f} "
           f"{gf:>8} {float(r['decode_peak_mib']):>9.0f} MiB {float(r['maxrss_mib']):>6.0f} MiB "
           f"{float(r.get('cpu_per_wall', 'nan')):>5.2f} "
           f"{float(r['load_start']):>4.1f}-{float(r.get('load_end', 'nan')):<4.1f} "
@@ -168,7 +173,8 @@ print(f"'vs goal': tok/s / ({GOAL} x {CT2_REFERENCE:.0f}), the issue's 2-thread 
       "'cores': process CPU seconds / wall seconds during the decode (~threads when it had its "
       "cores; less = it waited for a CPU).\n'load': 1-minute load average at start and end of "
       "the run (this 2-core machine is shared; anything above ~threads means contention).\n"
-      "Each row is the fastest of 'runs' runs (tok/s range over all of them).")
+      "Each row is the fastest of 'runs' runs (tok/s range over all of them).\n'kernels': tnmt's CPU "
+      "kernel path (TNMT_CPU_ISA caps it); CTranslate2's CT2_FORCE_CPU_ISA, or auto.")
 for t in threads:
     ct2 = load(f"{work}/ct2.t{t}.r1.txt") if have_ct2 else None
     if ct2 and "compare" in ct2:

@@ -64,6 +64,7 @@
 #include "engine/model/config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
+#include "engine/runtime/compute.h"
 #include "engine/runtime/placement.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/tnmt/args.h"
@@ -474,6 +475,7 @@ int Main(int argc, char** argv) {
   std::printf("translate_bench: threads=%d (BLAS threads %d), host %s, %ld online CPUs\n",
               f.threads, kernels::cpu::BlasThreads(), host, sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("OpenBLAS core: %s\n", kernels::cpu::BlasCoreName().c_str());
+  std::printf("cpu kernels: %s\n", CpuKernels().c_str());
   double load[3] = {0, 0, 0};
   if (getloadavg(load, 3) == 3) {
     std::printf("load average at start: %.2f %.2f %.2f\n", load[0], load[1], load[2]);
@@ -500,6 +502,7 @@ int Main(int argc, char** argv) {
                                ", ", f.batch, " sentences per batch, outputs ", f.out_len,
                                " tokens"));
   put("blas_core", kernels::cpu::BlasCoreName());
+  put("cpu_kernels", CpuKernels());
 
   if (f.translate) {
     const ModelConfig config = BaseConfig(f.vocab);
