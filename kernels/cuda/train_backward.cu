@@ -577,11 +577,11 @@ absl::Status AttentionTrainForward(Context& ctx, float* out, int64_t ld_out, flo
   const int64_t rows = static_cast<int64_t>(batch) * heads * q_len;
   if (rows == 0) return absl::OkStatus();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d_head));
-  absl::StatusOr<DeviceBuffer> dropped;
-  if (drop.p > 0.0f) {
-    dropped = Scratch(ctx, sizeof(float) * static_cast<size_t>(rows) * static_cast<size_t>(k_len));
-    if (!dropped.ok()) return dropped.status();
-  }
+  // The dropped probabilities' buffer, empty without dropout.
+  absl::StatusOr<DeviceBuffer> dropped =
+      drop.p > 0.0f ? Scratch(ctx, sizeof(float) * static_cast<size_t>(rows) * static_cast<size_t>(k_len))
+                    : absl::StatusOr<DeviceBuffer>(DeviceBuffer());
+  if (!dropped.ok()) return dropped.status();
   AttentionForwardKernel<<<static_cast<unsigned>(rows), kAttnThreads, sizeof(float) * d_head,
                            ctx.stream()>>>(out, ld_out, probs, q, ld_q, k, v, ld_kv, q_len, k_len,
                                            heads, d_head, k_valid, causal, scale, drop.p,
@@ -605,11 +605,11 @@ absl::Status AttentionBackward(Context& ctx, float* dq, int64_t ld_dq, float* dk
   absl::StatusOr<DeviceBuffer> ds =
       Scratch(ctx, sizeof(float) * static_cast<size_t>(q_rows) * static_cast<size_t>(k_len));
   if (!ds.ok()) return ds.status();
-  absl::StatusOr<DeviceBuffer> dropped;
-  if (drop.p > 0.0f) {
-    dropped = Scratch(ctx, sizeof(float) * static_cast<size_t>(q_rows) * static_cast<size_t>(k_len));
-    if (!dropped.ok()) return dropped.status();
-  }
+  // The dropped probabilities' buffer, empty without dropout.
+  absl::StatusOr<DeviceBuffer> dropped =
+      drop.p > 0.0f ? Scratch(ctx, sizeof(float) * static_cast<size_t>(q_rows) * static_cast<size_t>(k_len))
+                    : absl::StatusOr<DeviceBuffer>(DeviceBuffer());
+  if (!dropped.ok()) return dropped.status();
   float* dropped_ptr = drop.p > 0.0f ? dropped->as<float>() : nullptr;
   AttentionBackwardQueryKernel<<<static_cast<unsigned>(q_rows), kAttnThreads,
                                  sizeof(float) * d_head, ctx.stream()>>>(
