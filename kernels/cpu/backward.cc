@@ -625,11 +625,7 @@ double LabelSmoothedCrossEntropyWithRDrop(float* logits, const int32_t* targets,
     const int64_t rows = std::min(block, pairs - p0);
     float* halves[2] = {logits + p0 * vocab, logits + (pairs + p0) * vocab};
     float* copies[2] = {copy.data(), copy.data() + rows * vocab};
-    for (int h = 0; h < 2; ++h) {
-      ParallelForLarge(rows * vocab, 1, [&](int64_t begin, int64_t end) {
-        std::memcpy(copies[h] + begin, halves[h] + begin, sizeof(float) * (end - begin));
-      });
-    }
+    for (int h = 0; h < 2; ++h) Copy(copies[h], halves[h], rows * vocab);
     loss += RDropConsistency(copy.data(), targets + p0, rows, vocab, alpha, pad);
     for (int h = 0; h < 2; ++h) {
       double block_nll = 0.0;

@@ -80,6 +80,12 @@ void Add(float* out, const float* x, const float* r, int64_t count) {
   ParallelForLarge(count, 1, [&](int64_t begin, int64_t end) { AddRange(out, x, r, begin, end); });
 }
 
+void Copy(float* out, const float* x, int64_t count) {
+  ParallelForLarge(count, 1, [&](int64_t begin, int64_t end) {
+    std::memcpy(out + begin, x + begin, sizeof(float) * (end - begin));
+  });
+}
+
 namespace {
 
 #if defined(__x86_64__)

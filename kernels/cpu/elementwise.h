@@ -22,6 +22,10 @@ void AddBias(float* y, const float* bias, int64_t rows, int n);
 // out: [rows, n] = x + r (out may alias x or r).
 void Add(float* out, const float* x, const float* r, int64_t count);
 
+// out[i] = x[i] for i < count (no overlap), split over the compute threads (a whole batch's
+// activations: both cores' bandwidth).
+void Copy(float* out, const float* x, int64_t count);
+
 // out: [rows, d] = LayerNorm(x + r) * gamma + beta, r may be null. out may alias x.
 // Variance is the biased one; eps inside the square root.
 void LayerNorm(float* out, const float* x, const float* r, const float* gamma, const float* beta,

@@ -11,7 +11,6 @@
 #include "engine/core/status_macros.h"
 #include "engine/layers/sublayers.h"
 #include "kernels/cpu/backward.h"
-#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "trainer/model/train_graph.h"
@@ -99,11 +98,7 @@ class CpuTrainOps {
   absl::StatusOr<Buffer> Zeros(int64_t n) { return Tensor::Zeros({n}); }
   absl::StatusOr<Buffer> Copy(const float* x, int64_t n) {
     TNMT_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty({n}));
-    float* y = t.f32();
-    // Activations of a whole batch: both cores' bandwidth.
-    k::ParallelForLarge(n, 1, [&](int64_t begin, int64_t end) {
-      std::memcpy(y + begin, x + begin, sizeof(float) * (end - begin));
-    });
+    k::Copy(t.f32(), x, n);
     return t;
   }
 
