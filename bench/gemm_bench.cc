@@ -8,10 +8,18 @@
 //
 // Each row: the best of --reps timed calls after one untimed call, c 64-byte aligned as the
 // trainer's tensors are. "role" names the product: fwd y = x W^T, dx = dy W, dW = dy^T x.
+//
+// --dtype packed / packed-int8: the engine's GemmPacked (a decode step's linears) at the demo
+// model's shapes (d_model 256, d_ff 1024, vocab 8000) for row counts from a large batch's
+// beams down to one sentence's, W cycled through copies as a step meets it; the kernel path is
+// the CPU's best or TNMT_CPU_ISA's cap (printed).
 #include <cstdio>
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "bench/gemm_timing.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 #include "tools/tnmt/args.h"
@@ -21,9 +29,32 @@ namespace {
 
 namespace k = kernels::cpu;
 
+// The --dtype packed table; returns main's exit code.
+int PackedTable(bool int8, int threads, int reps) {
+  struct Linear {
+    const char* role;
+    int n, k;
+  };
+  const Linear linears[] = {{"attn 256->256", 256, 256}, {"ffn 256->1024", 1024, 256},
+                            {"ffn 1024->256", 256, 1024}, {"logits 256->8000", 8000, 256}};
+  std::printf("packed %s, kernels %s, %d thread(s), best of %d calls\n", int8 ? "int8" : "float32",
+              int8 ? k::Int8KernelName() : k::IsaName(k::ActiveIsa()), threads, reps);
+  std::printf("%-18s %6s %6s %6s %10s %10s\n", "role", "m", "n", "k", "ms", "GFLOP/s");
+  for (const Linear& l : linears) {
+    for (const int m : {1024, 256, 64, 16, 4}) {
+      // ~32 MB of weight copies: more than a step's weights, so they come from L3 or memory.
+      const int copies = std::max(2, static_cast<int>((32 << 20) / (static_cast<int64_t>(l.n) * l.k * 4)));
+      const double ms = BestPackedGemmMs(m, l.n, l.k, int8, copies, reps);
+      std::printf("%-18s %6d %6d %6d %10.4f %10.1f\n", l.role, m, l.n, l.k, ms, GemmGflops({false, true, m, l.n, l.k}, ms));
+    }
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   cli::Args args("gemm_bench", "GFLOP/s of the trainer's GEMMs at the small preset's shapes.");
-  args.AddString("dtype", "bfloat16", "float32 (the BLAS) or bfloat16 (GemmBf16)");
+  args.AddString("dtype", "bfloat16",
+                 "float32 (the BLAS), bfloat16 (GemmBf16), packed or packed-int8 (the engine's GemmPacked)");
   args.AddInt("threads", 1, "compute threads");
   args.AddInt("reps", 10, "timed calls per shape (the best is shown)");
   if (const absl::Status s = args.Parse(argc, argv, 1); !s.ok()) {
@@ -36,9 +67,15 @@ int Main(int argc, char** argv) {
   }
   const std::string dtype = args.GetString("dtype");
   const int threads = args.GetInt("threads"), reps = args.GetInt("reps");
-  if ((dtype != "float32" && dtype != "bfloat16") || threads < 1 || reps < 1) {
-    std::fprintf(stderr, "gemm_bench: --dtype is float32 or bfloat16; --threads and --reps are >= 1\n");
+  const bool packed = dtype == "packed" || dtype == "packed-int8";
+  if ((dtype != "float32" && dtype != "bfloat16" && !packed) || threads < 1 || reps < 1) {
+    std::fprintf(stderr,
+                 "gemm_bench: --dtype is float32, bfloat16, packed or packed-int8; --threads and --reps are >= 1\n");
     return 2;
+  }
+  if (packed) {
+    k::SetComputeThreads(threads);
+    return PackedTable(dtype == "packed-int8", threads, reps);
   }
   const bool bf16 = dtype == "bfloat16";
   if (bf16 && !k::HasBf16Gemm()) {

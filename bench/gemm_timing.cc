@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <memory>
 #include <random>
+
 #include <vector>
 
 #include "kernels/cpu/gemm.h"
@@ -44,6 +45,30 @@ double BestGemmMs(const GemmShape& s, bool bf16, int reps) {
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     call();
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+double BestPackedGemmMs(int m, int n, int k, bool int8, int copies, int reps) {
+  namespace k_ = kernels::cpu;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> a(static_cast<size_t>(m) * k), w(static_cast<size_t>(n) * k), bias(n);
+  for (float& x : a) x = u(rng);
+  for (float& x : w) x = u(rng);
+  for (float& x : bias) x = u(rng);
+  std::vector<k_::PackedMatrix> packed;
+  for (int i = 0; i < copies; ++i) {
+    packed.push_back(int8 ? k_::PackedMatrix::PackInt8(n, k, w.data(), k) : k_::PackedMatrix::Pack(n, k, w.data(), k));
+  }
+  std::vector<float> c(static_cast<size_t>(m) * n);
+  k_::GemmPacked(m, a.data(), k, packed[0], bias.data(), false, c.data(), n);  // warm-up
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const k_::PackedMatrix& b = packed[(r + 1) % copies];
+    const auto t0 = std::chrono::steady_clock::now();
+    k_::GemmPacked(m, a.data(), k, b, bias.data(), false, c.data(), n);
     best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;

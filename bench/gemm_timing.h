@@ -16,6 +16,13 @@ struct GemmShape {
 // GemmNT/GemmNN/GemmTN), on random operands, c 64-byte aligned as the trainer's tensors are.
 double BestGemmMs(const GemmShape& s, bool bf16, int reps);
 
+// The best milliseconds of `reps` calls of the engine's product c[m, n] = a[m, k] W^T + bias
+// through kernels::cpu::GemmPacked, W [n, k] packed once beforehand (float32, or int8 per
+// output column when int8), as a decode step runs its linears. `copies` packed copies of W
+// are cycled through, so that W comes from where a model's weights come from in a step (L3 or
+// memory) rather than from the cache the previous call left it in.
+double BestPackedGemmMs(int m, int n, int k, bool int8, int copies, int reps);
+
 // GFLOP/s of a product of this shape taking `ms` milliseconds.
 inline double GemmGflops(const GemmShape& s, double ms) { return 2.0 * s.m * s.n * s.k / (ms * 1e6); }
 
