@@ -294,23 +294,31 @@ void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float
 constexpr int kAmxPairs = kAmxBytes / 4;
 constexpr int kAmxTilesPerBlock = kMc / kAmxTileRows;
 
-// Rows of a transposed (stored [k, m]) as PackRowPairs leaves rows of a: dst[i * row_stride + q] =
-// (src[2(p0 + q)][i], src[2(p0 + q) + 1][i]) for i < rows (<= 16) and q < np; 16 pairs at a time
-// packed across rows, then transposed.
-TNMT_BF16_TARGET void PackRowPairsFromColumns(uint32_t* dst, const float* src, int64_t ld, int rows, int p0, int np,
-                                              int k, int64_t row_stride) {
+// AMX, a transposed: rows [r, r + rows) of op(a) (columns of the stored a) as PackRowPairs
+// leaves rows of a, for several tiles at once: row r + R at dst + (R / 32) * tile_words +
+// (R % 32) * row_stride. 16 pairs x 16 rows at a time, packed across rows, then transposed; the
+// blocks go across the columns first, so that each pair of stored rows is read along its length
+// (32 streams, one line each per block) rather than 64 bytes per row down the whole k block,
+// which a stored row of thousands of columns turns into a walk over as many pages.
+TNMT_BF16_TARGET void PackRowPairsFromColumns(uint32_t* dst, int64_t tile_words, const float* src, int64_t ld,
+                                              int rows, int p0, int np, int k, int64_t row_stride) {
   alignas(64) uint32_t block[16 * 16];
   __m512 r[16], t[16];
   for (int q0 = 0; q0 < np; q0 += 16) {
     const int nq = std::min(16, np - q0);
-    PackPairsAcrossRows(block, 16, src, ld, rows, p0 + q0, nq, k);
-    for (int q = 0; q < 16; ++q) {
-      r[q] = q < nq ? _mm512_maskz_load_ps(FirstLanes(rows), reinterpret_cast<const float*>(block + 16 * q))
-                    : _mm512_setzero_ps();
-    }
-    Transpose16(r, t);
-    for (int l = 0; l < rows; ++l) {
-      _mm512_mask_storeu_ps(reinterpret_cast<float*>(dst + l * row_stride + q0), FirstLanes(nq), t[l]);
+    for (int l0 = 0; l0 < rows; l0 += 16) {
+      const int lanes = std::min(16, rows - l0);
+      PackPairsAcrossRows(block, 16, src + l0, ld, lanes, p0 + q0, nq, k);
+      for (int q = 0; q < 16; ++q) {
+        r[q] = q < nq ? _mm512_maskz_load_ps(FirstLanes(lanes), reinterpret_cast<const float*>(block + 16 * q))
+                      : _mm512_setzero_ps();
+      }
+      Transpose16(r, t);
+      for (int l = 0; l < lanes; ++l) {
+        const int row = l0 + l;
+        uint32_t* d = dst + (row / kAmxTileRows) * tile_words + (row % kAmxTileRows) * row_stride + q0;
+        _mm512_mask_storeu_ps(reinterpret_cast<float*>(d), FirstLanes(nq), t[l]);
+      }
     }
   }
 }
@@ -319,20 +327,30 @@ TNMT_BF16_TARGET void PackRowPairsFromColumns(uint32_t* dst, const float* src, i
 // one cache line, so that a tile's 16 rows do not all fall into the same few L1 sets.
 int AmxRowStride(int np16) { return np16 + 16; }
 
-// AMX: rows [r, r + mr) of op(a) (mr <= 32) as pairs, row by row at dst (AmxRowStride words per
-// row), with zeros in pairs [np, np16) and in the rows the kernel reads past mr (up to 16 or 32).
-void PackAmxA(uint32_t* dst, bool trans_a, const float* a, int lda, int r, int mr, int p0, int np, int np16, int k) {
+// AMX: rows [r, r + mr) of op(a) as pairs, `tiles` tiles of 32 rows (the last may have fewer;
+// mr <= 32 * tiles) at dst, tile_words apart, row by row in each (AmxRowStride words per row),
+// with zeros in pairs [np, np16) and in the rows the kernel reads past the last tile's rows (up
+// to 16 or 32).
+void PackAmxA(uint32_t* dst, int64_t tile_words, bool trans_a, const float* a, int lda, int r, int mr, int p0, int np,
+              int np16, int k) {
   const int64_t stride = AmxRowStride(np16);
+  const int tiles = (mr + kAmxTileRows - 1) / kAmxTileRows;
   if (trans_a) {
-    for (int l0 = 0; l0 < mr; l0 += 16) {
-      PackRowPairsFromColumns(dst + l0 * stride, a + r + l0, lda, std::min(16, mr - l0), p0, np, k, stride);
-    }
+    PackRowPairsFromColumns(dst, tile_words, a + r, lda, mr, p0, np, k, stride);
   } else {
-    PackRowPairs(dst, a + static_cast<int64_t>(r) * lda, lda, mr, p0, np, k, stride);
+    for (int t = 0; t < tiles; ++t) {
+      const int r0 = t * kAmxTileRows;
+      PackRowPairs(dst + t * tile_words, a + static_cast<int64_t>(r + r0) * lda, lda, std::min(kAmxTileRows, mr - r0),
+                   p0, np, k, stride);
+    }
   }
-  for (int i = 0; i < mr; ++i) std::memset(dst + i * stride + np, 0, (np16 - np) * sizeof(uint32_t));
-  const int rows_read = mr > kAmxRows ? kAmxTileRows : kAmxRows;
-  for (int i = mr; i < rows_read; ++i) std::memset(dst + i * stride, 0, np16 * sizeof(uint32_t));
+  for (int t = 0; t < tiles; ++t) {
+    uint32_t* tile = dst + t * tile_words;
+    const int rows = std::min(kAmxTileRows, mr - t * kAmxTileRows);
+    for (int i = 0; i < rows; ++i) std::memset(tile + i * stride + np, 0, (np16 - np) * sizeof(uint32_t));
+    const int rows_read = rows > kAmxRows ? kAmxTileRows : kAmxRows;
+    for (int i = rows; i < rows_read; ++i) std::memset(tile + i * stride, 0, np16 * sizeof(uint32_t));
+  }
 }
 
 // AMX: c[mr, 32] (mr <= 32; `cols` columns, masked by m0, m1) = (c if load, else bias[32] in
@@ -410,10 +428,9 @@ void GemmBf16Amx(bool trans_a, bool trans_b, int m, int n, int k, const float* a
     PackPanels(pb, np16, trans_b, b, ldb, n, panels, p0, np, k);
     const bool load = accumulate || p0 > 0;
     const auto pack_a = [&](uint32_t* pa, int t0, int64_t u0, int64_t u1) {
-      for (int64_t t = u0; t < u1; ++t) {
-        const int r = static_cast<int>(t) * kAmxTileRows;
-        PackAmxA(pa + (t - t0) * kTileWords, trans_a, a, lda, r, std::min(kAmxTileRows, m - r), p0, np, np16, k);
-      }
+      const int r = static_cast<int>(u0) * kAmxTileRows;
+      PackAmxA(pa + (u0 - t0) * kTileWords, kTileWords, trans_a, a, lda, r,
+               std::min(static_cast<int>(u1) * kAmxTileRows, m) - r, p0, np, np16, k);
     };
     const auto multiply = [&](const uint32_t* pa, int t0, int t1, int64_t j0, int64_t j1) {
       AmxBegin();
