@@ -204,22 +204,43 @@ constexpr auto kKernels = MakeKernels<false>(std::make_integer_sequence<int, kMa
 constexpr auto kKernelsRowsA = MakeKernels<true>(std::make_integer_sequence<int, kMaxMr>{});
 
 // b's pairs [p0, p0 + np) in panels of 32 columns, panel j at pb + j * panel_pairs * kNr, stored
-// [panel_pairs, 32] with zeros in pairs [np, panel_pairs). Packed in half panels of 16 columns
-// over the threads; lanes past n are left as they are (they reach only the sums of columns the
-// kernels do not store).
+// [panel_pairs, 32] with zeros in pairs [np, panel_pairs). b transposed: in half panels of 16
+// columns over the threads (each half panel's rows of b are read along their length); else in
+// blocks of 16 pairs over the threads, each block across all the half panels. Lanes past n are
+// left as they are (they reach only the sums of columns the kernels do not store).
 void PackPanels(uint32_t* pb, int panel_pairs, bool trans_b, const float* b, int ldb, int n, int panels, int p0,
                 int np, int k) {
+  if (!trans_b) {
+    // Pairs across rows: blocks of 16 pairs (32 stored rows), each across every half panel, so
+    // that the stored rows are read along their length (as PackRowPairsFromColumns reads a).
+    const int chunks = (np + 15) / 16;
+    ParallelForLarge(chunks, 16 * 2 * static_cast<int64_t>(n), [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int q0 = static_cast<int>(c) * 16, nq = std::min(16, np - q0);
+        for (int h = 0; h < 2 * panels; ++h) {
+          const int col0 = h * 16;
+          const int lanes = std::min(16, n - col0);
+          if (lanes <= 0) break;
+          uint32_t* dst = pb + (h / 2) * static_cast<int64_t>(panel_pairs) * kNr + (h % 2) * 16;
+          PackPairsAcrossRows(dst + static_cast<int64_t>(q0) * kNr, kNr, b + col0, ldb, lanes, p0 + q0, nq, k);
+        }
+      }
+    });
+    if (np < panel_pairs) {
+      for (int j = 0; j < panels; ++j) {
+        uint32_t* panel = pb + static_cast<int64_t>(j) * panel_pairs * kNr;
+        std::memset(panel + static_cast<int64_t>(np) * kNr, 0, static_cast<size_t>(panel_pairs - np) * kNr * sizeof(uint32_t));
+      }
+    }
+    return;
+  }
   ParallelForLarge(2 * panels, 16 * np, [&](int64_t h0, int64_t h1) {
     for (int64_t h = h0; h < h1; ++h) {
       const int col0 = static_cast<int>(h) * 16;
       const int lanes = std::min(16, n - col0);
       if (lanes <= 0) continue;
       uint32_t* dst = pb + (h / 2) * panel_pairs * kNr + (h % 2) * 16;
-      if (trans_b) {
-        PackPairsAlongRows(dst, kNr, b + static_cast<int64_t>(col0) * ldb, ldb, lanes, p0, np, k);
-      } else {
-        PackPairsAcrossRows(dst, kNr, b + col0, ldb, lanes, p0, np, k);
-      }
+      PackPairsAlongRows(dst, kNr, b + static_cast<int64_t>(col0) * ldb, ldb, lanes, p0, np, k);
       for (int q = np; q < panel_pairs; ++q) std::memset(dst + static_cast<int64_t>(q) * kNr, 0, 16 * sizeof(uint32_t));
     }
   });
