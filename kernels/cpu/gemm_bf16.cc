@@ -262,14 +262,21 @@ void GemmBf16Avx512(bool trans_a, bool trans_b, int m, int n, int k, const float
     // t at pa + (its first row - tile t0's) * a_rows_at; pack_a packs tiles [u0, u1) of it.
     const Tiling tiles(m, kMaxMr);
     const auto pack_a = [&](uint32_t* pa, int t0, int64_t u0, int64_t u1) {
+      if (trans_a) {
+        // Blocks of 16 pairs (32 stored rows), each across the tiles, so that the stored rows
+        // are read along their length rather than mr columns of each down the whole k block.
+        for (int q0 = 0; q0 < np; q0 += 16) {
+          for (int64_t t = u0; t < u1; ++t) {
+            const int r = tiles.start(static_cast<int>(t)), mr = tiles.rows(static_cast<int>(t));
+            uint32_t* dst = pa + (r - tiles.start(t0)) * a_rows_at;
+            PackPairsAcrossRows(dst + static_cast<int64_t>(q0) * mr, mr, a + r, lda, mr, p0 + q0, std::min(16, np - q0), k);
+          }
+        }
+        return;
+      }
       for (int64_t t = u0; t < u1; ++t) {
         const int r = tiles.start(static_cast<int>(t)), mr = tiles.rows(static_cast<int>(t));
-        uint32_t* dst = pa + (r - tiles.start(t0)) * a_rows_at;
-        if (trans_a) {
-          PackPairsAcrossRows(dst, mr, a + r, lda, mr, p0, np, k);
-        } else {
-          PackRowPairs(dst, a + static_cast<int64_t>(r) * lda, lda, mr, p0, np, k);
-        }
+        PackRowPairs(pa + (r - tiles.start(t0)) * a_rows_at, a + static_cast<int64_t>(r) * lda, lda, mr, p0, np, k);
       }
     };
     const auto multiply = [&](const uint32_t* pa, int t0, int t1, int64_t j0, int64_t j1) {
