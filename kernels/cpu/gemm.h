@@ -35,6 +35,13 @@ void GemmTN(int m, int n, int k, float alpha, const float* a, int lda, const flo
 // both operands; the kernel's results depend neither on the thread count nor on m.
 void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
               const float* bias, bool accumulate, float* c, int ldc);
+// GemmBf16 with a given as bfloat16 values (their bits; the row stride lda in elements), e.g. a
+// gradient stored as bfloat16 by the loss (LabelSmoothedCrossEntropyBf16): the result is bit for
+// bit GemmBf16's on those values as float32. On CPUs with AMX-BF16 (UseAmxBf16) the kernel packs a
+// from the bfloat16 values directly (half the bytes to read); elsewhere a is first expanded to a
+// float32 copy.
+void GemmBf16A(bool trans_a, bool trans_b, int m, int n, int k, const uint16_t* a, int lda, const float* b, int ldb,
+               const float* bias, bool accumulate, float* c, int ldc);
 // Whether GemmBf16 runs its own kernel here: the CPU has AVX-512 BF16 and the active
 // instruction-set level (cpu_features.h) is avx512.
 bool HasBf16Gemm();

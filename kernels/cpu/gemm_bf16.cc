@@ -159,6 +159,32 @@ TNMT_BF16_TARGET void PackRowPairs(uint32_t* dst, const float* src, int64_t ld, 
   }
 }
 
+// PackPairsAcrossRows for a given as bfloat16 (the bits, row stride ld elements): the same words
+// without rounding (each value is a bfloat16 already).
+TNMT_BF16_TARGET void PackPairsAcrossRows(uint32_t* dst, int64_t stride, const uint16_t* src, int64_t ld, int lanes,
+                                          int p0, int np, int k) {
+  const __mmask16 lane_mask = FirstLanes(lanes);
+  for (int q = 0; q < np; ++q) {
+    const int64_t kk = 2 * static_cast<int64_t>(p0 + q);
+    const __m512i even = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lane_mask, src + kk * ld));
+    const __m512i odd =
+        kk + 1 < k ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lane_mask, src + (kk + 1) * ld)) : _mm512_setzero_si512();
+    _mm512_mask_storeu_epi32(dst + q * stride, lane_mask, _mm512_or_si512(even, _mm512_slli_epi32(odd, 16)));
+  }
+}
+
+// PackRowPairs for a given as bfloat16: each row's pairs are its values as they lie (a zero
+// past an odd k; nothing past k is read).
+void PackRowPairs(uint32_t* dst, const uint16_t* src, int64_t ld, int rows, int p0, int np, int k,
+                  int64_t row_stride = kKc2) {
+  const int values = std::min(2 * np, k - 2 * p0);
+  for (int i = 0; i < rows; ++i) {
+    uint32_t* d = dst + i * row_stride;
+    if (values < 2 * np) d[np - 1] = 0;
+    std::memcpy(d, src + i * ld + 2 * static_cast<int64_t>(p0), values * sizeof(uint16_t));
+  }
+}
+
 // c[MR, 32] (columns masked by m0, m1) = (c if load, else 0) (+ bias[32] if not null)
 // + a · b[np, 32] in pairs, a as PackPairsAcrossRows leaves it ([np, MR]) or, with kRowsA, as
 // PackRowPairs does ([MR, kKc2]).
@@ -328,7 +354,8 @@ constexpr int kAmxTilesPerBlock = kMc / kAmxTileRows;
 // blocks go across the columns first, so that each pair of stored rows is read along its length
 // (32 streams, one line each per block) rather than 64 bytes per row down the whole k block,
 // which a stored row of thousands of columns turns into a walk over as many pages.
-TNMT_BF16_TARGET void PackRowPairsFromColumns(uint32_t* dst, int64_t tile_words, const float* src, int64_t ld,
+template <class T>
+TNMT_BF16_TARGET void PackRowPairsFromColumns(uint32_t* dst, int64_t tile_words, const T* src, int64_t ld,
                                               int rows, int p0, int np, int k, int64_t row_stride) {
   alignas(64) uint32_t block[16 * 16];
   __m512 r[16], t[16];
@@ -359,7 +386,8 @@ int AmxRowStride(int np16) { return np16 + 16; }
 // mr <= 32 * tiles) at dst, tile_words apart, row by row in each (AmxRowStride words per row),
 // with zeros in pairs [np, np16) and in the rows the kernel reads past the last tile's rows (up
 // to 16 or 32).
-void PackAmxA(uint32_t* dst, int64_t tile_words, bool trans_a, const float* a, int lda, int r, int mr, int p0, int np,
+template <class T>
+void PackAmxA(uint32_t* dst, int64_t tile_words, bool trans_a, const T* a, int lda, int r, int mr, int p0, int np,
               int np16, int k) {
   const int64_t stride = AmxRowStride(np16);
   const int tiles = (mr + kAmxTileRows - 1) / kAmxTileRows;
@@ -431,7 +459,8 @@ TNMT_BF16_AMX_TARGET void KernelAmx(int mr, int cols, int chunks, const uint32_t
 // tiles of pairs. The sums start from c + bias (the start values of the AVX-512 kernel): with
 // accumulate the bias is first added to c; without, the first k block's tiles start from the
 // bias row itself (no pass over c).
-void GemmBf16Amx(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+template <class T>
+void GemmBf16Amx(bool trans_a, bool trans_b, int m, int n, int k, const T* a, int lda, const float* b, int ldb,
                  const float* bias, bool accumulate, float* c, int ldc) {
   if (bias != nullptr && accumulate) {
     ParallelForLarge(m, n, [&](int64_t i0, int64_t i1) {
@@ -524,6 +553,27 @@ void GemmBf16(bool trans_a, bool trans_b, int m, int n, int k, const float* a, i
   }
 #endif
   GemmBf16Portable(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, accumulate, c, ldc);
+}
+
+void GemmBf16A(bool trans_a, bool trans_b, int m, int n, int k, const uint16_t* a, int lda, const float* b, int ldb,
+               const float* bias, bool accumulate, float* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+#if defined(__x86_64__)
+  if (k > 0 && UseAmxBf16()) {
+    GemmBf16Amx(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, accumulate, c, ldc);
+    return;
+  }
+#endif
+  // Elsewhere: a as float32 (exact), which GemmBf16 rounds to the same values.
+  const int rows = trans_a ? k : m, cols = trans_a ? m : k;
+  std::vector<float> af(static_cast<size_t>(std::max(rows, 0)) * std::max(cols, 0));
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      const uint32_t bits = static_cast<uint32_t>(a[i * lda + j]) << 16;
+      std::memcpy(&af[i * cols + j], &bits, sizeof(float));
+    }
+  }
+  GemmBf16(trans_a, trans_b, m, n, k, af.data(), cols, b, ldb, bias, accumulate, c, ldc);
 }
 
 }  // namespace tnmt::kernels::cpu

@@ -197,6 +197,51 @@ TEST(GemmBf16Test, EmptyKGivesTheBiasAndC) {
   EXPECT_EQ(c[2], 1.0f);
 }
 
+// GemmBf16A (a given as bfloat16 bits) gives GemmBf16's bits on the same values as float32, on
+// every path (AMX packing from the bfloat16 values, the others through a float32 copy): odd k,
+// two k blocks, row strides past the logical width (what lies there must not be read).
+TEST(GemmBf16Test, Bfloat16LeftOperandGivesTheFloatOperandsResult) {
+  std::vector<bool> amx_settings = AmxSettings();
+  for (bool amx : amx_settings) {
+    SetAmxForTesting(amx);
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (const Case& shape : {Case{false, false, 37, 70, 129}, Case{false, false, 33, 20, 1101},
+                                  Case{false, false, 300, 45, 64}, Case{false, false, 5, 3, 1}}) {
+          Case c = shape;
+          c.trans_a = ta;
+          c.trans_b = tb;
+          SCOPED_TRACE(Name(c) + (UseAmxBf16() ? " AMX" : ""));
+          Operands o = MakeOperands(c, 4321 + c.k);
+          // a's values made bfloat16 (none denormal); the padding past each row holds NaN in
+          // the float copy and NaN bits in the bfloat16 one.
+          std::vector<uint16_t> a16(o.a.size());
+          const int width = c.trans_a ? c.m : c.k;
+          for (size_t at = 0; at < o.a.size(); ++at) {
+            float x = RoundToBfloat16(o.a[at]);
+            if (static_cast<int>(at % o.lda) >= width) x = std::numeric_limits<float>::quiet_NaN();
+            o.a[at] = x;
+            uint32_t bits;
+            std::memcpy(&bits, &x, sizeof(bits));
+            a16[at] = static_cast<uint16_t>(bits >> 16);
+          }
+          std::vector<float> bias(c.n);
+          for (int j = 0; j < c.n; ++j) bias[j] = 0.25f * (j % 7) - 0.5f;
+          for (bool accumulate : {false, true}) {
+            const std::vector<float> c0(static_cast<size_t>(c.m) * (c.n + 5), 0.75f);
+            const std::vector<float> want = RunGemm(c, o, accumulate, c0, bias.data());
+            std::vector<float> got = c0;
+            GemmBf16A(c.trans_a, c.trans_b, c.m, c.n, c.k, a16.data(), o.lda, o.b.data(), o.ldb, bias.data(),
+                      accumulate, got.data(), c.n + 5);
+            EXPECT_EQ(got, want) << (accumulate ? "accumulate" : "");
+          }
+        }
+      }
+    }
+  }
+  SetAmxForTesting(true);
+}
+
 TEST(GemmBf16Test, KernelResultsDoNotDependOnThreadsOrRows) {
   if (!HasBf16Gemm()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 (the portable path is tested above)";
   // Two k blocks and several row blocks; 300 rows: at two threads, each thread takes its own rows.
