@@ -3,6 +3,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/vec16.h"
@@ -468,8 +469,10 @@ TNMT_VECTORIZE void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab, do
 // the scalar loop unvectorized for AVX2.
 namespace avx512 {
 
-TNMT_AVX512_TARGET void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab, double on, double off, int32_t pad,
-                                                double* loss, double* nll) {
+// The passes of SmoothedCrossEntropyRow before its gradient: the row's loss and NLL, and its softmax
+// numerators in place; returns 1 / their sum.
+TNMT_AVX512_TARGET float SmoothedCrossEntropyNumerators(float* row, int32_t t, int vocab, double on, double off,
+                                                        int32_t pad, double* loss, double* nll) {
   __m512 acc = _mm512_setzero_ps();
   for (int j = 0; j < vocab; j += 16) {
     const __mmask16 m = vocab - j >= 16 ? static_cast<__mmask16>(0xFFFF) : vec16::avx512::TailMask(vocab - j);
@@ -479,13 +482,38 @@ TNMT_AVX512_TARGET void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab
   float sum;
   const float mx = vec16::avx512::MaxAndExpSum(row, vocab, row, &sum);
   RowLoss(sum_x, x_t, x_pad, mx + std::log(sum), vocab, on, off, loss, nll);
-  const __m512 inv = _mm512_set1_ps(1.0f / sum), voff = _mm512_set1_ps(static_cast<float>(off));
+  return 1.0f / sum;
+}
+
+TNMT_AVX512_TARGET void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab, double on, double off, int32_t pad,
+                                                double* loss, double* nll) {
+  const __m512 inv = _mm512_set1_ps(SmoothedCrossEntropyNumerators(row, t, vocab, on, off, pad, loss, nll));
+  const __m512 voff = _mm512_set1_ps(static_cast<float>(off));
   for (int j = 0; j < vocab; j += 16) {
     const __mmask16 m = vocab - j >= 16 ? static_cast<__mmask16>(0xFFFF) : vec16::avx512::TailMask(vocab - j);
     _mm512_mask_storeu_ps(row + j, m, _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv), voff));
   }
   row[pad] += static_cast<float>(off);
   row[t] -= static_cast<float>(on - off);
+}
+
+// SmoothedCrossEntropyRow with the gradient stored as bfloat16 over the row's first half (value j
+// at byte 2j, written after the float32 at byte 4j is read): each value the float32 one above,
+// pad and target adjusted alike, rounded as the bfloat16 GEMMs round their operands
+// (vcvtneps2bf16).
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma"))) void SmoothedCrossEntropyRowBf16(
+    float* row, int32_t t, int vocab, double on, double off, int32_t pad, double* loss, double* nll) {
+  const __m512 inv = _mm512_set1_ps(SmoothedCrossEntropyNumerators(row, t, vocab, on, off, pad, loss, nll));
+  const __m512 voff = _mm512_set1_ps(static_cast<float>(off));
+  const __m512 vpad = _mm512_set1_ps(static_cast<float>(off)), vt = _mm512_set1_ps(static_cast<float>(on - off));
+  uint16_t* out = reinterpret_cast<uint16_t*>(row);
+  for (int j = 0; j < vocab; j += 16) {
+    const __mmask16 m = vocab - j >= 16 ? static_cast<__mmask16>(0xFFFF) : vec16::avx512::TailMask(vocab - j);
+    __m512 g = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv), voff);
+    if (pad >= j && pad < j + 16) g = _mm512_mask_add_ps(g, static_cast<__mmask16>(1u << (pad - j)), g, vpad);
+    if (t >= j && t < j + 16) g = _mm512_mask_sub_ps(g, static_cast<__mmask16>(1u << (t - j)), g, vt);
+    _mm256_mask_storeu_epi16(out + j, m, (__m256i)_mm512_cvtneps_pbh(g));
+  }
 }
 
 }  // namespace avx512
@@ -521,8 +549,22 @@ TNMT_AVX2_TARGET void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab, 
 
 }  // namespace
 
-double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
-                                 float eps, int32_t pad, double* nll_sum, int64_t* count) {
+namespace {
+
+// A row's float32 gradient (vocab values at row) as bfloat16 over its first half, in place.
+void RowToBfloat16(float* row, int vocab) {
+  for (int j = 0; j < vocab; ++j) {
+    const float x = RoundToBfloat16(row[j]);
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof(bits));
+    const uint16_t half = static_cast<uint16_t>(bits >> 16);
+    std::memcpy(reinterpret_cast<char*>(row) + 2 * static_cast<int64_t>(j), &half, sizeof(half));
+  }
+}
+
+// LabelSmoothedCrossEntropy, and with bf16 LabelSmoothedCrossEntropyBf16.
+double CrossEntropyRows(float* logits, const int32_t* targets, int64_t rows, int vocab, float eps, int32_t pad,
+                        double* nll_sum, int64_t* count, bool bf16) {
   const double off = vocab > 1 ? static_cast<double>(eps) / (vocab - 1) : 0.0;
   const double on = 1.0 - eps + off;
   std::vector<double> row_loss(rows), row_nll(rows);
@@ -537,13 +579,22 @@ double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t 
     row = avx2::SmoothedCrossEntropyRow;
   }
 #endif
+  // bfloat16: the AVX-512 BF16 kernel, or any float32 one and then the row rounded.
+  bool round_after = bf16;
+#if defined(__x86_64__)
+  if (bf16 && UseAvx512() && HasAvx512Bf16()) {
+    row = avx512::SmoothedCrossEntropyRowBf16;
+    round_after = false;
+  }
+#endif
   ParallelFor(rows, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       if (targets[r] == pad) {
-        std::memset(logits + r * vocab, 0, sizeof(float) * vocab);
+        std::memset(logits + r * vocab, 0, (bf16 ? sizeof(uint16_t) : sizeof(float)) * vocab);
         row_loss[r] = row_nll[r] = 0.0;
       } else {
         row(logits + r * vocab, targets[r], vocab, on, off, pad, &row_loss[r], &row_nll[r]);
+        if (round_after) RowToBfloat16(logits + r * vocab, vocab);
       }
     }
   });
@@ -559,6 +610,17 @@ double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t 
   return loss;
 }
 
+}  // namespace
+
+double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab, float eps,
+                                 int32_t pad, double* nll_sum, int64_t* count) {
+  return CrossEntropyRows(logits, targets, rows, vocab, eps, pad, nll_sum, count, /*bf16=*/false);
+}
+
+double LabelSmoothedCrossEntropyBf16(float* logits, const int32_t* targets, int64_t rows, int vocab, float eps,
+                                     int32_t pad, double* nll_sum, int64_t* count) {
+  return CrossEntropyRows(logits, targets, rows, vocab, eps, pad, nll_sum, count, /*bf16=*/true);
+}
 
 namespace {
 

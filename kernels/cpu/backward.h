@@ -65,6 +65,15 @@ void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_
 double LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows, int vocab,
                                  float eps, int32_t pad, double* nll_sum, int64_t* count);
 
+// LabelSmoothedCrossEntropy with the gradient stored as bfloat16 in place of the logits: row r's
+// vocab values at reinterpret_cast<uint16_t*>(logits) + r * 2 * vocab (the first half of the
+// row's bytes; the second half is left holding scratch values), each the float32 value
+// LabelSmoothedCrossEntropy gives rounded to bfloat16 as the bfloat16 GEMMs round their operands
+// (GemmBf16A reads it: the bfloat16 trainer's logit gradient, half the bytes to write and
+// read). Same loss and sums.
+double LabelSmoothedCrossEntropyBf16(float* logits, const int32_t* targets, int64_t rows, int vocab,
+                                     float eps, int32_t pad, double* nll_sum, int64_t* count);
+
 // R-Drop's consistency term (Liang et al., 2021) between the two halves of a doubled batch:
 // logits: [2 * pairs, vocab], row r and row r + pairs are the same target token run through
 // two dropout masks, with softmax distributions p and q. In place, the logits become the

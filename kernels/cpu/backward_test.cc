@@ -6,6 +6,7 @@
 // and dropout statistics, and Adam against a naive double implementation.
 #include "kernels/cpu/backward.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -736,6 +738,49 @@ TEST(LabelSmoothedCrossEntropy, EveryIsaPathMatchesTheReference) {
     EXPECT_EQ(losses[1], losses[2]);
     EXPECT_EQ(grads[1], grads[2]);
   }
+}
+
+// The bfloat16 gradient is the float32 one rounded as the bfloat16 GEMMs round (RoundToBfloat16:
+// the values here are far from the denormals, where the two roundings could differ), pad rows
+// zero, on every ISA path; the loss and sums are the float32 call's bit for bit.
+TEST(LabelSmoothedCrossEntropy, Bfloat16GradientIsTheRoundedFloatGradient) {
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(DetectedIsa())) continue;
+    SetIsaForTesting(isa);
+    SCOPED_TRACE(IsaName(isa));
+    for (int vocab : {7, 17, 37, 8000}) {
+      SCOPED_TRACE("vocab " + std::to_string(vocab));
+      std::mt19937 rng(45 + vocab);
+      const std::vector<int32_t> targets = {5, 1, 0, 6, 1};  // rows 1 and 4: pad
+      const int32_t pad = 1;
+      const int64_t rows = static_cast<int64_t>(targets.size());
+      std::vector<float> f32 = Random(rows * vocab, rng, -6.0f, 6.0f);
+      std::vector<float> b16 = f32;
+      double nll32 = 0.0, nll16 = 0.0;
+      int64_t n32 = 0, n16 = 0;
+      const double loss32 = LabelSmoothedCrossEntropy(f32.data(), targets.data(), rows, vocab, 0.1f, pad, &nll32, &n32);
+      const double loss16 =
+          LabelSmoothedCrossEntropyBf16(b16.data(), targets.data(), rows, vocab, 0.1f, pad, &nll16, &n16);
+      EXPECT_EQ(loss16, loss32);
+      EXPECT_EQ(nll16, nll32);
+      EXPECT_EQ(n16, n32);
+      for (int64_t r = 0; r < rows; ++r) {
+        const char* row16 = reinterpret_cast<const char*>(b16.data() + r * vocab);
+        for (int j = 0; j < vocab; ++j) {
+          uint16_t got;
+          std::memcpy(&got, row16 + 2 * j, sizeof(got));
+          const float want_f = RoundToBfloat16(f32[r * vocab + j]);
+          uint32_t want_bits;
+          std::memcpy(&want_bits, &want_f, sizeof(want_bits));
+          ASSERT_EQ(got, static_cast<uint16_t>(want_bits >> 16)) << "row " << r << " value " << j;
+          if (targets[r] == pad) {
+            ASSERT_EQ(got, uint16_t{0}) << "row " << r;
+          }
+        }
+      }
+    }
+  }
+  SetIsaForTesting(CpuIsa::kAvx512);
 }
 
 TEST(LabelSmoothedCrossEntropy, ZeroEpsIsPlainCrossEntropy) {
