@@ -11,6 +11,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/layers/sublayers.h"
 #include "kernels/cpu/backward.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "trainer/model/train_graph.h"
@@ -194,8 +195,13 @@ class CpuTrainOps {
     return absl::OkStatus();
   }
   absl::Status Loss(float* logits, int64_t rows, float label_smoothing) {
-    stats_.loss_sum = k::LabelSmoothedCrossEntropy(logits, b_.tgt_out.data(), rows, c_.vocab_size, label_smoothing,
-                                                   c_.pad_id, &stats_.nll_sum, &stats_.tokens);
+    // bfloat16 GEMMs on AMX: the gradient is stored as bfloat16 in place (the same values the
+    // GEMMs would round it to), which LogitsBackward's GEMMs read directly: half the bytes of the
+    // largest tensor of a step to write and read twice.
+    logits_bf16_ = bf16_ && k::UseAmxBf16();
+    const auto loss = logits_bf16_ ? k::LabelSmoothedCrossEntropyBf16 : k::LabelSmoothedCrossEntropy;
+    stats_.loss_sum = loss(logits, b_.tgt_out.data(), rows, c_.vocab_size, label_smoothing, c_.pad_id,
+                           &stats_.nll_sum, &stats_.tokens);
     return absl::OkStatus();
   }
   absl::Status LossWithRDrop(float* logits, int64_t rows, float label_smoothing, float alpha) {
@@ -206,11 +212,19 @@ class CpuTrainOps {
     return absl::OkStatus();
   }
   absl::Status Scale(float* x, int64_t n, float s) {
+    // (Loss scaling is for float16 on GPUs; the logit gradient held as bfloat16 is not scaled.)
+    if (logits_bf16_) return absl::InternalError("the CPU trainer does not scale a bfloat16 logit gradient");
     for (int64_t i = 0; i < n; ++i) x[i] *= s;
     return absl::OkStatus();
   }
   absl::Status LogitsBackward(float* dh, const float* dlogits, const float* h, int64_t rows) {
     const int V = c_.vocab_size, r = static_cast<int>(rows);
+    if (logits_bf16_) {
+      const uint16_t* g = reinterpret_cast<const uint16_t*>(dlogits);  // row stride 2V (Loss)
+      k::GemmBf16A(false, false, r, d_, V, g, 2 * V, w_.output_projection.f32(), d_, nullptr, false, dh, d_);
+      k::GemmBf16A(true, false, V, d_, r, g, 2 * V, h, d_, nullptr, true, g_->output_projection.f32(), d_);
+      return absl::OkStatus();
+    }
     Gemm(false, false, r, d_, V, dlogits, V, w_.output_projection.f32(), d_, false, dh, d_);
     Gemm(true, false, V, d_, r, dlogits, V, h, d_, true, g_->output_projection.f32(), d_);
     return absl::OkStatus();
@@ -255,6 +269,7 @@ class CpuTrainOps {
   const CpuTrainWeights tree_;
   const int d_;
   const bool bf16_;  // TrainStepOptions::bfloat16_gemms
+  bool logits_bf16_ = false;  // Loss left the logit gradient as bfloat16 (row stride 2V)
   const std::vector<int32_t> src_positions_, tgt_positions_;
   LossStats stats_;
 };
