@@ -706,11 +706,18 @@ double LabelSmoothedCrossEntropyWithRDrop(float* logits, const int32_t* targets,
 
 namespace {
 
-// x[t] for t in [0, n) is element index0 + t of the tensor the mask is defined over.
-TNMT_VECTORIZE void DropoutRange(float* x, int64_t n, uint64_t index0, float p, uint64_t seed, uint64_t stream) {
+// y[t] = drop(x[t]) (+ add[t] when add is not null) for t in [0, n), where x[t] is element
+// index0 + t of the tensor the mask is defined over. y may be x; add is not y. (The sum in a
+// second loop: in one, the compiler may fuse the scale and the sum into one FMA, which rounds
+// differently from the vector paths' product and then sum.)
+TNMT_VECTORIZE void DropoutRange(float* y, const float* x, const float* add, int64_t n, uint64_t index0, float p,
+                                 uint64_t seed, uint64_t stream) {
   const float keep_scale = 1.0f / (1.0f - p);
   for (int64_t t = 0; t < n; ++t) {
-    x[t] = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(t)) >= p ? x[t] * keep_scale : 0.0f;
+    y[t] = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(t)) >= p ? x[t] * keep_scale : 0.0f;
+  }
+  if (add != nullptr) {
+    for (int64_t t = 0; t < n; ++t) y[t] += add[t];
   }
 }
 
@@ -738,7 +745,8 @@ TNMT_AVX2_TARGET inline __m128 Uniform4(__m256i z) {
 }
 
 // DropoutRange with the hash vectorized: 8 elements per step, same masks and values.
-TNMT_AVX2_TARGET void DropoutRange(float* x, int64_t n, uint64_t index0, float p, uint64_t seed, uint64_t stream) {
+TNMT_AVX2_TARGET void DropoutRange(float* y, const float* x, const float* add, int64_t n, uint64_t index0, float p,
+                                   uint64_t seed, uint64_t stream) {
   constexpr uint64_t kGolden = kCounterStep;
   const float keep_scale = 1.0f / (1.0f - p);
   const uint64_t base = CounterStart(seed, stream);
@@ -753,13 +761,16 @@ TNMT_AVX2_TARGET void DropoutRange(float* x, int64_t n, uint64_t index0, float p
     for (; i + 8 <= n; i += 8) {
       const __m256 u = _mm256_set_m128(Uniform4(hi), Uniform4(lo));
       const __m256 keep = _mm256_cmp_ps(u, vp, _CMP_GE_OQ);
-      _mm256_storeu_ps(x + i, _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vscale), keep));
+      const __m256 d = _mm256_and_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vscale), keep);
+      _mm256_storeu_ps(y + i, add != nullptr ? _mm256_add_ps(d, _mm256_loadu_ps(add + i)) : d);
       lo = _mm256_add_epi64(lo, step);
       hi = _mm256_add_epi64(hi, step);
     }
   }
   for (; i < n; ++i) {
-    x[i] = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
+    float d = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
+    asm("" : "+x"(d));  // the product rounded before the sum (no FMA contraction)
+    y[i] = add != nullptr ? d + add[i] : d;
   }
 }
 
@@ -782,7 +793,8 @@ TNMT_AVX512_TARGET inline __m256 Uniform8(__m512i z) {
 // DropoutRange with the hash vectorized by hand: 16 elements per step, each hash input one
 // add from the previous (the compiler's vectorization of the scalar loop recomputes it from the
 // index), same masks and values.
-TNMT_AVX512_TARGET void DropoutRange(float* x, int64_t n, uint64_t index0, float p, uint64_t seed, uint64_t stream) {
+TNMT_AVX512_TARGET void DropoutRange(float* y, const float* x, const float* add, int64_t n, uint64_t index0, float p,
+                                     uint64_t seed, uint64_t stream) {
   const float keep_scale = 1.0f / (1.0f - p);
   int64_t i = 0;
   if (n >= 16) {
@@ -796,13 +808,16 @@ TNMT_AVX512_TARGET void DropoutRange(float* x, int64_t n, uint64_t index0, float
     for (; i + 16 <= n; i += 16) {
       const __m512 u = _mm512_insertf32x8(_mm512_castps256_ps512(Uniform8(lo)), Uniform8(hi), 1);
       const __mmask16 keep = _mm512_cmp_ps_mask(u, vp, _CMP_GE_OQ);
-      _mm512_storeu_ps(x + i, _mm512_maskz_mul_ps(keep, _mm512_loadu_ps(x + i), vscale));
+      const __m512 d = _mm512_maskz_mul_ps(keep, _mm512_loadu_ps(x + i), vscale);
+      _mm512_storeu_ps(y + i, add != nullptr ? _mm512_add_ps(d, _mm512_loadu_ps(add + i)) : d);
       lo = _mm512_add_epi64(lo, step);
       hi = _mm512_add_epi64(hi, step);
     }
   }
   for (; i < n; ++i) {
-    x[i] = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
+    float d = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
+    asm("" : "+x"(d));  // the product rounded before the sum (no FMA contraction)
+    y[i] = add != nullptr ? d + add[i] : d;
   }
 }
 
@@ -811,26 +826,59 @@ TNMT_AVX512_TARGET void DropoutRange(float* x, int64_t n, uint64_t index0, float
 
 }  // namespace
 
-void DropoutBlock(float* x, int64_t count, uint64_t first_index, float p, uint64_t seed, uint64_t stream) {
-  if (p <= 0.0f || count <= 0) return;
+namespace {
+
+// DropoutRange on this CPU's path (elements [first_index, first_index + count) of the mask).
+void DropoutRangeAnyIsa(float* y, const float* x, const float* add, int64_t count, uint64_t first_index, float p,
+                        uint64_t seed, uint64_t stream) {
 #if defined(__x86_64__)
   if (UseAvx512()) {
-    avx512::DropoutRange(x, count, first_index, p, seed, stream);
+    avx512::DropoutRange(y, x, add, count, first_index, p, seed, stream);
     return;
   }
   if (UseAvx2()) {
-    avx2::DropoutRange(x, count, first_index, p, seed, stream);
+    avx2::DropoutRange(y, x, add, count, first_index, p, seed, stream);
     return;
   }
 #endif
-  DropoutRange(x, count, first_index, p, seed, stream);
+  DropoutRange(y, x, add, count, first_index, p, seed, stream);
+}
+
+// y = drop(x) (+ add) over the compute threads.
+void DropoutParallel(float* y, const float* x, const float* add, int64_t count, float p, uint64_t seed,
+                     uint64_t stream) {
+  ParallelFor(count, [&](int64_t begin, int64_t end) {
+    DropoutRangeAnyIsa(y + begin, x + begin, add != nullptr ? add + begin : nullptr, end - begin,
+                       static_cast<uint64_t>(begin), p, seed, stream);
+  });
+}
+
+}  // namespace
+
+void DropoutBlock(float* x, int64_t count, uint64_t first_index, float p, uint64_t seed, uint64_t stream) {
+  if (p <= 0.0f || count <= 0) return;
+  DropoutRangeAnyIsa(x, x, nullptr, count, first_index, p, seed, stream);
 }
 
 void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
   if (p <= 0.0f) return;
-  ParallelFor(count, [&](int64_t begin, int64_t end) {
-    DropoutBlock(x + begin, end - begin, static_cast<uint64_t>(begin), p, seed, stream);
-  });
+  DropoutParallel(x, x, nullptr, count, p, seed, stream);
+}
+
+void DropoutFrom(float* y, const float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
+  if (p <= 0.0f) {
+    if (y != x) Copy(y, x, count);
+    return;
+  }
+  DropoutParallel(y, x, nullptr, count, p, seed, stream);
+}
+
+void DropoutAdd(float* y, const float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
+  if (p <= 0.0f) {
+    Add(y, y, x, count);
+    return;
+  }
+  DropoutParallel(y, y, x, count, p, seed, stream);
 }
 
 namespace {

@@ -1088,8 +1088,32 @@ TEST(Dropout, EveryIsaPathMatchesTheScalarDefinition) {
             ASSERT_EQ(blk[i], y[first + i]) << "block at " << first << ", n " << n << " i " << i;
           }
         }
+        // DropoutFrom: the same values in another buffer, the source untouched.
+        std::vector<float> from(n, -1.0f);
+        const std::vector<float> src = x;
+        DropoutFrom(from.data(), src.data(), n, p, seed, stream);
+        ASSERT_EQ(from, y) << "n " << n;
+        ASSERT_EQ(src, x);
+        // DropoutAdd: Dropout and then += r in one pass, bit for bit (r of both signs, with
+        // zeros of both signs where a dropped element meets them).
+        std::vector<float> r = Random(n, rng, -2.0f, 2.0f);
+        for (int64_t i = 0; i < n; i += 5) r[i] = (i / 5) % 2 == 0 ? 0.0f : -0.0f;
+        std::vector<float> fused = x;
+        DropoutAdd(fused.data(), r.data(), n, p, seed, stream);
+        for (int64_t i = 0; i < n; ++i) {
+          const float want = y[i] + r[i];
+          ASSERT_EQ(std::memcmp(&fused[i], &want, sizeof(float)), 0) << "n " << n << " i " << i;
+        }
       }
     }
+    // p = 0: a copy and a plain sum.
+    std::mt19937 rng(3);
+    const std::vector<float> x = Random(1000, rng), r = Random(1000, rng);
+    std::vector<float> y(1000, 5.0f), z = x;
+    DropoutFrom(y.data(), x.data(), 1000, 0.0f, 1, 2);
+    EXPECT_EQ(y, x);
+    DropoutAdd(z.data(), r.data(), 1000, 0.0f, 1, 2);
+    for (int i = 0; i < 1000; ++i) ASSERT_EQ(z[i], x[i] + r[i]) << i;
   }
   SetIsaForTesting(CpuIsa::kAvx512);
 }

@@ -152,6 +152,17 @@ class CudaTrainOps {
   absl::Status Dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
     return k::Dropout(ctx_, x, n, p, seed, stream);
   }
+  absl::Status DropoutFrom(float* y, const float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
+    if (y != x) {
+      TNMT_RETURN_IF_ERROR(
+          TNMT_CUDA_CHECK(cudaMemcpyAsync(y, x, sizeof(float) * n, cudaMemcpyDeviceToDevice, ctx_.stream())));
+    }
+    return k::Dropout(ctx_, y, n, p, seed, stream);
+  }
+  absl::Status DropoutAdd(float* y, const float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
+    TNMT_RETURN_IF_ERROR(k::Dropout(ctx_, y, n, p, seed, stream));
+    return k::AddInPlace(ctx_, y, x, n);
+  }
 
   // ---- attention ------------------------------------------------------------------------
   absl::Status AttentionForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,

@@ -37,6 +37,10 @@
 //   Status ActivationBackward(float* dx, const float* pre, int64_t n);  // dx *= act'(pre)
 //   Status Dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream);  // the
 //       // counter-RNG mask of kernels/cpu/backward.h (p == 0: nothing)
+//   Status DropoutFrom(float* y, const float* x, int64_t n, float p, uint64_t seed,
+//                      uint64_t stream);  // y = Dropout of x (p == 0: a copy)
+//   Status DropoutAdd(float* y, const float* x, int64_t n, float p, uint64_t seed,
+//                     uint64_t stream);  // y = Dropout of y, + x (each element as Dropout, Add)
 //   Status AttentionForward(float* out, int64_t ld_out, float* probs, const float* q,
 //                           int64_t ld_q, const float* k, const float* v, int64_t ld_kv,
 //                           int q_len, int k_len, bool source_keys, bool causal,
@@ -185,8 +189,7 @@ class TrainGraph {
     }
     TNMT_ASSIGN_OR_RETURN(Buffer out, ops_.Alloc(n));
     TNMT_RETURN_IF_ERROR(f(in, D(out)));
-    TNMT_RETURN_IF_ERROR(ops_.Dropout(D(out), n, p_, seed_, stream));
-    TNMT_RETURN_IF_ERROR(ops_.Add(D(out), D(*x), n));  // out = drop(F(.)) + x
+    TNMT_RETURN_IF_ERROR(ops_.DropoutAdd(D(out), D(*x), n, p_, seed_, stream));  // out = drop(F(.)) + x
     t->x_in = std::move(*x);
     if (c_.normalize_before) {
       *x = std::move(out);
@@ -209,8 +212,8 @@ class TrainGraph {
     const float* d_f = dx;
     Buffer d_f_copy;
     if (p_ > 0.0f) {
-      TNMT_ASSIGN_OR_RETURN(d_f_copy, ops_.Copy(dx, n));
-      TNMT_RETURN_IF_ERROR(ops_.Dropout(D(d_f_copy), n, p_, seed_, stream));
+      TNMT_ASSIGN_OR_RETURN(d_f_copy, ops_.Alloc(n));
+      TNMT_RETURN_IF_ERROR(ops_.DropoutFrom(D(d_f_copy), dx, n, p_, seed_, stream));
       d_f = D(d_f_copy);
     }
     TNMT_ASSIGN_OR_RETURN(Buffer d_in, ops_.Alloc(n));

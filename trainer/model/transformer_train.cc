@@ -155,6 +155,14 @@ class CpuTrainOps {
     k::Dropout(x, n, p, seed, stream);
     return absl::OkStatus();
   }
+  absl::Status DropoutFrom(float* y, const float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
+    k::DropoutFrom(y, x, n, p, seed, stream);
+    return absl::OkStatus();
+  }
+  absl::Status DropoutAdd(float* y, const float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
+    k::DropoutAdd(y, x, n, p, seed, stream);
+    return absl::OkStatus();
+  }
 
   absl::Status AttentionForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
                                 const float* kk, const float* v, int64_t ld_kv, int q_len, int k_len,
