@@ -865,6 +865,35 @@ void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
   DropoutParallel(x, x, nullptr, count, p, seed, stream);
 }
 
+void ActivationDropout(float* x, int64_t rows, int cols, Activation act, float p, uint64_t seed, uint64_t stream) {
+  // Blocks of rows of about 16 K elements: the activation's output is still in L1 or L2 when the
+  // mask is applied.
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 14) / std::max(cols, 1));
+  const int64_t blocks = (rows + block - 1) / block;
+  ParallelForLarge(blocks, block * cols, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * block, n = std::min(block, rows - r0);
+      float* xb = x + r0 * cols;
+      BiasActivation(xb, nullptr, n, cols, act);
+      if (p > 0.0f) DropoutRangeAnyIsa(xb, xb, nullptr, n * cols, static_cast<uint64_t>(r0 * cols), p, seed, stream);
+    }
+  });
+}
+
+void DropoutActivationBackward(float* dx, const float* pre, int64_t count, Activation act, float p, uint64_t seed,
+                               uint64_t stream) {
+  constexpr int64_t kBlock = int64_t{1} << 14;
+  ParallelForLarge((count + kBlock - 1) / kBlock, kBlock, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t begin = b * kBlock, end = std::min(count, begin + kBlock);
+      if (p > 0.0f) {
+        DropoutRangeAnyIsa(dx + begin, dx + begin, nullptr, end - begin, static_cast<uint64_t>(begin), p, seed, stream);
+      }
+      ActivationBackwardRange(dx, dx, pre, begin, end, act);
+    }
+  });
+}
+
 void DropoutFrom(float* y, const float* x, int64_t count, float p, uint64_t seed, uint64_t stream) {
   if (p <= 0.0f) {
     if (y != x) Copy(y, x, count);

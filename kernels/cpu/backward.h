@@ -111,6 +111,15 @@ void DropoutFrom(float* y, const float* x, int64_t count, float p, uint64_t seed
 // (each element the value Dropout and then y += x give). p == 0: y += x.
 void DropoutAdd(float* y, const float* x, int64_t count, float p, uint64_t seed, uint64_t stream);
 
+// x ([rows, cols]) = Dropout of act(x), in place: each element what BiasActivation (no bias) and
+// then Dropout give, a block of rows at a time over the compute threads (one pass from memory).
+void ActivationDropout(float* x, int64_t rows, int cols, Activation act, float p, uint64_t seed, uint64_t stream);
+
+// dx = the gradient through Dropout and then act, in place: each element what Dropout(dx) and
+// then ActivationBackward(dx, dx, pre) give, a block at a time (one pass from memory).
+void DropoutActivationBackward(float* dx, const float* pre, int64_t count, Activation act, float p, uint64_t seed,
+                               uint64_t stream);
+
 // Dropout of a block of a larger tensor: x[i] is that tensor's element first_index + i, so the
 // mask is the one Dropout(tensor, ...) applies there. Runs on the calling thread.
 void DropoutBlock(float* x, int64_t count, uint64_t first_index, float p, uint64_t seed,

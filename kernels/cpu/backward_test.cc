@@ -1061,6 +1061,41 @@ TEST(Dropout, KeepsFractionScalesAndReproducesMask) {
 
 // Every ISA path this CPU has (the AVX2 one vectorizes the hash by hand) drops exactly the
 // elements CounterUniform says and scales the rest exactly, whatever the split into ranges.
+// The fused activation and dropout passes give, element for element, the two ops in turn, for
+// every activation, on every ISA path, at 1 and 2 threads, with rows that do not fill a block.
+TEST(Dropout, FusedWithTheActivationMatchesTheOpsInTurn) {
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(DetectedIsa())) continue;
+    SetIsaForTesting(isa);
+    for (int threads : {1, 2}) {
+      SetComputeThreads(threads);
+      for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kGeluErf, Activation::kSwish}) {
+        for (float p : {0.0f, 0.3f}) {
+          SCOPED_TRACE(testing::Message() << IsaName(isa) << " threads " << threads << " act "
+                                          << static_cast<int>(act) << " p " << p);
+          const int64_t rows = 37;
+          const int cols = 1100;  // 14 rows per block of 16 K elements: 3 blocks, the last partial
+          std::mt19937 rng(61);
+          const std::vector<float> x = Random(rows * cols, rng, -3.0f, 3.0f);
+          std::vector<float> want = x, got = x;
+          BiasActivation(want.data(), nullptr, rows, cols, act);
+          Dropout(want.data(), rows * cols, p, 5, 9);
+          ActivationDropout(got.data(), rows, cols, act, p, 5, 9);
+          ASSERT_EQ(got, want);
+          const std::vector<float> dy = Random(rows * cols, rng, -1.0f, 1.0f);
+          std::vector<float> dwant = dy, dgot = dy;
+          Dropout(dwant.data(), rows * cols, p, 5, 9);
+          ActivationBackward(dwant.data(), dwant.data(), x.data(), rows * cols, act);
+          DropoutActivationBackward(dgot.data(), x.data(), rows * cols, act, p, 5, 9);
+          ASSERT_EQ(dgot, dwant);
+        }
+      }
+    }
+  }
+  SetComputeThreads(1);
+  SetIsaForTesting(CpuIsa::kAvx512);
+}
+
 TEST(Dropout, EveryIsaPathMatchesTheScalarDefinition) {
   for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (static_cast<int>(isa) > static_cast<int>(DetectedIsa())) continue;

@@ -143,10 +143,13 @@ class CudaTrainOps {
                                 c_.layer_norm_epsilon);
   }
   absl::Status Add(float* y, const float* x, int64_t n) { return k::AddInPlace(ctx_, y, x, n); }
-  absl::Status Activation(float* x, int64_t rows, int cols) {
-    return k::BiasActivation(ctx_, x, nullptr, rows, cols, c_.activation);
+  absl::Status ActivationDropout(float* x, int64_t rows, int cols, float p, uint64_t seed, uint64_t stream) {
+    TNMT_RETURN_IF_ERROR(k::BiasActivation(ctx_, x, nullptr, rows, cols, c_.activation));
+    return k::Dropout(ctx_, x, rows * cols, p, seed, stream);
   }
-  absl::Status ActivationBackward(float* dx, const float* pre, int64_t n) {
+  absl::Status DropoutActivationBackward(float* dx, const float* pre, int64_t n, float p, uint64_t seed,
+                                         uint64_t stream) {
+    TNMT_RETURN_IF_ERROR(k::Dropout(ctx_, dx, n, p, seed, stream));
     return k::ActivationBackward(ctx_, dx, dx, pre, n, c_.activation);
   }
   absl::Status Dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {

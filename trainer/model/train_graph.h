@@ -33,8 +33,10 @@
 //   Status LayerNormBackward(float* dx, const float* dy, const float* x, int64_t rows,
 //                            const NormParams&);  // dx may alias dy; gamma/beta grads +=
 //   Status Add(float* y, const float* x, int64_t n);  // y += x
-//   Status Activation(float* x, int64_t rows, int cols);  // the config's activation, in place
-//   Status ActivationBackward(float* dx, const float* pre, int64_t n);  // dx *= act'(pre)
+//   Status ActivationDropout(float* x, int64_t rows, int cols, float p, uint64_t seed,
+//                            uint64_t stream);  // x = Dropout of the config's activation of x
+//   Status DropoutActivationBackward(float* dx, const float* pre, int64_t n, float p,
+//                                    uint64_t seed, uint64_t stream);  // dx = act'(pre) * drop(dx)
 //   Status Dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream);  // the
 //       // counter-RNG mask of kernels/cpu/backward.h (p == 0: nothing)
 //   Status DropoutFrom(float* y, const float* x, int64_t n, float p, uint64_t seed,
@@ -243,8 +245,7 @@ class TrainGraph {
       TNMT_RETURN_IF_ERROR(ops_.Linear(D(t->pre), in, rows, fc1));
       TNMT_ASSIGN_OR_RETURN(t->h, ops_.Copy(D(t->pre), nh));
     }
-    TNMT_RETURN_IF_ERROR(ops_.Activation(D(t->h), rows, c_.d_ff));
-    TNMT_RETURN_IF_ERROR(ops_.Dropout(D(t->h), nh, p_act_, seed_, stream + kActivationStream));
+    TNMT_RETURN_IF_ERROR(ops_.ActivationDropout(D(t->h), rows, c_.d_ff, p_act_, seed_, stream + kActivationStream));
     return ops_.Linear(out, D(t->h), rows, fc2);
   }
   absl::Status FfnBackward(const float* d_out, const float* in, float* d_in, int64_t rows, const Lin& fc1,
@@ -252,9 +253,9 @@ class TrainGraph {
     const int64_t nh = rows * c_.d_ff;
     TNMT_ASSIGN_OR_RETURN(Buffer dh, ops_.Alloc(nh));
     TNMT_RETURN_IF_ERROR(ops_.LinearBackward(D(dh), false, d_out, D(t.h), rows, fc2));
-    TNMT_RETURN_IF_ERROR(ops_.Dropout(D(dh), nh, p_act_, seed_, stream + kActivationStream));
     const bool relu = c_.activation == kernels::Activation::kRelu;
-    TNMT_RETURN_IF_ERROR(ops_.ActivationBackward(D(dh), D(relu ? t.h : t.pre), nh));
+    TNMT_RETURN_IF_ERROR(ops_.DropoutActivationBackward(D(dh), D(relu ? t.h : t.pre), nh, p_act_, seed_,
+                                                        stream + kActivationStream));
     return ops_.LinearBackward(d_in, false, D(dh), in, rows, fc1);
   }
 

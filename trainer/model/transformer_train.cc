@@ -143,12 +143,13 @@ class CpuTrainOps {
     k::Add(y, y, x, n);
     return absl::OkStatus();
   }
-  absl::Status Activation(float* x, int64_t rows, int cols) {
-    k::BiasActivation(x, nullptr, rows, cols, c_.activation);
+  absl::Status ActivationDropout(float* x, int64_t rows, int cols, float p, uint64_t seed, uint64_t stream) {
+    k::ActivationDropout(x, rows, cols, c_.activation, p, seed, stream);
     return absl::OkStatus();
   }
-  absl::Status ActivationBackward(float* dx, const float* pre, int64_t n) {
-    k::ActivationBackward(dx, dx, pre, n, c_.activation);
+  absl::Status DropoutActivationBackward(float* dx, const float* pre, int64_t n, float p, uint64_t seed,
+                                         uint64_t stream) {
+    k::DropoutActivationBackward(dx, pre, n, c_.activation, p, seed, stream);
     return absl::OkStatus();
   }
   absl::Status Dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
