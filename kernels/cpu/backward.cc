@@ -722,6 +722,18 @@ TNMT_VECTORIZE void DropoutRange(float* y, const float* x, const float* add, int
 }
 
 #if defined(__x86_64__)
+// Elements [i, n) of the vector paths' DropoutRange, one at a time (x86: the asm keeps the
+// product rounded before the sum, as in the vectors, where GCC might fuse them into an FMA).
+inline void DropoutTail(float* y, const float* x, const float* add, int64_t i, int64_t n, uint64_t index0, float p,
+                        uint64_t seed, uint64_t stream) {
+  const float keep_scale = 1.0f / (1.0f - p);
+  for (; i < n; ++i) {
+    float d = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
+    asm("" : "+x"(d));
+    y[i] = add != nullptr ? d + add[i] : d;
+  }
+}
+
 namespace avx2 {
 
 // a * b mod 2^64 per 64-bit lane (AVX2 has no 64-bit multiply): lo*lo + ((hi*lo + lo*hi) << 32).
@@ -767,11 +779,7 @@ TNMT_AVX2_TARGET void DropoutRange(float* y, const float* x, const float* add, i
       hi = _mm256_add_epi64(hi, step);
     }
   }
-  for (; i < n; ++i) {
-    float d = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
-    asm("" : "+x"(d));  // the product rounded before the sum (no FMA contraction)
-    y[i] = add != nullptr ? d + add[i] : d;
-  }
+  DropoutTail(y, x, add, i, n, index0, p, seed, stream);
 }
 
 }  // namespace avx2
@@ -814,19 +822,11 @@ TNMT_AVX512_TARGET void DropoutRange(float* y, const float* x, const float* add,
       hi = _mm512_add_epi64(hi, step);
     }
   }
-  for (; i < n; ++i) {
-    float d = CounterUniform(seed, stream, index0 + static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
-    asm("" : "+x"(d));  // the product rounded before the sum (no FMA contraction)
-    y[i] = add != nullptr ? d + add[i] : d;
-  }
+  DropoutTail(y, x, add, i, n, index0, p, seed, stream);
 }
 
 }  // namespace avx512
 #endif
-
-}  // namespace
-
-namespace {
 
 // DropoutRange on this CPU's path (elements [first_index, first_index + count) of the mask).
 void DropoutRangeAnyIsa(float* y, const float* x, const float* add, int64_t count, uint64_t first_index, float p,
