@@ -80,8 +80,12 @@ class CpuTrainOps {
   using NormParams = CpuNorm;
   using Weights = CpuTrainWeights;
 
-  CpuTrainOps(const ModelConfig& c, const ModelWeights& w, ModelWeights* g, const TrainBatch& b, bool bf16)
+  // bf16_logit_gradient: Loss may leave the logit gradient as bfloat16 (bfloat16 GEMMs on AMX;
+  // the gradient is then not scaled: loss scale 1).
+  CpuTrainOps(const ModelConfig& c, const ModelWeights& w, ModelWeights* g, const TrainBatch& b, bool bf16,
+              bool bf16_logit_gradient)
       : c_(c), w_(w), g_(g), b_(b), tree_(PairWithGradients(w, g)), d_(c.d_model), bf16_(bf16),
+        bf16_logit_gradient_(bf16 && bf16_logit_gradient && k::UseAmxBf16()),
         src_positions_(Positions(b.batch, b.src_len)), tgt_positions_(Positions(b.batch, b.tgt_len)) {}
 
   const ModelConfig& config() const { return c_; }
@@ -207,7 +211,7 @@ class CpuTrainOps {
     // bfloat16 GEMMs on AMX: the gradient is stored as bfloat16 in place (the same values the
     // GEMMs would round it to), which LogitsBackward's GEMMs read directly: half the bytes of the
     // largest tensor of a step to write and read twice.
-    logits_bf16_ = bf16_ && k::UseAmxBf16();
+    logits_bf16_ = bf16_logit_gradient_;
     const auto loss = logits_bf16_ ? k::LabelSmoothedCrossEntropyBf16 : k::LabelSmoothedCrossEntropy;
     stats_.loss_sum = loss(logits, b_.tgt_out.data(), rows, c_.vocab_size, label_smoothing, c_.pad_id,
                            &stats_.nll_sum, &stats_.tokens);
@@ -221,8 +225,7 @@ class CpuTrainOps {
     return absl::OkStatus();
   }
   absl::Status Scale(float* x, int64_t n, float s) {
-    // (Loss scaling is for float16 on GPUs; the logit gradient held as bfloat16 is not scaled.)
-    if (logits_bf16_) return absl::InternalError("the CPU trainer does not scale a bfloat16 logit gradient");
+    if (logits_bf16_) return absl::InternalError("a bfloat16 logit gradient is not scaled (loss scale 1 only)");
     for (int64_t i = 0; i < n; ++i) x[i] *= s;
     return absl::OkStatus();
   }
@@ -278,6 +281,7 @@ class CpuTrainOps {
   const CpuTrainWeights tree_;
   const int d_;
   const bool bf16_;  // TrainStepOptions::bfloat16_gemms
+  const bool bf16_logit_gradient_;
   bool logits_bf16_ = false;  // Loss left the logit gradient as bfloat16 (row stride 2V)
   const std::vector<int32_t> src_positions_, tgt_positions_;
   LossStats stats_;
@@ -287,7 +291,7 @@ absl::StatusOr<LossStats> Run(const ModelConfig& c, const ModelWeights& w, const
                               const DropoutRates& dropout, float eps, float rdrop_alpha, uint64_t seed,
                               float loss_scale, bool bf16, ModelWeights* g) {
   TNMT_RETURN_IF_ERROR(ValidateBatch(c, b));
-  CpuTrainOps ops(c, w, g, b, bf16);
+  CpuTrainOps ops(c, w, g, b, bf16, /*bf16_logit_gradient=*/loss_scale == 1.0f);
   TrainGraph<CpuTrainOps> graph(ops, b.batch, b.src_len, b.tgt_len, dropout, seed);
   TNMT_RETURN_IF_ERROR(graph.Forward());
   TNMT_RETURN_IF_ERROR(graph.LossAndBackward(eps, rdrop_alpha, loss_scale, /*backward=*/g != nullptr));

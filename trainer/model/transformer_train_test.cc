@@ -14,6 +14,7 @@
 #include "engine/layers/encoder.h"
 #include "engine/runtime/loaded_model.h"
 #include "kernels/cpu/backward.h"
+#include "kernels/cpu/gemm.h"
 #include "trainer/model/parameters.h"
 
 namespace tnmt::train {
@@ -175,6 +176,33 @@ TEST_P(TrainGradTest, RDropAddsTheConsistencyTermBetweenTheHalves) {
   auto bad = ForwardBackward(config_, params_, uneven, rdrop, 1.0f, nullptr);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("doubled batch"), std::string::npos) << bad.status();
+}
+
+// The loss scale multiplies every gradient exactly (a power of two commutes with the rounding),
+// also with bfloat16 GEMMs, where on AMX loss scale 1 keeps the logit gradient as bfloat16 and
+// other scales go through float32: both give the same products.
+TEST_P(TrainGradTest, LossScaleMultipliesTheGradientsExactly) {
+  const TrainBatch batch = MakeBatch(config_, 6);
+  for (bool bf16 : {false, true}) {
+    if (bf16 && !kernels::cpu::HasBf16Gemm()) continue;
+    SCOPED_TRACE(bf16 ? "bfloat16 GEMMs" : "float32");
+    TrainStepOptions opt;
+    opt.dropout = 0.0f;
+    opt.bfloat16_gemms = bf16;
+    auto g1 = ZerosLike(config_, params_), g4 = ZerosLike(config_, params_);
+    ASSERT_TRUE(g1.ok() && g4.ok());
+    auto s1 = ForwardBackward(config_, params_, batch, opt, 1.0f, &*g1);
+    auto s4 = ForwardBackward(config_, params_, batch, opt, 4.0f, &*g4);
+    ASSERT_TRUE(s1.ok() && s4.ok()) << s1.status() << s4.status();
+    EXPECT_EQ(s1->loss_sum, s4->loss_sum);
+    auto a = TrainableParams(config_, &*g1), b = TrainableParams(config_, &*g4);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t p = 0; p < a.size(); ++p) {
+      const float* x = a[p].tensor->f32();
+      const float* y = b[p].tensor->f32();
+      for (int64_t i = 0; i < a[p].tensor->numel(); ++i) ASSERT_EQ(y[i], 4.0f * x[i]) << a[p].name << " " << i;
+    }
+  }
 }
 
 // Each kind of dropout changes the loss on its own (it is applied), and the same options and
