@@ -504,13 +504,12 @@ TNMT_AVX512_TARGET void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab
 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma"))) void SmoothedCrossEntropyRowBf16(
     float* row, int32_t t, int vocab, double on, double off, int32_t pad, double* loss, double* nll) {
   const __m512 inv = _mm512_set1_ps(SmoothedCrossEntropyNumerators(row, t, vocab, on, off, pad, loss, nll));
-  const __m512 voff = _mm512_set1_ps(static_cast<float>(off));
-  const __m512 vpad = _mm512_set1_ps(static_cast<float>(off)), vt = _mm512_set1_ps(static_cast<float>(on - off));
+  const __m512 voff = _mm512_set1_ps(static_cast<float>(off)), vt = _mm512_set1_ps(static_cast<float>(on - off));
   uint16_t* out = reinterpret_cast<uint16_t*>(row);
   for (int j = 0; j < vocab; j += 16) {
     const __mmask16 m = vocab - j >= 16 ? static_cast<__mmask16>(0xFFFF) : vec16::avx512::TailMask(vocab - j);
     __m512 g = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + j), inv), voff);
-    if (pad >= j && pad < j + 16) g = _mm512_mask_add_ps(g, static_cast<__mmask16>(1u << (pad - j)), g, vpad);
+    if (pad >= j && pad < j + 16) g = _mm512_mask_add_ps(g, static_cast<__mmask16>(1u << (pad - j)), g, voff);
     if (t >= j && t < j + 16) g = _mm512_mask_sub_ps(g, static_cast<__mmask16>(1u << (t - j)), g, vt);
     _mm256_mask_storeu_epi16(out + j, m, (__m256i)_mm512_cvtneps_pbh(g));
   }
