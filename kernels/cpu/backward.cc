@@ -515,6 +515,18 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma"))
   }
 }
 
+// x + r over one row, stored as bfloat16 over x's first half (value j at byte 2j, written after
+// the float32 at byte 4j is read), rounded as SmoothedCrossEntropyRowBf16 rounds.
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma"))) void AddRowToBfloat16(
+    float* x, const float* r, int vocab) {
+  uint16_t* out = reinterpret_cast<uint16_t*>(x);
+  for (int j = 0; j < vocab; j += 16) {
+    const __mmask16 m = vocab - j >= 16 ? static_cast<__mmask16>(0xFFFF) : vec16::avx512::TailMask(vocab - j);
+    const __m512 s = _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + j), _mm512_maskz_loadu_ps(m, r + j));
+    _mm256_mask_storeu_epi16(out + j, m, (__m256i)_mm512_cvtneps_pbh(s));
+  }
+}
+
 }  // namespace avx512
 
 namespace avx2 {
@@ -559,6 +571,25 @@ void RowToBfloat16(float* row, int vocab) {
     const uint16_t half = static_cast<uint16_t>(bits >> 16);
     std::memcpy(reinterpret_cast<char*>(row) + 2 * static_cast<int64_t>(j), &half, sizeof(half));
   }
+}
+
+// rows x vocab: each row of x + r as bfloat16 over x's row's first half, in place (the AVX-512
+// BF16 kernel, or the float32 sum and RowToBfloat16).
+void AddRowsToBfloat16(float* x, const float* r, int64_t rows, int vocab) {
+  ParallelForLarge(rows, vocab, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      float* xi = x + i * vocab;
+      const float* ri = r + i * vocab;
+#if defined(__x86_64__)
+      if (UseAvx512() && HasAvx512Bf16()) {
+        avx512::AddRowToBfloat16(xi, ri, vocab);
+        continue;
+      }
+#endif
+      for (int j = 0; j < vocab; ++j) xi[j] += ri[j];
+      RowToBfloat16(xi, vocab);
+    }
+  });
 }
 
 // LabelSmoothedCrossEntropy, and with bf16 LabelSmoothedCrossEntropyBf16.
@@ -673,9 +704,10 @@ double RDropConsistency(float* logits, const int32_t* targets, int64_t pairs, in
   return total;
 }
 
-double LabelSmoothedCrossEntropyWithRDrop(float* logits, const int32_t* targets, int64_t pairs, int vocab,
-                                          float eps, float alpha, int32_t pad, double* nll_sum, int64_t* count,
-                                          int64_t block_pairs) {
+namespace {
+
+double RDropRows(float* logits, const int32_t* targets, int64_t pairs, int vocab, float eps, float alpha, int32_t pad,
+                 double* nll_sum, int64_t* count, int64_t block_pairs, bool bf16) {
   const int64_t block = block_pairs > 0 ? block_pairs : std::max<int64_t>(1, (int64_t{1} << 20) / vocab);
   thread_local std::vector<float> copy;  // kept between steps (no new pages to fault in each time)
   const size_t need = static_cast<size_t>(2 * std::min(block, std::max<int64_t>(pairs, 0))) * vocab;
@@ -695,12 +727,30 @@ double LabelSmoothedCrossEntropyWithRDrop(float* logits, const int32_t* targets,
                                         &block_n);
       nll += block_nll;
       n += block_n;
-      Add(halves[h], halves[h], copies[h], rows * vocab);
+      if (bf16) {
+        AddRowsToBfloat16(halves[h], copies[h], rows, vocab);
+      } else {
+        Add(halves[h], halves[h], copies[h], rows * vocab);
+      }
     }
   }
   if (nll_sum != nullptr) *nll_sum = nll;
   if (count != nullptr) *count = n;
   return loss;
+}
+
+}  // namespace
+
+double LabelSmoothedCrossEntropyWithRDrop(float* logits, const int32_t* targets, int64_t pairs, int vocab,
+                                          float eps, float alpha, int32_t pad, double* nll_sum, int64_t* count,
+                                          int64_t block_pairs) {
+  return RDropRows(logits, targets, pairs, vocab, eps, alpha, pad, nll_sum, count, block_pairs, /*bf16=*/false);
+}
+
+double LabelSmoothedCrossEntropyWithRDropBf16(float* logits, const int32_t* targets, int64_t pairs, int vocab,
+                                              float eps, float alpha, int32_t pad, double* nll_sum, int64_t* count,
+                                              int64_t block_pairs) {
+  return RDropRows(logits, targets, pairs, vocab, eps, alpha, pad, nll_sum, count, block_pairs, /*bf16=*/true);
 }
 
 namespace {

@@ -96,6 +96,12 @@ double LabelSmoothedCrossEntropyWithRDrop(float* logits, const int32_t* targets,
                                           float eps, float alpha, int32_t pad, double* nll_sum, int64_t* count,
                                           int64_t block_pairs = 0);
 
+// LabelSmoothedCrossEntropyWithRDrop with the gradient stored as bfloat16 in place, laid out and
+// rounded as LabelSmoothedCrossEntropyBf16 stores it (each value the float32 call's, rounded).
+double LabelSmoothedCrossEntropyWithRDropBf16(float* logits, const int32_t* targets, int64_t pairs, int vocab,
+                                              float eps, float alpha, int32_t pad, double* nll_sum, int64_t* count,
+                                              int64_t block_pairs = 0);
+
 // Uniform in [0, 1) from (seed, stream, index) (counter_uniform.h, shared with CUDA).
 using ::tnmt::kernels::CounterUniform;
 

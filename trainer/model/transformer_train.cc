@@ -80,7 +80,7 @@ class CpuTrainOps {
   using NormParams = CpuNorm;
   using Weights = CpuTrainWeights;
 
-  // bf16_logit_gradient: Loss may leave the logit gradient as bfloat16 (bfloat16 GEMMs on AMX;
+  // bf16_logit_gradient: the losses may leave the logit gradient as bfloat16 (bfloat16 GEMMs on AMX;
   // the gradient is then not scaled: loss scale 1).
   CpuTrainOps(const ModelConfig& c, const ModelWeights& w, ModelWeights* g, const TrainBatch& b, bool bf16,
               bool bf16_logit_gradient)
@@ -219,9 +219,10 @@ class CpuTrainOps {
   }
   absl::Status LossWithRDrop(float* logits, int64_t rows, float label_smoothing, float alpha) {
     TNMT_RETURN_IF_ERROR(CheckDoubledForRDrop(b_));
-    stats_.loss_sum = k::LabelSmoothedCrossEntropyWithRDrop(logits, b_.tgt_out.data(), rows / 2, c_.vocab_size,
-                                                            label_smoothing, alpha, c_.pad_id, &stats_.nll_sum,
-                                                            &stats_.tokens);
+    logits_bf16_ = bf16_logit_gradient_;  // as in Loss
+    const auto loss = logits_bf16_ ? k::LabelSmoothedCrossEntropyWithRDropBf16 : k::LabelSmoothedCrossEntropyWithRDrop;
+    stats_.loss_sum = loss(logits, b_.tgt_out.data(), rows / 2, c_.vocab_size, label_smoothing, alpha, c_.pad_id,
+                           &stats_.nll_sum, &stats_.tokens, 0);
     return absl::OkStatus();
   }
   absl::Status Scale(float* x, int64_t n, float s) {
