@@ -740,6 +740,26 @@ TEST(LabelSmoothedCrossEntropy, EveryIsaPathMatchesTheReference) {
   }
 }
 
+// Row r of b16 holds, as bfloat16 over its first half, row r of f32 rounded (RoundToBfloat16);
+// rows whose target is pad hold zeros.
+void ExpectRoundedBfloat16Rows(const std::vector<float>& f32, const std::vector<float>& b16,
+                               const std::vector<int32_t>& targets, int vocab, int32_t pad) {
+  for (size_t r = 0; r < targets.size(); ++r) {
+    const char* row16 = reinterpret_cast<const char*>(b16.data() + r * vocab);
+    for (int j = 0; j < vocab; ++j) {
+      uint16_t got;
+      std::memcpy(&got, row16 + 2 * j, sizeof(got));
+      const float want_f = RoundToBfloat16(f32[r * vocab + j]);
+      uint32_t want_bits;
+      std::memcpy(&want_bits, &want_f, sizeof(want_bits));
+      ASSERT_EQ(got, static_cast<uint16_t>(want_bits >> 16)) << "row " << r << " value " << j;
+      if (targets[r] == pad) {
+        ASSERT_EQ(got, uint16_t{0}) << "row " << r;
+      }
+    }
+  }
+}
+
 // The bfloat16 gradient is the float32 one rounded as the bfloat16 GEMMs round (RoundToBfloat16:
 // the values here are far from the denormals, where the two roundings could differ), pad rows
 // zero, on every ISA path; the loss and sums are the float32 call's bit for bit.
@@ -764,20 +784,7 @@ TEST(LabelSmoothedCrossEntropy, Bfloat16GradientIsTheRoundedFloatGradient) {
       EXPECT_EQ(loss16, loss32);
       EXPECT_EQ(nll16, nll32);
       EXPECT_EQ(n16, n32);
-      for (int64_t r = 0; r < rows; ++r) {
-        const char* row16 = reinterpret_cast<const char*>(b16.data() + r * vocab);
-        for (int j = 0; j < vocab; ++j) {
-          uint16_t got;
-          std::memcpy(&got, row16 + 2 * j, sizeof(got));
-          const float want_f = RoundToBfloat16(f32[r * vocab + j]);
-          uint32_t want_bits;
-          std::memcpy(&want_bits, &want_f, sizeof(want_bits));
-          ASSERT_EQ(got, static_cast<uint16_t>(want_bits >> 16)) << "row " << r << " value " << j;
-          if (targets[r] == pad) {
-            ASSERT_EQ(got, uint16_t{0}) << "row " << r;
-          }
-        }
-      }
+      ExpectRoundedBfloat16Rows(f32, b16, targets, vocab, pad);
     }
   }
   SetIsaForTesting(CpuIsa::kAvx512);
@@ -806,17 +813,7 @@ TEST(LabelSmoothedCrossEntropy, RDropBfloat16GradientIsTheRoundedFloatGradient) 
       EXPECT_EQ(loss16, loss32);
       EXPECT_EQ(nll16, nll32);
       EXPECT_EQ(n16, n32);
-      for (int64_t r = 0; r < rows; ++r) {
-        const char* row16 = reinterpret_cast<const char*>(b16.data() + r * vocab);
-        for (int j = 0; j < vocab; ++j) {
-          uint16_t got;
-          std::memcpy(&got, row16 + 2 * j, sizeof(got));
-          const float want_f = RoundToBfloat16(f32[r * vocab + j]);
-          uint32_t want_bits;
-          std::memcpy(&want_bits, &want_f, sizeof(want_bits));
-          ASSERT_EQ(got, static_cast<uint16_t>(want_bits >> 16)) << "row " << r << " value " << j;
-        }
-      }
+      ExpectRoundedBfloat16Rows(f32, b16, targets, vocab, pad);
     }
   }
   SetIsaForTesting(CpuIsa::kAvx512);
