@@ -501,8 +501,8 @@ TNMT_AVX512_TARGET void SmoothedCrossEntropyRow(float* row, int32_t t, int vocab
 // at byte 2j, written after the float32 at byte 4j is read): each value the float32 one above,
 // pad and target adjusted alike, rounded as the bfloat16 GEMMs round their operands
 // (vcvtneps2bf16).
-__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma"))) void SmoothedCrossEntropyRowBf16(
-    float* row, int32_t t, int vocab, double on, double off, int32_t pad, double* loss, double* nll) {
+TNMT_BF16_TARGET void SmoothedCrossEntropyRowBf16(float* row, int32_t t, int vocab, double on, double off,
+                                                  int32_t pad, double* loss, double* nll) {
   const __m512 inv = _mm512_set1_ps(SmoothedCrossEntropyNumerators(row, t, vocab, on, off, pad, loss, nll));
   const __m512 voff = _mm512_set1_ps(static_cast<float>(off)), vt = _mm512_set1_ps(static_cast<float>(on - off));
   uint16_t* out = reinterpret_cast<uint16_t*>(row);
@@ -517,8 +517,7 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma"))
 
 // x + r over one row, stored as bfloat16 over x's first half (value j at byte 2j, written after
 // the float32 at byte 4j is read), rounded as SmoothedCrossEntropyRowBf16 rounds.
-__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma"))) void AddRowToBfloat16(
-    float* x, const float* r, int vocab) {
+TNMT_BF16_TARGET void AddRowToBfloat16(float* x, const float* r, int vocab) {
   uint16_t* out = reinterpret_cast<uint16_t*>(x);
   for (int j = 0; j < vocab; j += 16) {
     const __mmask16 m = vocab - j >= 16 ? static_cast<__mmask16>(0xFFFF) : vec16::avx512::TailMask(vocab - j);
@@ -574,14 +573,14 @@ void RowToBfloat16(float* row, int vocab) {
 }
 
 // rows x vocab: each row of x + r as bfloat16 over x's row's first half, in place (the AVX-512
-// BF16 kernel, or the float32 sum and RowToBfloat16).
+// BF16 kernel where the bfloat16 GEMM has its own, or the float32 sum and RowToBfloat16).
 void AddRowsToBfloat16(float* x, const float* r, int64_t rows, int vocab) {
   ParallelForLarge(rows, vocab, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       float* xi = x + i * vocab;
       const float* ri = r + i * vocab;
 #if defined(__x86_64__)
-      if (UseAvx512() && HasAvx512Bf16()) {
+      if (HasBf16Gemm()) {
         avx512::AddRowToBfloat16(xi, ri, vocab);
         continue;
       }
@@ -612,7 +611,7 @@ double CrossEntropyRows(float* logits, const int32_t* targets, int64_t rows, int
   // bfloat16: the AVX-512 BF16 kernel, or any float32 one and then the row rounded.
   bool round_after = bf16;
 #if defined(__x86_64__)
-  if (bf16 && UseAvx512() && HasAvx512Bf16()) {
+  if (bf16 && HasBf16Gemm()) {
     row = avx512::SmoothedCrossEntropyRowBf16;
     round_after = false;
   }

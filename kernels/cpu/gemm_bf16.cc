@@ -36,12 +36,12 @@
 #include "kernels/cpu/gemm_tiling.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/transpose_avx512.h"
+#include "kernels/cpu/vec16.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#define TNMT_BF16_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma")))
 // (amx-int8 too: amx.h's AmxTileProduct, inlined here, names both tile dot products.)
 #define TNMT_BF16_AMX_TARGET                                                            \
   __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma,amx-tile," \

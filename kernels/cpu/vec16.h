@@ -19,6 +19,9 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #define TNMT_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
 #define TNMT_AVX2_TARGET __attribute__((target("avx2,fma")))
+// AVX-512 with the BF16 instructions (vdpbf16ps, vcvtneps2bf16): the bfloat16 GEMM and the loss
+// that stores its gradient as bfloat16.
+#define TNMT_BF16_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma")))
 
 namespace tnmt::kernels::cpu::vec16 {
 

@@ -211,28 +211,27 @@ class CpuTrainOps {
     // bfloat16 GEMMs on AMX: the gradient is stored as bfloat16 in place (the same values the
     // GEMMs would round it to), which LogitsBackward's GEMMs read directly: half the bytes of the
     // largest tensor of a step to write and read twice.
-    logits_bf16_ = bf16_logit_gradient_;
-    const auto loss = logits_bf16_ ? k::LabelSmoothedCrossEntropyBf16 : k::LabelSmoothedCrossEntropy;
+    const auto loss = bf16_logit_gradient_ ? k::LabelSmoothedCrossEntropyBf16 : k::LabelSmoothedCrossEntropy;
     stats_.loss_sum = loss(logits, b_.tgt_out.data(), rows, c_.vocab_size, label_smoothing, c_.pad_id,
                            &stats_.nll_sum, &stats_.tokens);
     return absl::OkStatus();
   }
   absl::Status LossWithRDrop(float* logits, int64_t rows, float label_smoothing, float alpha) {
     TNMT_RETURN_IF_ERROR(CheckDoubledForRDrop(b_));
-    logits_bf16_ = bf16_logit_gradient_;  // as in Loss
-    const auto loss = logits_bf16_ ? k::LabelSmoothedCrossEntropyWithRDropBf16 : k::LabelSmoothedCrossEntropyWithRDrop;
+    const auto loss =
+        bf16_logit_gradient_ ? k::LabelSmoothedCrossEntropyWithRDropBf16 : k::LabelSmoothedCrossEntropyWithRDrop;
     stats_.loss_sum = loss(logits, b_.tgt_out.data(), rows / 2, c_.vocab_size, label_smoothing, alpha, c_.pad_id,
                            &stats_.nll_sum, &stats_.tokens, 0);
     return absl::OkStatus();
   }
   absl::Status Scale(float* x, int64_t n, float s) {
-    if (logits_bf16_) return absl::InternalError("a bfloat16 logit gradient is not scaled (loss scale 1 only)");
+    if (bf16_logit_gradient_) return absl::InternalError("a bfloat16 logit gradient is not scaled (loss scale 1 only)");
     for (int64_t i = 0; i < n; ++i) x[i] *= s;
     return absl::OkStatus();
   }
   absl::Status LogitsBackward(float* dh, const float* dlogits, const float* h, int64_t rows) {
     const int V = c_.vocab_size, r = static_cast<int>(rows);
-    if (logits_bf16_) {
+    if (bf16_logit_gradient_) {
       const uint16_t* g = reinterpret_cast<const uint16_t*>(dlogits);  // row stride 2V (Loss)
       k::GemmBf16A(false, false, r, d_, V, g, 2 * V, w_.output_projection.f32(), d_, nullptr, false, dh, d_);
       k::GemmBf16A(true, false, V, d_, r, g, 2 * V, h, d_, nullptr, true, g_->output_projection.f32(), d_);
@@ -282,8 +281,7 @@ class CpuTrainOps {
   const CpuTrainWeights tree_;
   const int d_;
   const bool bf16_;  // TrainStepOptions::bfloat16_gemms
-  const bool bf16_logit_gradient_;
-  bool logits_bf16_ = false;  // Loss left the logit gradient as bfloat16 (row stride 2V)
+  const bool bf16_logit_gradient_;  // the losses leave the logit gradient as bfloat16 (row stride 2V)
   const std::vector<int32_t> src_positions_, tgt_positions_;
   LossStats stats_;
 };
