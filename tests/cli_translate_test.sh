@@ -234,5 +234,25 @@ kill -TERM $SERVER_PID
 wait $SERVER_PID
 check "int8 server stopped cleanly" test $? -eq 0
 
+# Ensembles: --ensemble adds models with the same vocabulary (tiny_prenorm shares tiny's).
+ENSEMBLE="$(dirname "$MODEL")/tiny_prenorm"
+"$TNMT" translate --model "$MODEL" --ensemble "$ENSEMBLE" --input "$TMP/good.txt" --scores --threads 1 \
+  > "$TMP/ens.txt" 2> "$TMP/ens-err"
+check "--ensemble exits 0" test $? -eq 0
+check "  one line per input line, the empty one empty" test "$(wc -l < "$TMP/ens.txt")" -eq 3 -a "$(sed -n 2p "$TMP/ens.txt")" = "0.000000 ||| "
+"$TNMT" translate --model "$MODEL" --input "$TMP/good.txt" --scores --threads 1 > "$TMP/single.txt"
+check "  scores are not the single model's" bash -c "! cmp -s '$TMP/ens.txt' '$TMP/single.txt'"
+"$TNMT" translate --model "$MODEL" --ensemble "$ENSEMBLE" --input "$TMP/good.txt" --scores --threads 2 > "$TMP/ens2.txt"
+check "  the same on 2 threads" cmp -s "$TMP/ens.txt" "$TMP/ens2.txt"
+"$TNMT" score --model "$MODEL" --ensemble "$ENSEMBLE" --source "$TMP/good.txt" --target "$TMP/good.txt" > "$TMP/ens-score.txt" 2>&1
+check "score --ensemble exits 0" test $? -eq 0
+"$TNMT" translate --model "$MODEL" --ensemble "$TMP/no-such-model" < "$TMP/good.txt" > /dev/null 2> "$TMP/ens-err"
+check "--ensemble with a missing directory exits 2" test $? -eq 2
+check "  naming the flag and the directory" grep -q -- "--ensemble: .*no-such-model" "$TMP/ens-err"
+"$TNMT" translate --model "$MODEL" --ensemble "$ENSEMBLE," < "$TMP/good.txt" > /dev/null 2> "$TMP/ens-err"
+check "--ensemble with an empty name exits 2, saying so" bash -c "test $? -eq 2 && grep -q 'empty directory name' '$TMP/ens-err'"
+"$TNMT" translate --server localhost:1 --ensemble "$ENSEMBLE" < "$TMP/good.txt" > /dev/null 2> "$TMP/ens-err"
+check "--ensemble with --server is refused" grep -q -- "--ensemble applies to local translation" "$TMP/ens-err"
+
 echo "$fails failure(s)"
 test "$fails" -eq 0

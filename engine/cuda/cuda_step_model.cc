@@ -205,6 +205,9 @@ absl::Status CudaStepModel::Step(const int32_t* ids, int k, StepScores* scores) 
   if (!scores->alignment_layers.empty()) {
     return absl::UnimplementedError("alignments are computed by the CPU engine only (use --device cpu)");
   }
+  if (scores->want_logprobs) {
+    return absl::UnimplementedError("ensembles run on the CPU engine only (use --device cpu)");
+  }
   absl::Status s = StepImpl(ids, k, scores);
   // On failure, work queued before it may still use the staging buffers: wait for it.
   if (!s.ok()) (void)ctx_->Synchronize();

@@ -61,6 +61,7 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
   // scores are those of one projection of all the rows.
   const int part = LogitsRowsPerPart(rows);
   logits_.resize(static_cast<size_t>(part) * V);
+  if (s->want_logprobs) s->logprobs.resize(static_cast<size_t>(rows) * V);
   const CpuLayerOps ops(c_, w_);
   for (int r0 = 0; r0 < rows; r0 += part) {
     const int n = std::min(part, rows - r0);
@@ -72,6 +73,11 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
         const int64_t r = r0 + i;
         const float* row = logits_.data() + i * V;
         kernels::cpu::LogSumExp(s->lse.data() + r, row, 1, V);
+        if (s->want_logprobs) {
+          float* lp = s->logprobs.data() + r * V;
+          const float lse = s->lse[r];
+          for (int v = 0; v < V; ++v) lp[v] = row[v] - lse;
+        }
         s->eos_logit[r] = row[c_.eos_id];
         if (gather) {
           for (int32_t g = s->gather_offsets[r]; g < s->gather_offsets[r + 1]; ++g) s->gather_logit[g] = row[s->gather_ids[g]];

@@ -42,6 +42,11 @@ struct StepScores {
   // alignment_layers[i]'s cross-attention, averaged over the heads. Empty: none.
   std::vector<int32_t> alignment_layers;
   std::vector<int32_t> aligned;
+  // Whole distributions: when the caller sets want_logprobs before Step, Step also fills
+  // logprobs ([rows, vocab]) with every token's log-probability, logit - lse (what an
+  // ensemble combines). StepModels that cannot return an error.
+  bool want_logprobs = false;
+  std::vector<float> logprobs;
 
   // Checks the gather arrays against `rows` and `vocab_size` and sizes gather_logit.
   absl::Status CheckGather(int rows, int vocab_size);

@@ -3,6 +3,9 @@
 
 #include <sys/stat.h>
 
+#include <tuple>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/cuda/cuda_backend.h"
@@ -83,6 +86,52 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std:
     m->weights.PackForInference(placement.int8);
   }
   return std::shared_ptr<const LoadedModel>(std::move(m));
+}
+
+absl::Status CheckEnsembleMembers(const LoadedModel& first, const LoadedModel& other) {
+  const auto differ = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot ensemble ", other.directory, " with ", first.directory,
+                                                   ": ", what));
+  };
+  for (const LoadedModel* m : {&first, &other}) {
+    if (m->placement.device != Device::kCpu) {
+      return differ(absl::StrCat(m->directory, " is placed on ", m->placement.ToString(),
+                                 "; ensembles run on the CPU engine only (use --device cpu)"));
+    }
+  }
+  const ModelConfig& a = first.config;
+  const ModelConfig& b = other.config;
+  if (a.vocab_size != b.vocab_size) {
+    return differ(absl::StrCat("their vocabularies have ", b.vocab_size, " and ", a.vocab_size, " tokens"));
+  }
+  for (const auto& [name, x, y] : std::vector<std::tuple<const char*, int, int>>{
+           {"pad_id", a.pad_id, b.pad_id},
+           {"unk_id", a.unk_id, b.unk_id},
+           {"bos_id", a.bos_id, b.bos_id},
+           {"eos_id", a.eos_id, b.eos_id},
+           {"the decoder's start token", a.start_id(), b.start_id()}}) {
+    if (x != y) return differ(absl::StrCat(name, " is ", y, " and ", x));
+  }
+  for (int id = 0; id < a.vocab_size; ++id) {
+    const std::string pa = first.tokenizer->Piece(id);
+    const std::string pb = other.tokenizer->Piece(id);
+    if (pa != pb) {
+      return differ(absl::StrCat("their vocabularies differ at id ", id, " (\"", pb, "\" and \"", pa,
+                                 "\"): ensemble members must share one vocabulary"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const LoadedModel>>> LoadEnsembleMembers(
+    const LoadedModel& first, const std::vector<std::string>& dirs, const Placement& placement) {
+  std::vector<std::shared_ptr<const LoadedModel>> members;
+  for (const std::string& dir : dirs) {
+    TNMT_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> m, LoadModelDirectory(dir, placement));
+    TNMT_RETURN_IF_ERROR(CheckEnsembleMembers(first, *m));
+    members.push_back(std::move(m));
+  }
+  return members;
 }
 
 absl::StatusOr<BeamDecoder> NewBeamDecoder(const LoadedModel& model, Workspace* ws) {

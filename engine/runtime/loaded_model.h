@@ -30,6 +30,16 @@ struct LoadedModel {
 // A decoder for `model` on its device; ws: CPU scratch (one per thread, outliving the decoder).
 absl::StatusOr<BeamDecoder> NewBeamDecoder(const LoadedModel& model, Workspace* ws);
 
+// Whether `other` can decode in an ensemble with `first` (engine/decode/ensemble_step_model.h):
+// the same vocabulary (size, every piece, the special ids and the decoder's start token), and
+// both on the CPU. The error names both directories and the first difference.
+absl::Status CheckEnsembleMembers(const LoadedModel& first, const LoadedModel& other);
+
+// Loads each of `dirs` with `placement` as a further ensemble member of `first`, checked with
+// CheckEnsembleMembers.
+absl::StatusOr<std::vector<std::shared_ptr<const LoadedModel>>> LoadEnsembleMembers(
+    const LoadedModel& first, const std::vector<std::string>& dirs, const Placement& placement);
+
 // Loads `dir`/config.json, `dir`/model.safetensors and the vocabulary (`dir`/spm.model, or the
 // separate source/target SentencePiece models and id map config.json names). Every failure names
 // the file and the problem (missing file, bad JSON, truncated weights, wrong shape, missing

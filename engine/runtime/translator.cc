@@ -9,6 +9,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/decode/beam_search.h"
 #include "engine/decode/cpu_step_model.h"
+#include "engine/decode/ensemble_step_model.h"
 
 namespace tnmt {
 
@@ -32,6 +33,42 @@ std::vector<std::string> SourcePieces(const Tokenizer& tokenizer, const std::vec
   return pieces;
 }
 
+Translator::Translator(std::shared_ptr<const LoadedModel> model) : Translator(std::move(model), {}) {}
+
+Translator::Translator(std::shared_ptr<const LoadedModel> model, std::vector<std::shared_ptr<const LoadedModel>> more)
+    : model_(std::move(model)), more_(std::move(more)), config_(model_->config) {
+  // The ensemble's sources and outputs must fit every member: the smallest position limit.
+  int limit = MaxPositions(config_);
+  for (const auto& m : more_) {
+    limit = std::min(limit, MaxPositions(m->config));
+    more_workspaces_.push_back(std::make_unique<Workspace>());
+  }
+  if (limit < MaxPositions(config_)) {
+    if (config_.position_encoding == PositionEncoding::kLearned) {
+      config_.max_positions = limit;
+    } else {
+      config_.max_sinusoid_positions = limit;
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<StepModel>> Translator::NewStepModel() {
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> first,
+                        MakeStepModel(model_->config, model_->weights, model_->device_backend.get(), &workspace_));
+  if (more_.empty()) return first;
+  std::vector<std::unique_ptr<StepModel>> members;
+  members.push_back(std::move(first));
+  for (size_t i = 0; i < more_.size(); ++i) {
+    TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> m,
+                          MakeStepModel(more_[i]->config, more_[i]->weights, more_[i]->device_backend.get(),
+                                        more_workspaces_[i].get()));
+    members.push_back(std::move(m));
+  }
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<EnsembleStepModel> ensemble,
+                        EnsembleStepModel::Create(std::move(members), config_.vocab_size, config_.pad_id, config_.eos_id));
+  return std::unique_ptr<StepModel>(std::move(ensemble));
+}
+
 absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Translate(
     const std::vector<std::string>& lines, const TranslationOptions& opt, const Progress& progress,
     const std::vector<std::string>* target_prefixes) {
@@ -42,7 +79,7 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
   if (opt.max_batch_tokens < 1) {
     return absl::InvalidArgumentError("max_batch_tokens must be positive");
   }
-  const ModelConfig& c = model_->config;
+  const ModelConfig& c = config_;
   const int n = static_cast<int>(lines.size());
   std::vector<absl::StatusOr<LineTranslation>> out(n, LineTranslation{});
   std::vector<std::vector<int32_t>> sources(n), prefixes(n);
@@ -96,7 +133,8 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
   // are encoded together (one encoder pass each), and the groups being decoded hold at most
   // max_batch_tokens padded source tokens. A sentence's result does not depend on what else
   // is decoded with it, so the output is that of decoding each batch separately.
-  TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, NewBeamDecoder(*model_, &workspace_));
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> step, NewStepModel());
+  BeamDecoder decoder = BeamDecoder::Create(c, std::move(step));
   const bool pieces = opt.decode.return_token_scores || opt.decode.return_alignments;
   std::vector<int> line_of;      // by handle (handles count up from 0)
   std::vector<int64_t> cost_of;  // by handle: its padded source length (its group's longest)
@@ -150,7 +188,7 @@ absl::StatusOr<std::vector<absl::StatusOr<PairScore>>> Translator::Score(
     return absl::InvalidArgumentError(absl::StrCat(sources.size(), " sources but ", targets.size(), " targets"));
   }
   if (opt.max_batch_tokens < 1) return absl::InvalidArgumentError("max_batch_tokens must be positive");
-  const ModelConfig& c = model_->config;
+  const ModelConfig& c = config_;
   const int n = static_cast<int>(sources.size());
   std::vector<absl::StatusOr<PairScore>> out(n, PairScore{});
   std::vector<std::vector<int32_t>> src(n), tgt(n);
@@ -180,8 +218,7 @@ absl::StatusOr<std::vector<absl::StatusOr<PairScore>>> Translator::Score(
     return std::max(src[a].size(), tgt[a].size()) > std::max(src[b].size(), tgt[b].size());
   });
   if (todo.empty()) return out;
-  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> model,
-                        MakeStepModel(c, model_->weights, model_->device_backend.get(), &workspace_));
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> model, NewStepModel());
   size_t pos = 0;
   while (pos < todo.size()) {
     const size_t longest = std::max(src[todo[pos]].size(), tgt[todo[pos]].size() + 1);

@@ -52,7 +52,12 @@ std::vector<std::string> SourcePieces(const Tokenizer& tokenizer, const std::vec
 
 class Translator {
  public:
-  explicit Translator(std::shared_ptr<const LoadedModel> model) : model_(std::move(model)) {}
+  explicit Translator(std::shared_ptr<const LoadedModel> model);
+  // An ensemble: `model` and each of `more` decode together, every step's distribution the
+  // members' normalized geometric mean (engine/decode/ensemble_step_model.h); `model` also
+  // tokenizes. The members must pass CheckEnsembleMembers against `model`; the position limits
+  // are the smallest member's.
+  Translator(std::shared_ptr<const LoadedModel> model, std::vector<std::shared_ptr<const LoadedModel>> more);
 
   // Called after each batch with (lines done, lines total).
   using Progress = std::function<void(int, int)>;
@@ -76,8 +81,14 @@ class Translator {
   const LoadedModel& model() const { return *model_; }
 
  private:
+  // A StepModel of the model, or of the ensemble.
+  absl::StatusOr<std::unique_ptr<StepModel>> NewStepModel();
+
   std::shared_ptr<const LoadedModel> model_;
+  std::vector<std::shared_ptr<const LoadedModel>> more_;  // further ensemble members
+  ModelConfig config_;  // model_'s, with the ensemble's position limit
   Workspace workspace_;
+  std::vector<std::unique_ptr<Workspace>> more_workspaces_;  // one per further member
 };
 
 }  // namespace tnmt

@@ -6,9 +6,25 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "engine/decode/options.h"
 
 namespace tnmt::cli {
+
+absl::StatusOr<std::vector<std::shared_ptr<const LoadedModel>>> LoadEnsembleFlag(const Args& args,
+                                                                                 const LoadedModel& first,
+                                                                                 const Placement& placement) {
+  const std::string flag = args.GetString("ensemble");
+  if (flag.empty()) return std::vector<std::shared_ptr<const LoadedModel>>{};
+  std::vector<std::string> dirs;
+  for (absl::string_view d : absl::StrSplit(flag, ',')) {
+    if (d.empty()) return absl::InvalidArgumentError(absl::StrCat("--ensemble \"", flag, "\" has an empty directory name"));
+    dirs.emplace_back(d);
+  }
+  auto members = LoadEnsembleMembers(first, dirs, placement);
+  if (!members.ok()) return absl::Status(members.status().code(), absl::StrCat("--ensemble: ", members.status().message()));
+  return members;
+}
 
 void AddDecodingFlags(Args* args) {
   args->AddInt("beam-size", 0, absl::StrCat("beam size, 1 to ", kMaxBeamSize, "; 1 = greedy search"),

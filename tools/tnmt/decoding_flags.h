@@ -3,17 +3,28 @@
 // every error names the flag as typed, not the engine's or the API's field name.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/decode/options.h"
+#include "engine/runtime/loaded_model.h"
+#include "engine/runtime/placement.h"
 #include "proto/tnmt/v1/translation.pb.h"
 #include "tools/tnmt/args.h"
 
 namespace tnmt::cli {
 
 void AddDecodingFlags(Args* args);
+
+// The models of --ensemble (comma-separated directories; empty: none), loaded with `placement`
+// and checked against --model's `first`. Errors name the flag.
+absl::StatusOr<std::vector<std::shared_ptr<const LoadedModel>>> LoadEnsembleFlag(const Args& args,
+                                                                                 const LoadedModel& first,
+                                                                                 const Placement& placement);
 
 // The flags for token rules, repetition and sampling (--min-length, --no-repeat-ngram-size,
 // --repetition-penalty, --disable-unk, --sampling-topk/-topp/-temperature, --seed) that were

@@ -20,6 +20,7 @@
 #include "engine/runtime/translator.h"
 #include "proto/tnmt/v1/translation.grpc.pb.h"
 #include "tools/tnmt/args.h"
+#include "tools/tnmt/decoding_flags.h"
 #include "tools/tnmt/translate_output.h"
 
 namespace tnmt::cli {
@@ -116,6 +117,8 @@ int ScoreCommand(int argc, char** argv) {
             "Exit status: 0; 1 if some pairs could not be scored; 2 for a usage error or a model\n"
             "that cannot be used.");
   args.AddString("model", "", "model directory", "none; required unless --server");
+  args.AddString("ensemble", "", "further model directories, comma-separated, that score together with --model (same vocabulary): the log-probabilities are those of the models' normalized geometric mean",
+                 "none");
   args.AddString("source", "", "source sentences, one per line (required)");
   args.AddString("target", "", "target sentences, line-aligned with --source (required)");
   args.AddString("output", "", "output file", "stdout");
@@ -139,7 +142,7 @@ int ScoreCommand(int argc, char** argv) {
   }
   if (!remote && args.GetString("model").empty()) return Fail("--model (or --server) is required");
   if (remote) {
-    for (const char* local : {"model", "max-batch-tokens", "max-input-length", "threads", "compute-type"}) {
+    for (const char* local : {"model", "ensemble", "max-batch-tokens", "max-input-length", "threads", "compute-type"}) {
       if (args.given(local)) return Fail(absl::StrCat("--", local, " applies to local scoring, not with --server"));
     }
     if (args.GetInt("timeout-seconds") < 1) return Fail("--timeout-seconds must be positive");
@@ -159,6 +162,7 @@ int ScoreCommand(int argc, char** argv) {
   if (!src) return Fail(absl::StrCat("--source ", args.GetString("source"), ": cannot open for reading"));
   if (!tgt) return Fail(absl::StrCat("--target ", args.GetString("target"), ": cannot open for reading"));
   std::shared_ptr<const LoadedModel> model;
+  std::vector<std::shared_ptr<const LoadedModel>> ensemble;
   std::unique_ptr<RemoteScorer> scorer;
   if (remote) {
     scorer = std::make_unique<RemoteScorer>(args.GetString("server"), args.GetString("model-name"),
@@ -168,6 +172,9 @@ int ScoreCommand(int argc, char** argv) {
     auto loaded = LoadModelDirectory(args.GetString("model"), *placement);
     if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
     model = *loaded;
+    auto more = LoadEnsembleFlag(args, *model, *placement);
+    if (!more.ok()) return Fail(std::string(more.status().message()));
+    ensemble = *std::move(more);
   }
   std::ofstream file_out;
   if (!args.GetString("output").empty()) {
@@ -180,7 +187,7 @@ int ScoreCommand(int argc, char** argv) {
   opt.max_input_length = args.GetInt("max-input-length");
   const bool token_scores = args.GetBool("token-scores");
   std::unique_ptr<Translator> translator;
-  if (model != nullptr) translator = std::make_unique<Translator>(model);
+  if (model != nullptr) translator = std::make_unique<Translator>(model, std::move(ensemble));
   LineErrors errors(/*quiet=*/false);
   int64_t line_base = 0;
   std::vector<std::string> sources, targets;

@@ -102,6 +102,8 @@ int TranslateCommand(int argc, char** argv) {
             "or server that cannot be used.");
   args.AddString("model", "", "model directory (config.json, model.safetensors, spm.model)",
                  "none; required unless --server");
+  args.AddString("ensemble", "", "further model directories, comma-separated, that translate together with --model (same vocabulary; CPU): each step's distribution is the models' normalized geometric mean",
+                 "none");
   args.AddString("input", "", "input file", "stdin");
   args.AddString("output", "", "output file (never the input file)", "stdout");
   AddDecodingFlags(&args);
@@ -169,7 +171,7 @@ int TranslateCommand(int argc, char** argv) {
   std::istream* prefixes = prefix_file.is_open() ? &prefix_file : nullptr;
 
   if (!args.GetString("server").empty()) {
-    for (const char* local : {"model", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device", "dtype", "compute-type"}) {
+    for (const char* local : {"model", "ensemble", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device", "dtype", "compute-type"}) {
       if (args.given(local)) return Fail(absl::StrCat("--", local, " applies to local translation, not with --server"));
     }
     RemoteTranslateOptions ro;
@@ -212,6 +214,8 @@ int TranslateCommand(int argc, char** argv) {
 
   auto model = LoadModelDirectory(args.GetString("model"), *placement);
   if (!model.ok()) return Fail(std::string(model.status().message()));
+  auto ensemble = LoadEnsembleFlag(args, **model, *placement);
+  if (!ensemble.ok()) return Fail(std::string(ensemble.status().message()));
   TranslationOptions opt;
   opt.decode = DecodeOptions::FromConfig((*model)->config);
   if (absl::Status s = CheckNBestWithinBeam(args, opt.decode.beam_size); !s.ok()) return Fail(std::string(s.message()));
@@ -245,7 +249,7 @@ int TranslateCommand(int argc, char** argv) {
   std::istream* in = args.GetString("input").empty() ? static_cast<std::istream*>(&std::cin) : &file_in;
   std::ostream* out = args.GetString("output").empty() ? static_cast<std::ostream*>(&std::cout) : &file_out;
 
-  Translator translator(*model);
+  Translator translator(*model, *std::move(ensemble));
   LineErrors errors(quiet);
   int64_t line_base = 0;
   std::vector<std::string> lines, prefix_lines;
