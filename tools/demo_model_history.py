@@ -4,7 +4,7 @@
     demo_model_history.py [--recipe NAME] RUN_DIR OUT_DIR FINAL_STEP CHECKPOINT...
 
 --recipe: the file under models/recipes this run was trained with (default multi30k-small.json,
-or multi30k-small-continue.json for a run started with --init-model).
+or multi30k-continue.json for a run started with --init-model).
 
 Writes into OUT_DIR (the new model directory):
   train_config.json        RUN_DIR's config, machine paths reduced to file names
@@ -63,7 +63,7 @@ def describe(c):
 
 def default_recipe(config):
     """The recipe a run was trained with when nothing names it: the demo model's staged recipes."""
-    return "multi30k-small-continue.json" if config.get("init_model") else "multi30k-small.json"
+    return "multi30k-continue.json" if config.get("init_model") else "multi30k-small.json"
 
 
 def main(run, out, final_step, checkpoints, recipe=None):

@@ -12,7 +12,7 @@
 # directory. Environment: UPTO, a step: only the checkpoints up to it count (the newest LAST of
 # those are averaged, and the training log ends there), for a run that went on past the chosen
 # checkpoints; RECIPE, the recipe's file name under models/recipes (default
-# multi30k-small.json, or multi30k-small-continue.json for a run that continued models/demo with
+# multi30k-small.json, or multi30k-continue.json for a run that continued models/demo with
 # --init-model); OUT, where the model goes (default models/demo); TNMT, the tnmt binary (default
 # bazel-bin/tools/tnmt/tnmt: bazel build //tools/tnmt); PYTHON, a python3 with sacrebleu (default
 # python3; deploy/install-py-tools.sh puts one in build/py-tools).
@@ -86,12 +86,12 @@ else
   how="Trained in stages, each a \`tnmt train\` run ending in an average of its last checkpoints; a
 later stage starts from the model of the one before (\`--init-model\`, fresh optimizer):"
   reproduce="Reproduce: \`tools/get-multi30k.sh\` (the data, into data/multi30k); stage 1: \`tnmt train
---config models/recipes/multi30k-small.json --max-steps STEPS\` (checkpoints in
-runs/multi30k-small), then \`tools/make-demo-model.sh runs/multi30k-small LAST\`, which writes
+--config models/recipes/RECIPE --max-steps STEPS\` (RECIPE: the first row's), then \`RECIPE=RECIPE
+tools/make-demo-model.sh RUN_DIR LAST\` (RUN_DIR: the recipe's save_dir), which writes
 models/demo and recomputes its BLEU; each later stage: \`tnmt train --config
-models/recipes/multi30k-small-continue.json --max-steps STEPS\` (from models/demo, into
-runs/multi30k-small-continue), then \`tools/make-demo-model.sh runs/multi30k-small-continue
-LAST\` (STEPS, LAST and \`--seed\` from the table). The \`train_config*.json\` files are the stages'
+models/recipes/$recipe --max-steps STEPS\` (from models/demo, into its save_dir), then
+\`RECIPE=$recipe tools/make-demo-model.sh RUN_DIR LAST\` (STEPS, LAST and \`--seed\` from the
+table). The \`train_config*.json\` files are the stages'
 settings as trained; \`training-log.jsonl\` is the trainer's log of every stage (training loss,
 tokens/s and learning rate every 20 steps, validations, checkpoints; \`\"stage\"\` in each
 record)."

@@ -53,19 +53,20 @@ TEST(RecipesTest, Multi30kSmall) {
   EXPECT_EQ(c.vocab_size, 8000);
 }
 
-TEST(RecipesTest, Multi30kSmallContinueTrainsTheDemoModelFurther) {
-  TrainConfig c = Load("multi30k-small-continue.json");
-  TrainConfig base = Load("multi30k-small.json");
+TEST(RecipesTest, Multi30kContinueTrainsTheDemoModelFurther) {
+  TrainConfig c = Load("multi30k-continue.json");
+  TrainConfig wide = Load("multi30k-wide.json");
   EXPECT_EQ(c.init_model, "models/demo");
-  EXPECT_TRUE(c.spm_model.empty());
-  EXPECT_TRUE(CheckResumable(base.model, c.model).ok()) << CheckResumable(base.model, c.model);
-  EXPECT_NE(c.seed, base.seed);  // another data order than the first stage
+  EXPECT_TRUE(c.spm_model.empty());  // the init model's vocabulary
+  EXPECT_TRUE(CheckResumable(wide.model, c.model).ok()) << CheckResumable(wide.model, c.model);
+  EXPECT_NE(c.seed, wide.seed);  // another data order than the first stage
+  EXPECT_LT(c.lr_scale, wide.lr_scale);
 }
 
 // The recipe that continues the bundled model starts from it as it is now: the same
 // architecture and vocabulary (a new demo model of another shape needs its own recipe).
 TEST(RecipesTest, ContinueRecipeMatchesTheBundledModel) {
-  TrainConfig c = Load("multi30k-small-continue.json");
+  TrainConfig c = Load("multi30k-continue.json");
   auto demo = ModelConfig::Load(c.init_model + "/config.json");
   ASSERT_TRUE(demo.ok()) << demo.status();
   EXPECT_TRUE(CheckResumable(*demo, c.model).ok()) << CheckResumable(*demo, c.model);
@@ -108,7 +109,7 @@ TEST(RecipesTest, Multi30kTiny) {
 
 TEST(RecipesTest, Multi30kRecipesReadDataFromTheRepository) {
   // No machine paths: data under data/multi30k (tools/get-multi30k.sh), runs under runs/.
-  for (const char* name : {"multi30k-small.json", "multi30k-small-continue.json", "multi30k-small-regularized.json",
+  for (const char* name : {"multi30k-small.json", "multi30k-continue.json", "multi30k-small-regularized.json",
                            "multi30k-wide.json", "multi30k-tiny.json"}) {
     TrainConfig c = Load(name);
     EXPECT_EQ(c.train_source.rfind("data/multi30k/", 0), 0u) << name << ": " << c.train_source;
