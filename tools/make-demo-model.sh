@@ -97,6 +97,14 @@ tokens/s and learning rate every 20 steps, validations, checkpoints; \`\"stage\"
 record)."
 fi
 
+# A stage trained on distilled targets says where they come from.
+if grep -q '"train_target": *"[^"]*distilled' "models/recipes/$recipe" 2> /dev/null; then
+  reproduce="$reproduce The targets of the stage trained with \`$recipe\` are an ensemble's
+translations of the training sources (\`data/multi30k/train.distilled.de.gz\`; which models,
+and the command, in [models/recipes/README.md](../recipes/README.md), distillation in
+[docs/training.md](../../docs/training.md#distillation-from-an-ensemble))."
+fi
+
 cat > "$tmp/model/README.md" << EOF
 # Demo model: English → German, Multi30k
 

@@ -107,10 +107,26 @@ TEST(RecipesTest, Multi30kTiny) {
   EXPECT_EQ(c.valid_max_sentences, 0);  // dev BLEU on the whole dev set
 }
 
+// The distillation recipe fine-tunes the bundled model on an ensemble's translations of the
+// training sources (docs/training.md): the bundled model's shape, references for dev.
+TEST(RecipesTest, Multi30kDistillFineTunesTheBundledModelOnDistilledTargets) {
+  TrainConfig c = Load("multi30k-distill.json");
+  TrainConfig wide = Load("multi30k-wide.json");
+  EXPECT_EQ(c.init_model, "models/demo");
+  EXPECT_TRUE(c.spm_model.empty());
+  auto demo = ModelConfig::Load(c.init_model + "/config.json");
+  ASSERT_TRUE(demo.ok()) << demo.status();
+  EXPECT_TRUE(CheckResumable(*demo, c.model).ok()) << CheckResumable(*demo, c.model);
+  EXPECT_EQ(c.train_source, wide.train_source);
+  EXPECT_EQ(c.train_target, "data/multi30k/train.distilled.de.gz");
+  EXPECT_EQ(c.valid_target, wide.valid_target);
+  EXPECT_LT(c.lr_scale, wide.lr_scale);
+}
+
 TEST(RecipesTest, Multi30kRecipesReadDataFromTheRepository) {
   // No machine paths: data under data/multi30k (tools/get-multi30k.sh), runs under runs/.
-  for (const char* name : {"multi30k-small.json", "multi30k-continue.json", "multi30k-small-regularized.json",
-                           "multi30k-wide.json", "multi30k-tiny.json"}) {
+  for (const char* name : {"multi30k-small.json", "multi30k-continue.json", "multi30k-distill.json",
+                           "multi30k-small-regularized.json", "multi30k-wide.json", "multi30k-tiny.json"}) {
     TrainConfig c = Load(name);
     EXPECT_EQ(c.train_source.rfind("data/multi30k/", 0), 0u) << name << ": " << c.train_source;
     EXPECT_EQ(c.valid_target.rfind("data/multi30k/", 0), 0u) << name << ": " << c.valid_target;
