@@ -25,10 +25,12 @@
 #   NATURAL=DATA_DIR  (default data/multi30k when it holds test_2016_flickr.*.gz; "" skips)
 #                     a second table where outputs stop by themselves: random weights cannot
 #                     (their outputs run to the length limit), so the Transformer-base shape
-#                     comes from the demo model widened to 512/2048, 8 heads, 6+6 layers by
-#                     bench/widen_model.py, translating test_2016_flickr with beam 4, tnmt and
-#                     CTranslate2 in float32 and int8 (bench/run_real_bench.sh on that model,
-#                     with $PYTHON as its interpreter, so it needs sentencepiece too).
+#                     comes from a trained 256/1024, 4-head model widened to 512/2048, 8 heads,
+#                     6+6 layers by bench/widen_model.py, translating test_2016_flickr with beam
+#                     4, tnmt and CTranslate2 in float32 and int8 (bench/run_real_bench.sh on
+#                     that model, with $PYTHON as its interpreter, so it needs sentencepiece too).
+#   NATURAL_MODEL=DIR the model to widen (default: the earlier demo model, of that shape, read
+#                     from this repository's history at commit d5cfec3; needs a clone with it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$(pwd)"
@@ -200,11 +202,22 @@ EOF
 
 # 6. Natural output lengths on the Transformer-base shape (see NATURAL above).
 NATURAL="${NATURAL-data/multi30k}"
-if [[ -n "$NATURAL" && -f "$NATURAL/test_2016_flickr.en.gz" && $have_ct2 == 1 ]]; then
-  "$PYTHON" bench/widen_model.py models/demo "$WORK/base-natural" --layers 6
+NATURAL_MODEL="${NATURAL_MODEL:-}"
+if [[ -n "$NATURAL" && -z "$NATURAL_MODEL" ]]; then
+  # The Transformer-base shape is exactly twice the small preset's width: the earlier demo model.
+  NATURAL_MODEL="$WORK/small-demo"
+  mkdir -p "$NATURAL_MODEL"
+  for f in config.json model.safetensors spm.model; do
+    git show "d5cfec3:models/demo/$f" > "$NATURAL_MODEL/$f" 2> /dev/null || { NATURAL_MODEL=""; break; }
+  done
+fi
+if [[ -n "$NATURAL" && -z "$NATURAL_MODEL" ]]; then
+  echo "== natural-length table skipped: the earlier demo model is not in this clone's history (set NATURAL_MODEL)"
+elif [[ -n "$NATURAL" && -f "$NATURAL/test_2016_flickr.en.gz" && $have_ct2 == 1 ]]; then
+  "$PYTHON" bench/widen_model.py "$NATURAL_MODEL" "$WORK/base-natural" --layers 6
   echo
-  echo "Natural output lengths: the demo model widened to the Transformer-base shape (6+6 layers,"
-  echo "512/2048, 8 heads, vocab 8000), beam 4, test_2016_flickr (1000 sentences):"
+  echo "Natural output lengths: $NATURAL_MODEL widened to $("$PYTHON" -c 'import json, sys; c = json.load(open(sys.argv[1])); print("%d+%d layers, %d/%d, %d heads, vocab %d" % tuple(c[k] for k in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "num_heads", "vocab_size")))' "$WORK/base-natural/config.json"),"
+  echo "beam 4, test_2016_flickr (1000 sentences):"
   MODEL="$WORK/base-natural" DECODING=beam4 THREADS="$THREADS" REPEAT="$REPEAT" PYTHON="$PYTHON" \
     WORK="$WORK/natural" bench/run_real_bench.sh "$NATURAL" | grep -E '^(==|\|)'
 elif [[ -n "$NATURAL" ]]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes a Transformer-base-shaped model that still translates: a trained tnmt model (the
-demo model by default: 3+3 layers, d_model 256, 4 heads, d_ff 1024) widened to twice its
+earlier demo model, for one: 3+3 layers, d_model 256, 4 heads, d_ff 1024) widened to twice its
 width and deepened to 6+6 layers, for benchmarks that need the paper's base shape (512/2048,
 8 heads of 64, 6+6 layers) with natural output lengths, which random weights cannot give.
 
