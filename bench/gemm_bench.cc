@@ -9,10 +9,10 @@
 // Each row: the best of --reps timed calls after one untimed call, c 64-byte aligned as the
 // trainer's tensors are. "role" names the product: fwd y = x W^T, dx = dy W, dW = dy^T x.
 //
-// --dtype packed / packed-int8: the engine's GemmPacked (a decode step's linears) at the demo
-// model's shapes (d_model 256, d_ff 1024, vocab 8000) for row counts from a large batch's
-// beams down to one sentence's, W cycled through copies as a step meets it; the kernel path is
-// the CPU's best or TNMT_CPU_ISA's cap (printed).
+// --dtype packed / packed-int8: the engine's GemmPacked (a decode step's linears) at a model's
+// shapes (--d-model, --d-ff: the bundled demo model's 320 and 1280 by default; vocab 8000) for
+// row counts from a large batch's beams down to one sentence's, W cycled through copies as a
+// step meets it; the kernel path is the CPU's best or TNMT_CPU_ISA's cap (printed).
 #include <cstdio>
 #include <algorithm>
 #include <cstdint>
@@ -30,13 +30,14 @@ namespace {
 namespace k = kernels::cpu;
 
 // The --dtype packed table; returns main's exit code.
-int PackedTable(bool int8, int threads, int reps) {
+int PackedTable(bool int8, int threads, int reps, int d, int ff) {
   struct Linear {
-    const char* role;
+    std::string role;
     int n, k;
   };
-  const Linear linears[] = {{"attn 256->256", 256, 256}, {"ffn 256->1024", 1024, 256},
-                            {"ffn 1024->256", 256, 1024}, {"logits 256->8000", 8000, 256}};
+  const std::string ds = std::to_string(d), ffs = std::to_string(ff);
+  const Linear linears[] = {{"attn " + ds + "->" + ds, d, d}, {"ffn " + ds + "->" + ffs, ff, d},
+                            {"ffn " + ffs + "->" + ds, d, ff}, {"logits " + ds + "->8000", 8000, d}};
   std::printf("packed %s, kernels %s, %d thread(s), best of %d calls\n", int8 ? "int8" : "float32",
               int8 ? k::Int8KernelName() : k::IsaName(k::ActiveIsa()), threads, reps);
   std::printf("%-18s %6s %6s %6s %10s %10s\n", "role", "m", "n", "k", "ms", "GFLOP/s");
@@ -45,7 +46,7 @@ int PackedTable(bool int8, int threads, int reps) {
       // ~32 MB of weight copies: more than a step's weights, so they come from L3 or memory.
       const int copies = std::max(2, static_cast<int>((32 << 20) / (static_cast<int64_t>(l.n) * l.k * 4)));
       const double ms = BestPackedGemmMs(m, l.n, l.k, int8, copies, reps);
-      std::printf("%-18s %6d %6d %6d %10.4f %10.1f\n", l.role, m, l.n, l.k, ms, GemmGflops({false, true, m, l.n, l.k}, ms));
+      std::printf("%-18s %6d %6d %6d %10.4f %10.1f\n", l.role.c_str(), m, l.n, l.k, ms, GemmGflops({false, true, m, l.n, l.k}, ms));
     }
   }
   return 0;
@@ -57,6 +58,8 @@ int Main(int argc, char** argv) {
                  "float32 (the BLAS), bfloat16 (GemmBf16), packed or packed-int8 (the engine's GemmPacked)");
   args.AddInt("threads", 1, "compute threads");
   args.AddInt("reps", 10, "timed calls per shape (the best is shown)");
+  args.AddInt("d-model", 320, "with --dtype packed*: the model's width (the bundled demo model's)");
+  args.AddInt("d-ff", 1280, "with --dtype packed*: the feed-forward width");
   if (const absl::Status s = args.Parse(argc, argv, 1); !s.ok()) {
     std::fprintf(stderr, "gemm_bench: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -75,7 +78,11 @@ int Main(int argc, char** argv) {
   }
   if (packed) {
     k::SetComputeThreads(threads);
-    return PackedTable(dtype == "packed-int8", threads, reps);
+    if (args.GetInt("d-model") < 1 || args.GetInt("d-ff") < 1) {
+      std::fprintf(stderr, "gemm_bench: --d-model and --d-ff are >= 1\n");
+      return 2;
+    }
+    return PackedTable(dtype == "packed-int8", threads, reps, args.GetInt("d-model"), args.GetInt("d-ff"));
   }
   const bool bf16 = dtype == "bfloat16";
   if (bf16 && !k::HasBf16Gemm()) {
