@@ -44,7 +44,6 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
   const int V = c_.vocab_size;
   TNMT_RETURN_IF_ERROR(s->Reset(rows, k, V));
   TNMT_RETURN_IF_ERROR(s->CheckGather(rows, V));
-  const bool gather = !s->gather_offsets.empty();
   for (int32_t layer : s->alignment_layers) {
     if (layer < 0 || layer >= static_cast<int>(w_.decoder.size())) {
       return absl::InvalidArgumentError(absl::StrCat("alignment layer ", layer, " outside [0, ",
@@ -69,26 +68,27 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
     // Per row, on the compute threads: the log-softmax normalizer and the k best tokens (the
     // row is still in cache for the second pass).
     kernels::cpu::ParallelFor(n, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const int64_t r = r0 + i;
-        const float* row = logits_.data() + i * V;
-        kernels::cpu::LogSumExp(s->lse.data() + r, row, 1, V);
-        if (s->want_logprobs) {
-          float* lp = s->logprobs.data() + r * V;
-          const float lse = s->lse[r];
-          for (int v = 0; v < V; ++v) lp[v] = row[v] - lse;
-        }
-        s->eos_logit[r] = row[c_.eos_id];
-        if (gather) {
-          for (int32_t g = s->gather_offsets[r]; g < s->gather_offsets[r + 1]; ++g) s->gather_logit[g] = row[s->gather_ids[g]];
-        }
-        kernels::cpu::RowTopK(row, V, k, c_.pad_id, s->top_logit.data() + r * k, s->top_id.data() + r * k);
-      }
+      for (int64_t i = begin; i < end; ++i) ScoreRow(logits_.data() + i * V, r0 + i, V, c_.eos_id, c_.pad_id, s);
     });
   }
   s->aligned.clear();
   for (const std::vector<int32_t>& a : state_.alignments()) s->aligned.insert(s->aligned.end(), a.begin(), a.end());
   return absl::OkStatus();
+}
+
+void ScoreRow(const float* row, int64_t r, int vocab, int eos_id, int pad_id, StepScores* s) {
+  const int V = vocab, k = s->k;
+  kernels::cpu::LogSumExp(s->lse.data() + r, row, 1, V);
+  if (s->want_logprobs) {
+    float* lp = s->logprobs.data() + r * V;
+    const float lse = s->lse[r];
+    for (int v = 0; v < V; ++v) lp[v] = row[v] - lse;
+  }
+  s->eos_logit[r] = row[eos_id];
+  if (!s->gather_offsets.empty()) {
+    for (int32_t g = s->gather_offsets[r]; g < s->gather_offsets[r + 1]; ++g) s->gather_logit[g] = row[s->gather_ids[g]];
+  }
+  kernels::cpu::RowTopK(row, V, k, pad_id, s->top_logit.data() + r * k, s->top_id.data() + r * k);
 }
 
 absl::StatusOr<std::unique_ptr<StepModel>> MakeStepModel(const ModelConfig& c, const ModelWeights& w,

@@ -40,6 +40,11 @@ class CpuStepModel : public StepModel {
   std::vector<float> logits_;  // [rows of one part, vocab] (see Step)
 };
 
+// Fills row r of `s` from that row's logits on the host: lse, eos_logit, the gathered logits,
+// the s->k best tokens and, with want_logprobs, every log-probability. The scoring of
+// CpuStepModel, and of an ensemble's combined row; `s` as Reset and CheckGather left it.
+void ScoreRow(const float* logits, int64_t r, int vocab, int eos_id, int pad_id, StepScores* s);
+
 // A StepModel on `backend`'s device when it is not null (a new one of it), else on the CPU over
 // `w` with scratch `ws`.
 absl::StatusOr<std::unique_ptr<StepModel>> MakeStepModel(const ModelConfig& c, const ModelWeights& w,

@@ -5,16 +5,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
-#include "kernels/cpu/elementwise.h"
+#include "engine/decode/cpu_step_model.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/cpu/topk.h"
 
 namespace tnmt {
 
 EnsembleStepModel::EnsembleStepModel(std::vector<std::unique_ptr<StepModel>> members, int vocab_size,
                                      int pad_id, int eos_id)
     : members_(std::move(members)), vocab_size_(vocab_size), pad_id_(pad_id), eos_id_(eos_id),
-      member_scores_(members_.size()) {}
+      member_scores_(members_.size()) {
+  for (StepScores& ms : member_scores_) ms.want_logprobs = true;  // never anything gathered
+}
 
 absl::StatusOr<std::unique_ptr<EnsembleStepModel>> EnsembleStepModel::Create(
     std::vector<std::unique_ptr<StepModel>> members, int vocab_size, int pad_id, int eos_id) {
@@ -80,10 +81,7 @@ absl::Status EnsembleStepModel::Step(const int32_t* ids, int k, StepScores* s) {
   TNMT_RETURN_IF_ERROR(s->CheckGather(rows, V));
   for (size_t m = 0; m < members_.size(); ++m) {
     StepScores& ms = member_scores_[m];
-    ms.gather_offsets.clear();
-    ms.gather_ids.clear();
-    ms.alignment_layers = m == 0 ? s->alignment_layers : std::vector<int32_t>{};
-    ms.want_logprobs = true;
+    if (m == 0) ms.alignment_layers = s->alignment_layers;  // the others' stay empty
     TNMT_RETURN_IF_ERROR(members_[m]->Step(ids, 1, &ms));
     if (ms.rows != rows || ms.logprobs.size() != static_cast<size_t>(rows) * V) {
       return absl::InternalError(absl::StrCat("ensemble member ", m, " returned ", ms.rows, " rows of ",
@@ -91,7 +89,6 @@ absl::Status EnsembleStepModel::Step(const int32_t* ids, int k, StepScores* s) {
                                               rows, " rows of ", V));
     }
   }
-  const bool gather = !s->gather_offsets.empty();
   const float inv = 1.0f / static_cast<float>(members_.size());
   mean_.resize(static_cast<size_t>(rows) * V);
   if (s->want_logprobs) s->logprobs.resize(static_cast<size_t>(rows) * V);
@@ -106,16 +103,7 @@ absl::Status EnsembleStepModel::Step(const int32_t* ids, int k, StepScores* s) {
         for (int v = 0; v < V; ++v) row[v] += lp[v];
       }
       for (int v = 0; v < V; ++v) row[v] *= inv;
-      kernels::cpu::LogSumExp(s->lse.data() + r, row, 1, V);
-      s->eos_logit[r] = row[eos_id_];
-      if (gather) {
-        for (int32_t g = s->gather_offsets[r]; g < s->gather_offsets[r + 1]; ++g) s->gather_logit[g] = row[s->gather_ids[g]];
-      }
-      kernels::cpu::RowTopK(row, V, k, pad_id_, s->top_logit.data() + r * k, s->top_id.data() + r * k);
-      if (s->want_logprobs) {  // an ensemble inside an ensemble
-        float* lp = s->logprobs.data() + r * V;
-        for (int v = 0; v < V; ++v) lp[v] = row[v] - s->lse[r];
-      }
+      ScoreRow(row, r, V, eos_id_, pad_id_, s);  // as the CPU engine scores its logits
     }
   });
   s->aligned = member_scores_[0].aligned;
