@@ -214,9 +214,10 @@ fi
 if [[ -n "$NATURAL" && -z "$NATURAL_MODEL" ]]; then
   echo "== natural-length table skipped: the earlier demo model is not in this clone's history (set NATURAL_MODEL)"
 elif [[ -n "$NATURAL" && -f "$NATURAL/test_2016_flickr.en.gz" && $have_ct2 == 1 ]]; then
-  "$PYTHON" bench/widen_model.py "$NATURAL_MODEL" "$WORK/base-natural" --layers 6
+  # widen_model prints "widen_model: wrote DIR: SHAPE".
+  shape=$("$PYTHON" bench/widen_model.py "$NATURAL_MODEL" "$WORK/base-natural" --layers 6 | sed 's/^widen_model: wrote [^:]*: //')
   echo
-  echo "Natural output lengths: $NATURAL_MODEL widened to $("$PYTHON" -c 'import json, sys; c = json.load(open(sys.argv[1])); print("%d+%d layers, %d/%d, %d heads, vocab %d" % tuple(c[k] for k in ("encoder_layers", "decoder_layers", "d_model", "d_ff", "num_heads", "vocab_size")))' "$WORK/base-natural/config.json"),"
+  echo "Natural output lengths: $NATURAL_MODEL widened to $shape,"
   echo "beam 4, test_2016_flickr (1000 sentences):"
   MODEL="$WORK/base-natural" DECODING=beam4 THREADS="$THREADS" REPEAT="$REPEAT" PYTHON="$PYTHON" \
     WORK="$WORK/natural" bench/run_real_bench.sh "$NATURAL" | grep -E '^(==|\|)'
