@@ -35,8 +35,9 @@ absl::StatusOr<std::unique_ptr<CpuStepModel>> CpuStepModel::Create(const ModelCo
 absl::StatusOr<std::vector<int32_t>> CpuStepModel::AddSources(const int32_t* ids,
                                                               const int32_t* lengths, int batch,
                                                               int src_max) {
-  TNMT_ASSIGN_OR_RETURN(Tensor enc, Encode(c_, w_, ids, lengths, batch, src_max, ws_));
-  return state_.AddSources(enc, lengths);
+  // Only the sentences' own positions: no padding row is encoded or projected to K/V.
+  TNMT_ASSIGN_OR_RETURN(Tensor enc, EncodeRows(c_, w_, ids, lengths, batch, src_max, ws_));
+  return state_.AddSourceRows(enc, lengths, batch);
 }
 
 absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {

@@ -1,5 +1,6 @@
 // The Transformer's inference graph, written once over a device's layer operations: the
-// encoder over a padded batch, the cross-attention K/V of its output, and the KV-cached
+// encoder (over a padded batch, or over sentences packed without padding), the
+// cross-attention K/V of its output, and the KV-cached
 // decoder (any number of new positions per row) up to the logits. The CPU engine
 // (engine/layers/encoder.cc, decoder.cc over CpuLayerOps) and the CUDA engine
 // (engine/cuda/cuda_step_model.cc over CudaLayerOps) both run these functions; only the
@@ -92,27 +93,24 @@ absl::Status FeedForward(const Ops& ops, float* x, int64_t rows,
   return FinishSublayer(ops, x, a.y, rows, ln);
 }
 
-// The encoder over a padded batch into a.x: [batch * src_max, d]. ids, positions:
-// [batch * src_max] (positions[b * src_max + j] = j); lengths: [batch], 1 <= lengths[b] <=
-// src_max. Padded rows hold unspecified values and never influence valid ones (padding is
-// masked as keys).
+// The encoder over `rows` source positions into a.x: [rows, d]. ids, positions: [rows].
+// self_args: the self-attention of those rows over their sentences' keys, which are read from
+// a.qkv: key j of K/V group g at row (g * kv_group_stride + j * ld_kv) / (3d) of a.qkv, i.e.
+// kv_group_stride and ld_kv in elements of a.qkv's [rows, 3d] layout (the kernels'
+// MultiHeadAttention contract). Encode (below) lays a padded batch out this way; a caller may
+// also pack the sentences' positions one after another, with no padding rows to compute.
 template <class Ops>
-absl::Status Encode(const Ops& ops, const Activations& a, const int32_t* ids,
-                    const int32_t* positions, const int32_t* lengths, int batch, int src_max) {
+absl::Status EncodeRows(const Ops& ops, const Activations& a, const int32_t* ids,
+                        const int32_t* positions, int64_t rows, const AttentionArgs& self_args,
+                        int64_t kv_group_stride, int64_t ld_kv) {
   const ModelConfig& c = ops.config();
   const int d = c.d_model;
-  const int64_t rows = static_cast<int64_t>(batch) * src_max;
   TNMT_RETURN_IF_ERROR(ops.Embed(a.x, ids, positions, rows, /*decoder=*/false));
-  AttentionArgs args = ModelAttention(c);
-  args.batch = batch;
-  args.q_len = src_max;
-  args.k_len = src_max;
-  args.k_valid = lengths;
   for (const auto& l : ops.weights().encoder) {
     TNMT_ASSIGN_OR_RETURN(const float* in, SublayerInput(ops, a.x, a.y, rows, l.self_ln));
     TNMT_RETURN_IF_ERROR(ops.Linear(a.qkv, in, rows, l.self_qkv, false));
-    TNMT_RETURN_IF_ERROR(ops.Attention(a.attn, d, a.qkv, 3 * d, a.qkv + d, a.qkv + 2 * d, 3 * d,
-                                       static_cast<int64_t>(src_max) * 3 * d, args));
+    TNMT_RETURN_IF_ERROR(ops.Attention(a.attn, d, a.qkv, 3 * d, a.qkv + d, a.qkv + 2 * d, ld_kv,
+                                       kv_group_stride, self_args));
     TNMT_RETURN_IF_ERROR(ops.Linear(a.y, a.attn, rows, l.self_out, false));
     TNMT_RETURN_IF_ERROR(FinishSublayer(ops, a.x, a.y, rows, l.self_ln));
     TNMT_RETURN_IF_ERROR(FeedForward(ops, a.x, rows, l.fc1, l.fc2, l.final_ln, a));
@@ -121,6 +119,23 @@ absl::Status Encode(const Ops& ops, const Activations& a, const int32_t* ids,
     TNMT_RETURN_IF_ERROR(ops.LayerNorm(a.x, a.x, nullptr, rows, ops.weights().encoder_final_ln));
   }
   return absl::OkStatus();
+}
+
+// The encoder over a padded batch into a.x: [batch * src_max, d]. ids, positions:
+// [batch * src_max] (positions[b * src_max + j] = j); lengths: [batch], 1 <= lengths[b] <=
+// src_max. Padded rows hold unspecified values and never influence valid ones (padding is
+// masked as keys).
+template <class Ops>
+absl::Status Encode(const Ops& ops, const Activations& a, const int32_t* ids,
+                    const int32_t* positions, const int32_t* lengths, int batch, int src_max) {
+  const int d = ops.config().d_model;
+  AttentionArgs args = ModelAttention(ops.config());
+  args.batch = batch;
+  args.q_len = src_max;
+  args.k_len = src_max;
+  args.k_valid = lengths;
+  return EncodeRows(ops, a, ids, positions, static_cast<int64_t>(batch) * src_max, args,
+                    static_cast<int64_t>(src_max) * 3 * d, 3 * d);
 }
 
 // Cross-attention K/V of the encoder output enc: [rows, d], every decoder layer: row

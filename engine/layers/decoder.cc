@@ -81,15 +81,41 @@ absl::StatusOr<DecoderState> DecoderState::Create(const ModelConfig& c, const Mo
 
 absl::StatusOr<std::vector<int32_t>> DecoderState::AddSources(const Tensor& encoder_out,
                                                               const int32_t* src_lengths) {
-  const int d = c_->d_model;
   const int batch = static_cast<int>(encoder_out.dim(0));
   const int src_max = static_cast<int>(encoder_out.dim(1));
-  if (encoder_out.dim(2) != d) return absl::InvalidArgumentError("encoder output width is not d_model");
+  if (encoder_out.dim(2) != c_->d_model) return absl::InvalidArgumentError("encoder output width is not d_model");
+  return AddSourcesFrom(encoder_out.f32(), static_cast<int64_t>(batch) * src_max, src_lengths, batch, src_max,
+                        [src_max](int b, int j) { return b * src_max + j; });
+}
+
+absl::StatusOr<std::vector<int32_t>> DecoderState::AddSourceRows(const Tensor& encoder_rows,
+                                                                 const int32_t* src_lengths, int batch) {
+  if (encoder_rows.shape().size() != 2 || encoder_rows.dim(1) != c_->d_model) {
+    return absl::InvalidArgumentError("encoder rows are not [rows, d_model]");
+  }
+  std::vector<int32_t> offsets(static_cast<size_t>(std::max(batch, 0)) + 1, 0);
+  int src_max = 0;
+  for (int b = 0; b < batch; ++b) {
+    offsets[b + 1] = offsets[b] + std::max(src_lengths[b], 0);
+    src_max = std::max(src_max, src_lengths[b]);
+  }
+  if (offsets[batch] != encoder_rows.dim(0)) {
+    return absl::InvalidArgumentError(absl::StrCat("encoder rows: ", encoder_rows.dim(0), " rows for ",
+                                                   offsets[batch], " source positions"));
+  }
+  return AddSourcesFrom(encoder_rows.f32(), encoder_rows.dim(0), src_lengths, batch, src_max,
+                        [&offsets](int b, int j) { return offsets[b] + j; });
+}
+
+template <class RowOf>
+absl::StatusOr<std::vector<int32_t>> DecoderState::AddSourcesFrom(const float* enc, int64_t enc_rows,
+                                                                  const int32_t* src_lengths, int batch,
+                                                                  int src_max, RowOf row_of) {
+  const int d = c_->d_model;
   TNMT_ASSIGN_OR_RETURN(const int64_t total,
                         graph::KvIndex::SourcePositions(src_lengths, batch, src_max));
   // Memory first: a failure before AddSources leaves the state as it was.
-  const int64_t src_rows = static_cast<int64_t>(batch) * src_max;
-  TNMT_ASSIGN_OR_RETURN(Tensor kv, Tensor::Empty({src_rows, 2 * d}));
+  TNMT_ASSIGN_OR_RETURN(Tensor kv, Tensor::Empty({enc_rows, 2 * d}));
   TNMT_RETURN_IF_ERROR(Reserve(graph::KvIndex::kCross, total));
   TNMT_ASSIGN_OR_RETURN(std::vector<int32_t> ids, index_.AddSources(src_lengths, batch, src_max));
   // Every valid source position's K/V into its slot.
@@ -99,15 +125,15 @@ absl::StatusOr<std::vector<int32_t>> DecoderState::AddSources(const Tensor& enco
   for (int b = 0; b < batch; ++b) {
     for (int j = 0; j < src_lengths[b]; ++j) {
       slots.push_back(index_.src_slot(ids[b], j));
-      rows.push_back(b * src_max + j);
+      rows.push_back(row_of(b, j));
     }
   }
   struct {
     std::vector<Tensor>* pool;
     float* cross_pool(size_t layer) { return (*pool)[layer].f32(); }
   } cache{&cross_};
-  TNMT_RETURN_IF_ERROR(graph::CrossKeysValues(CpuLayerOps(*c_, *w_), encoder_out.f32(), src_rows,
-                                              kv.f32(), slots.data(), rows.data(), total, cache));
+  TNMT_RETURN_IF_ERROR(graph::CrossKeysValues(CpuLayerOps(*c_, *w_), enc, enc_rows, kv.f32(), slots.data(),
+                                              rows.data(), total, cache));
   return ids;
 }
 

@@ -42,6 +42,10 @@ class DecoderState {
   // (its first src_lengths[b] positions) and returns the sentences' source ids.
   absl::StatusOr<std::vector<int32_t>> AddSources(const Tensor& encoder_out,
                                                   const int32_t* src_lengths);
+  // The same for the packed encoder output of EncodeRows: encoder_rows [src_lengths[0] + ... +
+  // src_lengths[batch - 1], d], sentence after sentence. No padding position is computed.
+  absl::StatusOr<std::vector<int32_t>> AddSourceRows(const Tensor& encoder_rows,
+                                                     const int32_t* src_lengths, int batch);
   // Frees a source's K/V slots and its id (which a later AddSources may reuse). No live row
   // may attend to it.
   absl::Status ReleaseSource(int32_t source);
@@ -76,6 +80,12 @@ class DecoderState {
 
  private:
   // Grows every layer's pool tensor of `pool` to new_capacity slots of 2 * d_model floats.
+  // AddSources / AddSourceRows: row_of(b, j) is the row of encoder output enc ([enc_rows, d])
+  // holding position j of sentence b.
+  template <class RowOf>
+  absl::StatusOr<std::vector<int32_t>> AddSourcesFrom(const float* enc, int64_t enc_rows,
+                                                      const int32_t* src_lengths, int batch,
+                                                      int src_max, RowOf row_of);
   absl::Status GrowPool(std::vector<Tensor>& pool, int old_capacity, int new_capacity);
   absl::Status Reserve(graph::KvIndex::PoolId pool, int64_t more);
 

@@ -4,12 +4,16 @@
 #include "engine/layers/decoder.h"
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 
 #include <gtest/gtest.h>
 
+#include "engine/graph/transformer.h"
+#include "engine/layers/cpu_layer_ops.h"
 #include "engine/layers/encoder.h"
+#include "kernels/cpu/parallel.h"
 #include "engine/runtime/loaded_model.h"
 
 namespace tnmt {
@@ -169,6 +173,88 @@ TEST_P(DecoderCacheTest, RowsJoiningMidDecodeEqualFullRecomputation) {
       }
     }
   }
+}
+
+// The encoder over the sentences packed without padding (EncodeRows) gives each valid position
+// bit for bit the row the graph's padded Encode gives it, on 1 and 2 compute threads; the cross
+// K/V it leads to (AddSourceRows) decode exactly as the padded batch's (AddSources).
+TEST_P(DecoderCacheTest, PackedEncoderEqualsThePaddedGraphBitForBit) {
+  const ModelConfig& c = model_->config;
+  const int d = c.d_model;
+  const int batch = static_cast<int>(lengths_.size());
+  for (int threads : {1, 2}) {
+    kernels::cpu::SetComputeThreads(threads);
+    // The padded reference: graph::Encode over every row of [batch, src_max].
+    const int64_t rows = static_cast<int64_t>(batch) * src_max_;
+    std::vector<float> x(rows * d), y(rows * d), qkv(rows * 3 * d), attn(rows * d), hidden(rows * c.d_ff);
+    graph::Activations a;
+    a.x = x.data(), a.y = y.data(), a.qkv = qkv.data(), a.attn = attn.data(), a.hidden = hidden.data();
+    std::vector<int32_t> positions(rows);
+    for (int64_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>(r % src_max_);
+    ASSERT_TRUE(graph::Encode(CpuLayerOps(c, model_->weights), a, src_.data(), positions.data(), lengths_.data(),
+                              batch, src_max_)
+                    .ok());
+    auto packed = EncodeRows(c, model_->weights, src_.data(), lengths_.data(), batch, src_max_, &ws_);
+    ASSERT_TRUE(packed.ok()) << packed.status();
+    ASSERT_EQ(packed->dim(0), 5 + 9 + 2);
+    ASSERT_EQ(packed->dim(1), d);
+    int64_t row = 0;
+    for (int b = 0; b < batch; ++b) {
+      for (int j = 0; j < lengths_[b]; ++j, ++row) {
+        for (int i = 0; i < d; ++i) {
+          ASSERT_EQ(packed->f32()[row * d + i], x[(static_cast<int64_t>(b) * src_max_ + j) * d + i])
+              << "threads " << threads << " sentence " << b << " position " << j << " element " << i;
+        }
+      }
+    }
+    // The padded layout of Encode holds the same valid rows.
+    auto padded = Encode(c, model_->weights, src_.data(), lengths_.data(), batch, src_max_, &ws_);
+    ASSERT_TRUE(padded.ok());
+    for (int b = 0; b < batch; ++b) {
+      const int64_t at = static_cast<int64_t>(b) * src_max_ * d;
+      ASSERT_EQ(0, std::memcmp(padded->f32() + at, x.data() + at, sizeof(float) * lengths_[b] * d)) << b;
+    }
+    // Decoding from the packed rows' K/V equals decoding from the padded batch's.
+    auto from_padded = DecoderState::Create(c, model_->weights, kSteps, 3);
+    auto from_rows = DecoderState::Create(c, model_->weights, kSteps, 3);
+    ASSERT_TRUE(from_padded.ok() && from_rows.ok());
+    ASSERT_TRUE(from_padded->AddSources(*padded, lengths_.data()).ok());
+    auto ids = from_rows->AddSourceRows(*packed, lengths_.data(), batch);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, (std::vector<int32_t>{0, 1, 2}));
+    ASSERT_TRUE(from_padded->Start({0, 1, 2}).ok());
+    ASSERT_TRUE(from_rows->Start({0, 1, 2}).ok());
+    for (int t = 0; t < 3; ++t) {
+      std::vector<int32_t> step = {targets_[0][t], targets_[1][t], targets_[2][t]};
+      std::vector<float> want(3 * c.vocab_size), got(3 * c.vocab_size);
+      ASSERT_TRUE(DecoderForward(c, model_->weights, &*from_padded, step.data(), 1, want.data(), &ws_).ok());
+      ASSERT_TRUE(DecoderForward(c, model_->weights, &*from_rows, step.data(), 1, got.data(), &ws_).ok());
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size())) << "step " << t;
+    }
+  }
+  kernels::cpu::SetComputeThreads(1);
+}
+
+TEST_P(DecoderCacheTest, PackedEncoderRefusesBadLengthsAndRowCounts) {
+  const ModelConfig& c = model_->config;
+  std::vector<int32_t> bad = {5, 10, 2};  // 10 > src_max 9
+  auto enc = EncodeRows(c, model_->weights, src_.data(), bad.data(), 3, src_max_, &ws_);
+  ASSERT_FALSE(enc.ok());
+  EXPECT_NE(enc.status().message().find("source 1 has 10 positions, outside [1, 9]"), std::string::npos)
+      << enc.status();
+  bad = {5, 0, 2};
+  EXPECT_FALSE(EncodeRows(c, model_->weights, src_.data(), bad.data(), 3, src_max_, &ws_).ok());
+  auto packed = EncodeRows(c, model_->weights, src_.data(), lengths_.data(), 3, src_max_, &ws_);
+  ASSERT_TRUE(packed.ok());
+  auto state = DecoderState::Create(c, model_->weights, kSteps, 3);
+  ASSERT_TRUE(state.ok());
+  // Two sentences' lengths for three sentences' rows: refused, naming both counts.
+  auto ids = state->AddSourceRows(*packed, lengths_.data(), 2);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_NE(ids.status().message().find("16 rows for 14 source positions"), std::string::npos) << ids.status();
+  EXPECT_EQ(state->live_sources(), 0);
+  // A padded tensor is not rows.
+  EXPECT_FALSE(state->AddSourceRows(enc_, lengths_.data(), 3).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DecoderCacheTest, ::testing::Values("tiny", "tiny_prenorm"));
