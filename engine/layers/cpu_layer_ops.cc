@@ -17,12 +17,15 @@ absl::Status CpuLayerOps::Linear(float* y, const float* x, int64_t rows, const L
     ApplyLinear(y, x, rows, l);
     return absl::OkStatus();
   }
-  // The activation pass adds the bias too, unless the packed GEMM fused it.
+  // The activation pass adds the bias too, unless the packed GEMM fused it (and a ReLU with it:
+  // then there is no pass).
   const int out = static_cast<int>(l.weight.dim(0));
   const int in = static_cast<int>(l.weight.dim(1));
   const float* bias = l.bias.empty() ? nullptr : l.bias.f32();
   if (k::PreferPacked(static_cast<int>(rows), l.packed)) {
-    k::GemmPacked(static_cast<int>(rows), x, in, l.packed, bias, /*accumulate=*/false, y, out);
+    const bool relu = c_.activation == kernels::Activation::kRelu;
+    k::GemmPacked(static_cast<int>(rows), x, in, l.packed, bias, /*accumulate=*/false, y, out, relu);
+    if (relu) return absl::OkStatus();
     bias = nullptr;
   } else {
     k::GemmNT(static_cast<int>(rows), out, in, 1.0f, x, in, l.weight.f32(), in, 0.0f, y, out);

@@ -85,11 +85,12 @@ class PackedMatrix {
 };
 
 // c: [m, n] = a: [m, k] · b^T (+ bias[n] when bias is not null) (+ c when accumulate), with
-// b packed by PackedMatrix::Pack or PackInt8 (not empty; a's width is b.k()). Splits
-// output-column panels over the compute threads (parallel.h); results do not depend on the
-// split or on m, nor (for either kind of b) on which instruction-set path runs.
+// b packed by PackedMatrix::Pack or PackInt8 (not empty; a's width is b.k()); with relu, each
+// element is then x > 0 ? x : 0 (BiasActivation's ReLU: NaN and -0 give +0), applied as c is
+// stored. Splits output-column panels over the compute threads (parallel.h); results do not
+// depend on the split or on m, nor (for either kind of b) on which instruction-set path runs.
 void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const float* bias,
-                bool accumulate, float* c, int ldc);
+                bool accumulate, float* c, int ldc, bool relu = false);
 // GemmPacked's int8 half (b.is_int8()).
 void GemmPackedInt8(int m, const float* a, int lda, const PackedMatrix& b, const float* bias,
                     bool accumulate, float* c, int ldc);

@@ -65,7 +65,7 @@ enum class Init { kZero, kBias, kLoad, kLoadBias };
 // not, as the target clone the CPU selects compiles it: one way for every element), so here
 // too a row's results do not depend on m or on the thread count.
 TNMT_VECTORIZE void KernelPortable(int mr, int kc, const float* a, const float* b, float* c,
-                                   int64_t ldc, int nvalid, Init init, const float* bias) {
+                                   int64_t ldc, int nvalid, Init init, const float* bias, bool relu) {
   float acc[kMaxMr][kNr];
   for (int i = 0; i < mr; ++i) {
     for (int j = 0; j < kNr; ++j) {
@@ -83,7 +83,7 @@ TNMT_VECTORIZE void KernelPortable(int mr, int kc, const float* a, const float* 
     }
   }
   for (int i = 0; i < mr; ++i) {
-    for (int j = 0; j < nvalid; ++j) c[i * ldc + j] = acc[i][j];
+    for (int j = 0; j < nvalid; ++j) c[i * ldc + j] = relu ? (acc[i][j] > 0.0f ? acc[i][j] : 0.0f) : acc[i][j];
   }
 }
 
@@ -95,7 +95,7 @@ TNMT_VECTORIZE void KernelPortable(int mr, int kc, const float* a, const float* 
 template <int MR>
 TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, float* c, int64_t ldc,
                                __mmask16 m0, __mmask16 m1, Init init, const float* bias,
-                               const char* pf, int pf_lines) {
+                               const char* pf, int pf_lines, bool relu) {
   __m512 c0[MR], c1[MR];
   if (init == Init::kLoad || init == Init::kLoadBias) {
     const __m512 b0 =
@@ -131,6 +131,14 @@ TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, float* c,
     a += MR;
     b += kNr;
   }
+  if (relu) {  // max(x, +0): NaN and -0 give +0, as x > 0 ? x : 0
+    const __m512 zero = _mm512_setzero_ps();
+#pragma GCC unroll 14
+    for (int i = 0; i < MR; ++i) {
+      c0[i] = _mm512_max_ps(c0[i], zero);
+      c1[i] = _mm512_max_ps(c1[i], zero);
+    }
+  }
 #pragma GCC unroll 14
   for (int i = 0; i < MR; ++i) {
     _mm512_mask_storeu_ps(c + i * ldc, m0, c0[i]);
@@ -139,7 +147,7 @@ TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, float* c,
 }
 
 using KernelFn = void (*)(int, const float*, const float*, float*, int64_t, __mmask16, __mmask16,
-                          Init, const float*, const char*, int);
+                          Init, const float*, const char*, int, bool);
 
 template <int... MR>
 constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeKernels(std::integer_sequence<int, MR...>) {
@@ -156,7 +164,7 @@ constexpr auto kKernels = MakeKernels(std::make_integer_sequence<int, kMaxMr>{})
 template <int MR>
 TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* c, int64_t ldc,
                                  int valid0, int valid1, Init init, const float* bias,
-                                 const char* pf, int pf_lines) {
+                                 const char* pf, int pf_lines, bool relu) {
   const __m256i m0 = Avx2LaneMask(valid0), m1 = Avx2LaneMask(valid1);
   __m256 c0[MR], c1[MR];
   const bool with_bias = init == Init::kBias || init == Init::kLoadBias;
@@ -196,6 +204,14 @@ TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* 
     a += MR;
     b += kNr;
   }
+  if (relu) {  // max(x, +0): NaN and -0 give +0, as x > 0 ? x : 0
+    const __m256 zero = _mm256_setzero_ps();
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; ++i) {
+      c0[i] = _mm256_max_ps(c0[i], zero);
+      c1[i] = _mm256_max_ps(c1[i], zero);
+    }
+  }
 #pragma GCC unroll 6
   for (int i = 0; i < MR; ++i) {
     Avx2StoreFirst(c + i * ldc, valid0, c0[i]);
@@ -204,7 +220,7 @@ TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* 
 }
 
 using KernelAvx2Fn = void (*)(int, const float*, const float*, float*, int64_t, int, int, Init, const float*,
-                              const char*, int);
+                              const char*, int, bool);
 
 template <int... MR>
 constexpr std::array<KernelAvx2Fn, sizeof...(MR) + 1> MakeKernelsAvx2(std::integer_sequence<int, MR...>) {
@@ -217,12 +233,12 @@ constexpr auto kKernelsAvx2 = MakeKernelsAvx2(std::make_integer_sequence<int, kM
 // The AVX2 path for one tile and one panel: both 16-column halves that have valid columns
 // (the first half prefetches, as Kernel).
 TNMT_AVX2_TARGET void TileAvx2(int mr, int kc, const float* a, const float* b, float* c, int64_t ldc,
-                               int nvalid, Init init, const float* bias, const char* pf, int pf_lines) {
+                               int nvalid, Init init, const float* bias, const char* pf, int pf_lines, bool relu) {
   for (int h = 0; h < 2; ++h) {
     const int valid = nvalid - 16 * h;
     if (valid <= 0) break;
     kKernelsAvx2[mr](kc, a, b + 16 * h, c + 16 * h, ldc, std::min(valid, 8), std::max(0, std::min(valid - 8, 8)),
-                     init, bias != nullptr ? bias + 16 * h : nullptr, h == 0 ? pf : nullptr, h == 0 ? pf_lines : 0);
+                     init, bias != nullptr ? bias + 16 * h : nullptr, h == 0 ? pf : nullptr, h == 0 ? pf_lines : 0, relu);
   }
 }
 
@@ -346,9 +362,18 @@ PackedMatrix PackedMatrix::Pack(int n, int k, const float* b, int ldb) {
 }
 
 void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const float* bias,
-                bool accumulate, float* c, int ldc) {
+                bool accumulate, float* c, int ldc, bool relu) {
   if (b.is_int8()) {
     GemmPackedInt8(m, a, lda, b, bias, accumulate, c, ldc);
+    if (relu && m > 0) {
+      const int n = b.n();
+      ParallelForLarge(m, n, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          float* row = c + i * ldc;
+          for (int j = 0; j < n; ++j) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
+        }
+      });
+    }
     return;
   }
   const int n = b.n(), k = b.k();
@@ -368,6 +393,7 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
     float* cm = c + static_cast<int64_t>(r_begin) * ldc;
     for (int k0 = 0; k0 < k; k0 += kKc) {
       const int kc = std::min(kKc, k - k0);
+      const bool last = k0 + kc >= k;  // the ReLU, if any, as the last k block stores c
       const Init init = k0 > 0      ? Init::kLoad
                         : accumulate  ? (bias != nullptr ? Init::kLoadBias : Init::kLoad)
                         : bias != nullptr ? Init::kBias
@@ -400,15 +426,15 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
           if (avx512) {
             const __mmask16 lo = nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1;
             const __mmask16 hi = nvalid >= 32 ? 0xFFFF : nvalid <= 16 ? 0 : (1u << (nvalid - 16)) - 1;
-            kKernels[mr](kc, ta, pb, tc, ldc, lo, hi, init, pbias, pf, lines);
+            kKernels[mr](kc, ta, pb, tc, ldc, lo, hi, init, pbias, pf, lines, relu && last);
             continue;
           }
           if (avx2) {
-            TileAvx2(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias, pf, lines);
+            TileAvx2(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias, pf, lines, relu && last);
             continue;
           }
 #endif
-          KernelPortable(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias);
+          KernelPortable(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias, relu && last);
         }
       }
     }

@@ -3,13 +3,16 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/activation.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/parallel.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -296,6 +299,46 @@ TEST_F(GemmPackedTest, RowsDoNotDependOnBatchOrThreads) {
     ExpectRowsIndependent(m, n, k, a, packed, bias, {0, 5, 6, 13, 14, 200, 459}, IsaName(isa));
   }
   SetIsaForTesting(CpuIsa::kAvx512);
+}
+
+// relu = true gives bit for bit GemmPacked followed by BiasActivation's ReLU (x > 0 ? x : 0, so
+// NaN and -0 become +0), on every path, float32 and int8 weights, over several k blocks (a
+// partial sum below zero in an early block is not clamped) and with accumulate.
+TEST_F(GemmPackedTest, FusedReluEqualsTheSeparatePass) {
+  std::mt19937 rng(91);
+  const int m = 33, n = 70, k = 1100;  // three k blocks, a partial last panel
+  std::vector<float> a = Random(static_cast<size_t>(m) * k, rng);
+  const std::vector<float> b = Random(static_cast<size_t>(n) * k, rng);
+  const std::vector<float> bias = Random(n, rng);
+  const std::vector<float> c0 = Random(static_cast<size_t>(m) * n, rng);
+  // Row 3 all zero: its outputs are the bias; column 5's bias -0.0f makes -0 outputs there.
+  std::fill(a.begin() + 3 * k, a.begin() + 4 * k, 0.0f);
+  std::vector<float> signed_zero_bias = bias;
+  signed_zero_bias[5] = -0.0f;
+  // Row 7 has a NaN: every output of that row is NaN before the ReLU.
+  a[static_cast<size_t>(7) * k + 11] = std::nanf("");
+  for (bool int8 : {false, true}) {
+    const PackedMatrix packed = int8 ? PackedMatrix::PackInt8(n, k, b.data(), k) : PackedMatrix::Pack(n, k, b.data(), k);
+    for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+      if (isa > DetectedIsa()) continue;
+      SetIsaForTesting(isa);
+      for (bool accumulate : {false, true}) {
+        std::vector<float> want = c0, got = c0;
+        GemmPacked(m, a.data(), k, packed, signed_zero_bias.data(), accumulate, want.data(), n);
+        BiasActivation(want.data(), nullptr, m, n, Activation::kRelu);
+        GemmPacked(m, a.data(), k, packed, signed_zero_bias.data(), accumulate, got.data(), n, /*relu=*/true);
+        const std::string where = std::string(IsaName(isa)) + (int8 ? " int8" : " float32") +
+                                  " accumulate=" + std::to_string(accumulate);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size())) << where;
+        int negative = 0, nan = 0;
+        for (float x : got) negative += std::signbit(x), nan += std::isnan(x);
+        EXPECT_EQ(negative, 0) << where;
+        EXPECT_EQ(nan, 0) << where;
+        if (!accumulate) EXPECT_EQ(got[static_cast<size_t>(3) * n + 5], 0.0f) << where;
+      }
+    }
+    SetIsaForTesting(CpuIsa::kAvx512);
+  }
 }
 
 TEST_F(GemmPackedTest, EmptyShapes) {
