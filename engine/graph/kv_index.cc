@@ -38,7 +38,7 @@ absl::StatusOr<int64_t> KvIndex::SourcePositions(const int32_t* lengths, int bat
   for (int b = 0; b < batch; ++b) {
     if (lengths[b] < 1 || lengths[b] > src_max) {
       return absl::InvalidArgumentError(
-          absl::StrCat("source length ", lengths[b], " outside [1, ", src_max, "]"));
+          absl::StrCat("source ", b, " has ", lengths[b], " positions, outside [1, ", src_max, "]"));
     }
     total += lengths[b];
   }

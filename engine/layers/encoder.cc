@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/graph/kv_index.h"
 #include "engine/graph/transformer.h"
 #include "engine/layers/cpu_layer_ops.h"
 
@@ -19,14 +19,7 @@ absl::StatusOr<Tensor> EncodeRows(const ModelConfig& c, const ModelWeights& w, c
   // The valid positions packed one sentence after another; row r attends to the keys of its
   // sentence, which start at row start[r] (the K/V group of r is that row: group g's keys are
   // rows g, g + 1, ..., g + valid[g] - 1).
-  int64_t rows = 0;
-  for (int b = 0; b < batch; ++b) {
-    if (lengths[b] < 1 || lengths[b] > max_len) {
-      return absl::InvalidArgumentError(absl::StrCat("source ", b, " has ", lengths[b],
-                                                     " positions, outside [1, ", max_len, "]"));
-    }
-    rows += lengths[b];
-  }
+  TNMT_ASSIGN_OR_RETURN(const int64_t rows, graph::KvIndex::SourcePositions(lengths, batch, max_len));
   std::vector<int32_t> packed_ids(rows), positions(rows), start(rows), valid(rows, 0);
   int64_t r = 0;
   for (int b = 0; b < batch; ++b) {
