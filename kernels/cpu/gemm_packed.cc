@@ -25,7 +25,9 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/activation.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_tiling.h"
 #include "kernels/cpu/parallel.h"
@@ -368,10 +370,7 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
     if (relu && m > 0) {
       const int n = b.n();
       ParallelForLarge(m, n, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          float* row = c + i * ldc;
-          for (int j = 0; j < n; ++j) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
-        }
+        for (int64_t i = begin; i < end; ++i) BiasActivation(c + i * ldc, nullptr, 1, n, Activation::kRelu);
       });
     }
     return;
