@@ -366,10 +366,14 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
   // other than pad. Gathered logits: a prefix's forced token, or the tokens a repetition
   // penalty applies to.
   int k = 1;
-  bool gather = false;
+  bool gather = false, want_lse = false;
   std::vector<int32_t> layers;
   for (const auto& s : live_) {
     const DecodeOptions& o = s->opt;
+    // The normalizer is read by beam search (across hypotheses), sampling, a repetition
+    // penalty (which scales log-probabilities) and every returned score.
+    want_lse = want_lse || o.beam_size > 1 || o.sampling() || o.repetition_penalty != 1.0f ||
+               o.return_scores || o.return_token_scores;
     int want = CandidatesWanted(o, V) + (o.disable_unk ? 1 : 0);
     if (o.no_repeat_ngram_size > 0 || o.repetition_penalty != 1.0f) {
       size_t most = 0;
@@ -404,6 +408,7 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
     }
   }
   scores_.alignment_layers = layers;
+  scores_.want_lse = want_lse;
   TNMT_RETURN_IF_ERROR(model_->Step(step_ids_.data(), k, &scores_));
 
   std::vector<int32_t> parents, next_ids;
@@ -508,7 +513,8 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
                      [](const Finished& x, const Finished& y) { return x.normalized > y.normalized; });
     Done d{sp->handle, {}};
     for (int i = 0; i < static_cast<int>(f.size()) && i < sp->opt.n_best; ++i) {
-      d.result.hypotheses.push_back({std::move(f[i].ids), static_cast<float>(f[i].normalized),
+      const float score = sp->opt.return_scores ? static_cast<float>(f[i].normalized) : 0.0f;
+      d.result.hypotheses.push_back({std::move(f[i].ids), score,
                                      std::move(f[i].token_scores), std::move(f[i].alignments)});
     }
     done->push_back(std::move(d));

@@ -199,6 +199,55 @@ TEST_P(DecodeTest, SentencesJoiningARunningDecodeMatchDecodingAlone) {
   }
 }
 
+// Greedy decoding whose scores are not returned skips the log-softmax normalizer: the same
+// tokens as with scores (alone, batched, beside a beam search that needs the normalizer, and
+// with options that filter tokens), and a score of 0. A repetition penalty still gets it.
+TEST_P(DecodeTest, GreedyWithoutScoresGivesTheSameTokens) {
+  DecodeOptions plain;
+  plain.beam_size = 1;
+  DecodeOptions filtered = plain;
+  filtered.disable_unk = true;
+  filtered.min_length = 3;
+  filtered.no_repeat_ngram_size = 2;
+  DecodeOptions penalized = plain;
+  penalized.repetition_penalty = 1.3f;
+  for (const DecodeOptions& with : {plain, filtered, penalized}) {
+    DecodeOptions without = with;
+    without.return_scores = false;
+    auto want = Run(sources_, with);
+    auto got = Run(sources_, without);
+    ASSERT_TRUE(want.ok() && got.ok());
+    for (size_t i = 0; i < sources_.size(); ++i) {
+      ASSERT_EQ((*got)[i].hypotheses.size(), 1u);
+      EXPECT_EQ((*got)[i].hypotheses[0].ids, (*want)[i].hypotheses[0].ids) << "sentence " << i;
+      EXPECT_EQ((*got)[i].hypotheses[0].score, 0.0f) << "sentence " << i;
+      EXPECT_NE((*want)[i].hypotheses[0].score, 0.0f) << "sentence " << i;
+    }
+  }
+  // Beside beam search in one running decode (the step computes the normalizer for it).
+  DecodeOptions without = plain, beam4;
+  without.return_scores = false;
+  auto decoder = NewBeamDecoder(*model_, &ws_);
+  ASSERT_TRUE(decoder.ok());
+  auto greedy_handles = decoder->Add({sources_[0], sources_[3]}, without);
+  auto beam_handles = decoder->Add({sources_[4]}, beam4);
+  ASSERT_TRUE(greedy_handles.ok() && beam_handles.ok());
+  std::map<int64_t, DecodeResult> got;
+  std::vector<BeamDecoder::Done> done;
+  while (!decoder->empty()) {
+    done.clear();
+    ASSERT_TRUE(decoder->Step(&done).ok());
+    for (auto& d : done) got[d.handle] = d.result;
+  }
+  auto alone = Run({sources_[0], sources_[3]}, plain);
+  auto beam_alone = Run({sources_[4]}, beam4);
+  ASSERT_TRUE(alone.ok() && beam_alone.ok());
+  EXPECT_EQ(got[(*greedy_handles)[0]].hypotheses[0].ids, (*alone)[0].hypotheses[0].ids);
+  EXPECT_EQ(got[(*greedy_handles)[1]].hypotheses[0].ids, (*alone)[1].hypotheses[0].ids);
+  EXPECT_EQ(got[(*beam_handles)[0]].hypotheses[0].ids, (*beam_alone)[0].hypotheses[0].ids);
+  EXPECT_TRUE(SameScore(got[(*beam_handles)[0]].hypotheses[0].score, (*beam_alone)[0].hypotheses[0].score));
+}
+
 // A sentence stops once no live hypothesis can enter its top n_best finished ones, so fewer
 // hypotheses asked for may take fewer steps but never change them: n_best = n gives exactly
 // the first n hypotheses (ids and scores) of n_best = K.

@@ -66,8 +66,8 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
   for (int r0 = 0; r0 < rows; r0 += part) {
     const int n = std::min(part, rows - r0);
     TNMT_RETURN_IF_ERROR(ops.Logits(logits_.data(), hidden + static_cast<int64_t>(r0) * c_.d_model, n));
-    // Per row, on the compute threads: the log-softmax normalizer and the k best tokens (the
-    // row is still in cache for the second pass).
+    // Per row, on the compute threads: the log-softmax normalizer (unless the caller does not
+    // want it) and the k best tokens (the row is still in cache for the second pass).
     kernels::cpu::ParallelFor(n, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) ScoreRow(logits_.data() + i * V, r0 + i, V, c_.eos_id, c_.pad_id, s);
     });
@@ -79,7 +79,11 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
 
 void ScoreRow(const float* row, int64_t r, int vocab, int eos_id, int pad_id, StepScores* s) {
   const int V = vocab, k = s->k;
-  kernels::cpu::LogSumExp(s->lse.data() + r, row, 1, V);
+  if (s->want_lse || s->want_logprobs) {
+    kernels::cpu::LogSumExp(s->lse.data() + r, row, 1, V);
+  } else {
+    s->lse[r] = 0.0f;
+  }
   if (s->want_logprobs) {
     float* lp = s->logprobs.data() + r * V;
     const float lse = s->lse[r];

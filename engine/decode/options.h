@@ -42,6 +42,10 @@ struct DecodeOptions {
   bool return_alignments = false;
   int alignment_layer = -1;
   bool return_token_scores = false;
+  // False: the caller does not read Hypothesis::score (left 0). Greedy decoding without
+  // sampling or a repetition penalty then skips the log-softmax normalizer over the vocabulary
+  // at every step (it ranks a row's tokens by their logits alone; the output is the same).
+  bool return_scores = true;
 
   bool sampling() const { return sampling_topk != 1; }
 
@@ -54,13 +58,14 @@ struct DecodeOptions {
     return std::tie(beam_size, length_penalty, length_penalty_style, max_length_offset, max_length,
                     min_length, n_best, disable_unk, no_repeat_ngram_size, repetition_penalty,
                     sampling_topk, sampling_topp, sampling_temperature, seed, return_alignments,
-                    alignment_layer, return_token_scores);
+                    alignment_layer, return_token_scores, return_scores);
   }
 };
 
 struct Hypothesis {
   std::vector<int32_t> ids;  // generated tokens without </s> (a target prefix included)
-  float score = 0.0f;        // beam: normalized log-probability; greedy: sum of log-probs
+  float score = 0.0f;        // beam: normalized log-probability; greedy: sum of log-probs;
+                             // 0 when DecodeOptions::return_scores is false
   // With return_token_scores: the log-probability of each of ids, then of </s>.
   std::vector<float> token_scores;
   // With return_alignments: for each of ids, the source position it aligns to.

@@ -47,6 +47,10 @@ struct StepScores {
   // ensemble combines). StepModels that cannot return an error.
   bool want_logprobs = false;
   std::vector<float> logprobs;
+  // False: the caller does not read lse (greedy decoding whose scores are not returned), which
+  // a StepModel may then leave at 0 and need not compute (unless want_logprobs); every other
+  // field is as with true.
+  bool want_lse = true;
 
   // Checks the gather arrays against `rows` and `vocab_size` and sizes gather_logit.
   absl::Status CheckGather(int rows, int vocab_size);

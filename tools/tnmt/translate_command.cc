@@ -230,6 +230,8 @@ int TranslateCommand(int argc, char** argv) {
   opt.decode.seed = seed;
   opt.decode.return_token_scores = format.token_scores;
   opt.decode.return_alignments = format.alignments;
+  // Plain output shows no score: greedy decoding then need not compute them (same text).
+  opt.decode.return_scores = format.scores || format.n_best > 1 || format.moses || format.details();
   if (args.given("alignment-layer")) {
     const int layer = args.GetInt("alignment-layer");
     if (layer < 0 || layer >= (*model)->config.decoder_layers) {
