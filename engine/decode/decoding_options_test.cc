@@ -6,6 +6,7 @@
 // batch of sentences with different lengths; both must give the same hypotheses.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <set>
@@ -245,6 +246,58 @@ class DecodingOptionsTest : public ::testing::Test {
   std::vector<DecodeInput> inputs_;
   Workspace ws_;
 };
+
+// want_lse = false: the step leaves the normalizer at 0 and everything else as it was (the k
+// best logits and their tokens, </s>'s logit, gathered logits), bit for bit; asked for the
+// whole distributions as well, it computes the normalizer anyway.
+TEST_F(DecodingOptionsTest, AStepWithoutTheNormalizerKeepsEveryOtherScore) {
+  const ModelConfig& c = model_->config;
+  std::vector<int32_t> ids, lengths;
+  int src_max = 0;
+  for (const DecodeInput& in : inputs_) src_max = std::max(src_max, static_cast<int>(in.source.size()));
+  for (const DecodeInput& in : inputs_) {
+    std::vector<int32_t> row = in.source;
+    row.resize(src_max, c.pad_id);
+    ids.insert(ids.end(), row.begin(), row.end());
+    lengths.push_back(static_cast<int32_t>(in.source.size()));
+  }
+  const int batch = static_cast<int>(inputs_.size());
+  std::vector<StepScores> got(3);
+  for (int variant = 0; variant < 3; ++variant) {
+    Workspace ws;
+    auto model = CpuStepModel::Create(c, model_->weights, &ws);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto src = (*model)->AddSources(ids.data(), lengths.data(), batch, src_max);
+    ASSERT_TRUE(src.ok()) << src.status();
+    ASSERT_TRUE((*model)->Reorder({}, *src).ok());
+    std::vector<int32_t> step_ids(batch, c.start_id());
+    StepScores& s = got[variant];
+    s.want_lse = variant == 0;
+    s.want_logprobs = variant == 2;
+    s.gather_offsets.resize(batch + 1);
+    for (int r = 0; r < batch; ++r) {
+      s.gather_ids.push_back(5 + r);
+      s.gather_offsets[r + 1] = r + 1;
+    }
+    for (int t = 0; t < 3; ++t) {
+      ASSERT_TRUE((*model)->Step(step_ids.data(), 4, &s).ok());
+      for (int r = 0; r < batch; ++r) step_ids[r] = s.top_id[r * 4];
+      std::vector<int32_t> parents(batch);
+      std::iota(parents.begin(), parents.end(), 0);
+      ASSERT_TRUE((*model)->Reorder(parents, {}).ok());
+    }
+  }
+  const StepScores &with = got[0], &without = got[1], &logprobs = got[2];
+  ASSERT_EQ(without.top_id, with.top_id);
+  EXPECT_EQ(0, std::memcmp(without.top_logit.data(), with.top_logit.data(), with.top_logit.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(without.eos_logit.data(), with.eos_logit.data(), with.eos_logit.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(without.gather_logit.data(), with.gather_logit.data(), with.gather_logit.size() * sizeof(float)));
+  for (int r = 0; r < batch; ++r) {
+    EXPECT_EQ(without.lse[r], 0.0f) << "row " << r;
+    EXPECT_NE(with.lse[r], 0.0f) << "row " << r;
+    EXPECT_EQ(logprobs.lse[r], with.lse[r]) << "row " << r;
+  }
+}
 
 TEST_F(DecodingOptionsTest, DefaultsMatchTheReference) {
   for (int beam : {1, 4}) {
