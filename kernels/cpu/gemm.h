@@ -77,11 +77,14 @@ class PackedMatrix {
   int64_t bytes() const;  // memory held
   const float* data() const { return data_.get(); }
   const PackedInt8* int8_data() const { return int8_.get(); }
+  // Every weight is finite (float32 packing), so a zero activation's products are all zero.
+  bool finite() const { return finite_; }
 
  private:
   std::shared_ptr<const float> data_;
   std::shared_ptr<const PackedInt8> int8_;
   int n_ = 0, k_ = 0;
+  bool finite_ = false;
 };
 
 // c: [m, n] = a: [m, k] · b^T (+ bias[n] when bias is not null) (+ c when accumulate), with
@@ -89,6 +92,11 @@ class PackedMatrix {
 // element is then x > 0 ? x : 0 (BiasActivation's ReLU: NaN and -0 give +0), applied as c is
 // stored. Splits output-column panels over the compute threads (parallel.h); results do not
 // depend on the split or on m, nor (for either kind of b) on which instruction-set path runs.
+// Mostly-zero activations (a ReLU's output, the feed-forward's second product) cost less: with
+// float32 weights, all finite, a k step at which every row of a register tile is zero is
+// skipped. Its products are all ±0, and adding ±0 changes no element but one exactly zero,
+// whose sign it may set: that sign is all a skip can change, so values still do not depend
+// on the batch, the split or the path.
 void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const float* bias,
                 bool accumulate, float* c, int ldc, bool relu = false);
 // GemmPacked's int8 half (b.is_int8()).

@@ -18,8 +18,19 @@
 // in 12 ymm accumulators, the two halves one after the other. Each output element is the same
 // chain of FMAs as in the AVX-512 kernel (init, then a[i,p] * b[p,j] fused-added in k order,
 // stored and reloaded between k blocks), so the two paths give bit-identical results.
+//
+// Zero activations: packing records, per row tile, the k steps at which some row of the tile
+// is not zero. Where a k block has at most 3/4 of its steps left so, the tile runs the sparse
+// form of the kernel, which walks that list (the packed activations and the panel's rows at
+// each listed step) instead of every step. A ReLU's output, the input of a feed-forward's
+// second product, is mostly zeros (97% of a trained model's hidden units per token; 90% of the
+// k steps of 6-row tiles and 80% of 14-row ones all zero). A skipped step adds ±0 to each
+// accumulator: no value changes (only the sign of an exactly zero one could), as long as every
+// weight is finite (0 * inf is NaN), which PackedMatrix::finite() tells.
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -94,9 +105,11 @@ TNMT_VECTORIZE void KernelPortable(int mr, int kc, const float* a, const float* 
 // c[MR, 32] (columns masked by m0, m1) = init + a[kc, MR] · b[kc, 32].
 // Meanwhile prefetches pf_lines cache lines from pf into L2 (one per k step): the thread's
 // next panel, spread over the tiles of this one, so its first tile does not wait on memory.
-template <int MR>
-TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, float* c, int64_t ldc,
-                               __mmask16 m0, __mmask16 m1, Init init, const float* bias,
+// kSparse: only the kc steps listed in `steps` (ascending; a and b then point at step 0 of
+// the tile and of the panel), the others being zero in every row of a.
+template <int MR, bool kSparse>
+TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, const int32_t* steps, float* c,
+                               int64_t ldc, __mmask16 m0, __mmask16 m1, Init init, const float* bias,
                                const char* pf, int pf_lines, bool relu) {
   __m512 c0[MR], c1[MR];
   if (init == Init::kLoad || init == Init::kLoadBias) {
@@ -105,9 +118,13 @@ TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, float* c,
     const __m512 b1 =
         init == Init::kLoadBias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 14
-    for (int i = 0; i < MR; ++i) {
-      c0[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c + i * ldc), b0);
-      c1[i] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + i * ldc + 16), b1);
+    for (int i = 0; i < MR; ++i) {  // (c as stored: + 0 would turn a -0 into +0, as AVX2 does not)
+      c0[i] = _mm512_maskz_loadu_ps(m0, c + i * ldc);
+      c1[i] = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
+      if (init == Init::kLoadBias) {
+        c0[i] = _mm512_add_ps(c0[i], b0);
+        c1[i] = _mm512_add_ps(c1[i], b1);
+      }
     }
   } else {
     const __m512 b0 = init == Init::kBias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
@@ -122,17 +139,22 @@ TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, float* c,
 #pragma GCC unroll 2
   for (int p = 0; p < kc; ++p) {
     if (p < pf_lines) _mm_prefetch(pf + 64 * p, _MM_HINT_T1);
-    const __m512 b0 = _mm512_load_ps(b);
-    const __m512 b1 = _mm512_load_ps(b + 16);
+    const float* ap = kSparse ? a + static_cast<int64_t>(steps[p]) * MR : a;
+    const float* bp = kSparse ? b + static_cast<int64_t>(steps[p]) * kNr : b;
+    const __m512 b0 = _mm512_load_ps(bp);
+    const __m512 b1 = _mm512_load_ps(bp + 16);
 #pragma GCC unroll 14
     for (int i = 0; i < MR; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i]);
+      const __m512 ai = _mm512_set1_ps(ap[i]);
       c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
       c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
     }
-    a += MR;
-    b += kNr;
+    if (!kSparse) {
+      a += MR;
+      b += kNr;
+    }
   }
+  for (int p = kc; p < pf_lines; ++p) _mm_prefetch(pf + 64 * p, _MM_HINT_T1);  // a short list's rest
   if (relu) {  // max(x, +0): NaN and -0 give +0, as x > 0 ? x : 0
     const __m512 zero = _mm512_setzero_ps();
 #pragma GCC unroll 14
@@ -148,24 +170,27 @@ TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, float* c,
   }
 }
 
-using KernelFn = void (*)(int, const float*, const float*, float*, int64_t, __mmask16, __mmask16,
-                          Init, const float*, const char*, int, bool);
+using KernelFn = void (*)(int, const float*, const float*, const int32_t*, float*, int64_t, __mmask16,
+                          __mmask16, Init, const float*, const char*, int, bool);
 
-template <int... MR>
+template <bool kSparse, int... MR>
 constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeKernels(std::integer_sequence<int, MR...>) {
-  return {nullptr, &Kernel<MR + 1>...};
+  return {nullptr, &Kernel<MR + 1, kSparse>...};
 }
 
-// kKernels[mr]: the kernel for tiles of mr rows (1..kMaxMr).
-constexpr auto kKernels = MakeKernels(std::make_integer_sequence<int, kMaxMr>{});
+// kKernels[sparse][mr]: the kernel for tiles of mr rows (1..kMaxMr).
+constexpr std::array<std::array<KernelFn, kMaxMr + 1>, 2> kKernels = {
+    MakeKernels<false>(std::make_integer_sequence<int, kMaxMr>{}),
+    MakeKernels<true>(std::make_integer_sequence<int, kMaxMr>{})};
 
 
 // AVX2: c[MR, 16] (the 16 columns of one panel half, the first valid0 + valid1 of them
 // written) = init + a[kc, MR] . b[kc, 16 of 32]. b points at the half's first column of the
-// panel's first k row. Prefetches pf_lines lines from pf into L2 as Kernel does.
-template <int MR>
-TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* c, int64_t ldc,
-                                 int valid0, int valid1, Init init, const float* bias,
+// panel's first k row. Prefetches pf_lines lines from pf into L2, and walks `steps` when
+// kSparse, as Kernel does.
+template <int MR, bool kSparse>
+TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, const int32_t* steps, float* c,
+                                 int64_t ldc, int valid0, int valid1, Init init, const float* bias,
                                  const char* pf, int pf_lines, bool relu) {
   const __m256i m0 = Avx2LaneMask(valid0), m1 = Avx2LaneMask(valid1);
   __m256 c0[MR], c1[MR];
@@ -195,17 +220,22 @@ TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* 
 #pragma GCC unroll 2
   for (int p = 0; p < kc; ++p) {
     if (p < pf_lines) _mm_prefetch(pf + 64 * p, _MM_HINT_T1);
-    const __m256 v0 = _mm256_load_ps(b);
-    const __m256 v1 = _mm256_load_ps(b + 8);
+    const float* ap = kSparse ? a + static_cast<int64_t>(steps[p]) * MR : a;
+    const float* bp = kSparse ? b + static_cast<int64_t>(steps[p]) * kNr : b;
+    const __m256 v0 = _mm256_load_ps(bp);
+    const __m256 v1 = _mm256_load_ps(bp + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(a + i);
+      const __m256 ai = _mm256_broadcast_ss(ap + i);
       c0[i] = _mm256_fmadd_ps(ai, v0, c0[i]);
       c1[i] = _mm256_fmadd_ps(ai, v1, c1[i]);
     }
-    a += MR;
-    b += kNr;
+    if (!kSparse) {
+      a += MR;
+      b += kNr;
+    }
   }
+  for (int p = kc; p < pf_lines; ++p) _mm_prefetch(pf + 64 * p, _MM_HINT_T1);
   if (relu) {  // max(x, +0): NaN and -0 give +0, as x > 0 ? x : 0
     const __m256 zero = _mm256_setzero_ps();
 #pragma GCC unroll 6
@@ -221,41 +251,56 @@ TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* 
   }
 }
 
-using KernelAvx2Fn = void (*)(int, const float*, const float*, float*, int64_t, int, int, Init, const float*,
-                              const char*, int, bool);
+using KernelAvx2Fn = void (*)(int, const float*, const float*, const int32_t*, float*, int64_t, int, int, Init,
+                              const float*, const char*, int, bool);
 
-template <int... MR>
+template <bool kSparse, int... MR>
 constexpr std::array<KernelAvx2Fn, sizeof...(MR) + 1> MakeKernelsAvx2(std::integer_sequence<int, MR...>) {
-  return {nullptr, &KernelAvx2<MR + 1>...};
+  return {nullptr, &KernelAvx2<MR + 1, kSparse>...};
 }
 
-// kKernelsAvx2[mr]: the AVX2 kernel for tiles of mr rows (1..kMaxMrAvx2).
-constexpr auto kKernelsAvx2 = MakeKernelsAvx2(std::make_integer_sequence<int, kMaxMrAvx2>{});
+// kKernelsAvx2[sparse][mr]: the AVX2 kernel for tiles of mr rows (1..kMaxMrAvx2).
+constexpr std::array<std::array<KernelAvx2Fn, kMaxMrAvx2 + 1>, 2> kKernelsAvx2 = {
+    MakeKernelsAvx2<false>(std::make_integer_sequence<int, kMaxMrAvx2>{}),
+    MakeKernelsAvx2<true>(std::make_integer_sequence<int, kMaxMrAvx2>{})};
 
 // The AVX2 path for one tile and one panel: both 16-column halves that have valid columns
 // (the first half prefetches, as Kernel).
-TNMT_AVX2_TARGET void TileAvx2(int mr, int kc, const float* a, const float* b, float* c, int64_t ldc,
-                               int nvalid, Init init, const float* bias, const char* pf, int pf_lines, bool relu) {
+TNMT_AVX2_TARGET void TileAvx2(int mr, int kc, const float* a, const float* b, const int32_t* steps, float* c,
+                               int64_t ldc, int nvalid, Init init, const float* bias, const char* pf, int pf_lines,
+                               bool relu) {
+  const auto& kernels = kKernelsAvx2[steps != nullptr ? 1 : 0];
   for (int h = 0; h < 2; ++h) {
     const int valid = nvalid - 16 * h;
     if (valid <= 0) break;
-    kKernelsAvx2[mr](kc, a, b + 16 * h, c + 16 * h, ldc, std::min(valid, 8), std::max(0, std::min(valid - 8, 8)),
-                     init, bias != nullptr ? bias + 16 * h : nullptr, h == 0 ? pf : nullptr, h == 0 ? pf_lines : 0, relu);
+    kernels[mr](kc, a, b + 16 * h, steps, c + 16 * h, ldc, std::min(valid, 8), std::max(0, std::min(valid - 8, 8)),
+                init, bias != nullptr ? bias + 16 * h : nullptr, h == 0 ? pf : nullptr, h == 0 ? pf_lines : 0, relu);
   }
 }
 
-// PackRows (below) with 16 x 16 transposes: 16 columns of the tile's rows per step.
-TNMT_AVX512_TARGET void PackTileAvx512(float* d, const float* a, int64_t lda, int mr, int k) {
+// PackRows (below) with 16 x 16 transposes: 16 columns of the tile's rows per step. Writes
+// the k steps at which some row is not zero (NaN included) to steps; returns their count.
+TNMT_AVX512_TARGET int PackTileAvx512(float* d, const float* a, int64_t lda, int mr, int k, int32_t* steps) {
   const __mmask16 row_mask = static_cast<__mmask16>((1u << mr) - 1u);
+  const __m512 zero = _mm512_setzero_ps();
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __m512 r[16], c[16];
+  int n = 0;
   for (int i = mr; i < 16; ++i) r[i] = _mm512_setzero_ps();
   for (int p0 = 0; p0 < k; p0 += 16) {
     const int kt = std::min(16, k - p0);
     const __mmask16 col_mask = static_cast<__mmask16>((1u << kt) - 1u);
-    for (int i = 0; i < mr; ++i) r[i] = _mm512_maskz_loadu_ps(col_mask, a + i * lda + p0);
+    __mmask16 nonzero = 0;
+    for (int i = 0; i < mr; ++i) {
+      r[i] = _mm512_maskz_loadu_ps(col_mask, a + i * lda + p0);
+      nonzero |= _mm512_cmp_ps_mask(r[i], zero, _CMP_NEQ_UQ);
+    }
+    _mm512_mask_compressstoreu_epi32(steps + n, nonzero, _mm512_add_epi32(iota, _mm512_set1_epi32(p0)));
+    n += __builtin_popcount(nonzero);
     Transpose16(r, c);
     for (int q = 0; q < kt; ++q) _mm512_mask_storeu_ps(d + (p0 + q) * mr, row_mask, c[q]);
   }
+  return n;
 }
 
 // c[q] lane i = r[i] lane q (8 x 8 transpose; Transpose16's first two steps on 256-bit
@@ -279,13 +324,30 @@ TNMT_AVX2_TARGET inline void Transpose8(const __m256* r, __m256* c) {
   }
 }
 
+// kCompressed8[bits]: the positions of bits' set bits (0-7), ascending, then zeros.
+constexpr std::array<std::array<int32_t, 8>, 256> Compressed8() {
+  std::array<std::array<int32_t, 8>, 256> t{};
+  for (int bits = 0; bits < 256; ++bits) {
+    int n = 0;
+    for (int q = 0; q < 8; ++q) {
+      if (bits & (1 << q)) t[bits][n++] = q;
+    }
+  }
+  return t;
+}
+alignas(32) constexpr std::array<std::array<int32_t, 8>, 256> kCompressed8 = Compressed8();
+
 // PackRows (below) for the AVX2 path's tiles (mr <= 8) with 8 x 8 transposes: 8 columns of
 // the tile's rows per step (rows past mr are zero). Each k row is stored as a whole vector, in
 // increasing order, so its lanes past mr land where the next k row (or the next tile) is stored
 // afterwards; only the tile's last row spills, into the slack PackRows keeps past its buffer
-// (masked stores are slow on some AVX2 CPUs).
-TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr, int k) {
+// (masked stores are slow on some AVX2 CPUs). Writes the k steps at which some row is not
+// zero to steps and returns their count, as PackTileAvx512; whole 8-step stores, so up to 7
+// entries past the count are written too.
+TNMT_AVX2_TARGET int PackTileAvx2(float* d, const float* a, int64_t lda, int mr, int k, int32_t* steps) {
+  const __m256 zero = _mm256_setzero_ps();
   __m256 r[8], c[8];
+  int n = 0;
   for (int i = mr; i < 8; ++i) r[i] = _mm256_setzero_ps();
   for (int p0 = 0; p0 < k; p0 += 8) {
     const int kt = std::min(8, k - p0);
@@ -295,30 +357,48 @@ TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr
       const __m256i col_mask = Avx2LaneMask(kt);
       for (int i = 0; i < mr; ++i) r[i] = _mm256_maskload_ps(a + i * lda + p0, col_mask);
     }
+    int nonzero = 0;  // bit q: step p0 + q (masked-off lanes load as zero)
+    for (int i = 0; i < mr; ++i) nonzero |= _mm256_movemask_ps(_mm256_cmp_ps(r[i], zero, _CMP_NEQ_UQ));
+    const __m256i listed = _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompressed8[nonzero].data()));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(steps + n), _mm256_add_epi32(listed, _mm256_set1_epi32(p0)));
+    n += __builtin_popcount(nonzero);
     Transpose8(r, c);
     for (int q = 0; q < kt; ++q) _mm256_storeu_ps(d + (p0 + q) * mr, c[q]);
   }
+  return n;
 }
 
 #endif  // __x86_64__
 
+// Per row tile of a packed block: the k steps at which some row of the tile is not zero,
+// ascending (tile t's at t * k), and how many (-1 where not recorded: the portable path).
+struct NonzeroSteps {
+  std::vector<int32_t> step;
+  std::vector<int> count;
+};
+
 // The tiling's rows of a packed into `buffer` (grown as needed) and returned, tile by tile: rows
-// [start, start + mr) of a as [k, mr] (k-major) at start * k. The buffer keeps 8 floats of
-// slack past the packed rows, which PackTileAvx2's whole-vector stores may write.
-const float* PackRows(std::vector<float>* buffer, const float* a, int lda, int k, const Tiling& tiling,
-                      CpuIsa isa) {
+// [start, start + mr) of a as [k, mr] (k-major) at start * k; each tile's nonzero steps into
+// *steps. The buffer keeps 8 floats of slack past the packed rows, which PackTileAvx2's
+// whole-vector stores may write.
+const float* PackRows(std::vector<float>* buffer, NonzeroSteps* steps, const float* a, int lda, int k,
+                      const Tiling& tiling, CpuIsa isa) {
   constexpr size_t kSlack = 8;
   float* dst = GrowScratch(buffer, static_cast<size_t>(tiling.start(tiling.tiles)) * k + kSlack);
+  int32_t* step = GrowScratch(&steps->step, static_cast<size_t>(tiling.tiles) * k + kSlack);
+  int* count = GrowScratch(&steps->count, static_cast<size_t>(tiling.tiles));
   for (int t = 0; t < tiling.tiles; ++t) {
     const int mr = tiling.rows(t), r0 = tiling.start(t);
     float* d = dst + static_cast<int64_t>(r0) * k;
+    int32_t* ts = step + static_cast<int64_t>(t) * k;
+    count[t] = -1;
 #if defined(__x86_64__)
     if (isa == CpuIsa::kAvx512) {
-      PackTileAvx512(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k);
+      count[t] = PackTileAvx512(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k, ts);
       continue;
     }
     if (isa == CpuIsa::kAvx2 && mr <= 8) {
-      PackTileAvx2(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k);
+      count[t] = PackTileAvx2(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k, ts);
       continue;
     }
 #endif
@@ -360,6 +440,10 @@ PackedMatrix PackedMatrix::Pack(int n, int k, const float* b, int ldb) {
       data, [](const float* p) { std::free(const_cast<float*>(p)); });
   out.n_ = n;
   out.k_ = k;
+  out.finite_ = true;
+  for (int j = 0; j < n && out.finite_; ++j) {
+    for (int q = 0; q < k; ++q) out.finite_ = out.finite_ && std::isfinite(b[static_cast<int64_t>(j) * ldb + q]);
+  }
   return out;
 }
 
@@ -381,17 +465,36 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
   const CpuIsa isa = ActiveIsa();
   const bool avx512 = isa == CpuIsa::kAvx512, avx2 = isa == CpuIsa::kAvx2;
   const int max_mr = avx2 ? kMaxMrAvx2 : kMaxMr;
-  // Rows [r_begin, r_end) times panels [p_begin, p_end), the rows packed into `packed` first.
+  // Zero steps may be skipped only when every weight is finite (0 * inf is NaN).
+  const bool may_skip = b.finite();
+  // Rows [r_begin, r_end) times panels [p_begin, p_end), the rows packed into `packed` (and
+  // their nonzero steps into `steps`) first when pack.
   auto compute = [&](int r_begin, int r_end, int64_t p_begin, int64_t p_end, const float* pa, bool pack,
-                     std::vector<float>* packed) {
+                     std::vector<float>* packed, NonzeroSteps* steps) {
     const int mc = r_end - r_begin;
     const Tiling tiling(mc, max_mr);
     if (pack) {
-      pa = PackRows(packed, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, isa);
+      pa = PackRows(packed, steps, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, isa);
     }
+    // Per tile, its step list's part in the current k block: where it starts and how long it
+    // is (-1: no list, nothing may be skipped).
+    thread_local std::vector<int> list_begin, list_len;
+    int* begin = GrowScratch(&list_begin, static_cast<size_t>(tiling.tiles));
+    int* len = GrowScratch(&list_len, static_cast<size_t>(tiling.tiles));
+    for (int t = 0; t < tiling.tiles; ++t) begin[t] = len[t] = 0;
     float* cm = c + static_cast<int64_t>(r_begin) * ldc;
     for (int k0 = 0; k0 < k; k0 += kKc) {
       const int kc = std::min(kKc, k - k0);
+      for (int t = 0; t < tiling.tiles; ++t) {
+        const int count = steps->count[t];
+        if (!may_skip || count < 0) {
+          len[t] = -1;
+          continue;
+        }
+        const int32_t* list = steps->step.data() + static_cast<int64_t>(t) * k;
+        begin[t] += len[t];  // past the previous block's part
+        len[t] = static_cast<int>(std::lower_bound(list + begin[t], list + count, k0 + kc) - (list + begin[t]));
+      }
       const bool last = k0 + kc >= k;  // the ReLU, if any, as the last k block stores c
       const Init init = k0 > 0      ? Init::kLoad
                         : accumulate  ? (bias != nullptr ? Init::kLoadBias : Init::kLoad)
@@ -422,14 +525,20 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
           // This tile's slice of the next block (no lines when there is none: next_lines is 0).
           const int first = t * slice, lines = std::max(0, std::min(slice, next_lines - first));
           const char* pf = next != nullptr ? next + 64 * first : nullptr;
+          // The sparse kernel: the listed steps only, from the tile's and the panel's step 0.
+          const bool sparse = len[t] >= 0 && 4 * len[t] <= 3 * kc;
+          const int32_t* list = sparse ? steps->step.data() + static_cast<int64_t>(t) * k + begin[t] : nullptr;
+          const int ksteps = sparse ? len[t] : kc;
+          const float* ka = sparse ? pa + static_cast<int64_t>(r0) * k : ta;
+          const float* kb = sparse ? b.data() + p * k * kNr : pb;
           if (avx512) {
             const __mmask16 lo = nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1;
             const __mmask16 hi = nvalid >= 32 ? 0xFFFF : nvalid <= 16 ? 0 : (1u << (nvalid - 16)) - 1;
-            kKernels[mr](kc, ta, pb, tc, ldc, lo, hi, init, pbias, pf, lines, relu && last);
+            kKernels[sparse ? 1 : 0][mr](ksteps, ka, kb, list, tc, ldc, lo, hi, init, pbias, pf, lines, relu && last);
             continue;
           }
           if (avx2) {
-            TileAvx2(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias, pf, lines, relu && last);
+            TileAvx2(mr, ksteps, ka, kb, list, tc, ldc, nvalid, init, pbias, pf, lines, relu && last);
             continue;
           }
 #endif
@@ -446,22 +555,24 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
     const int64_t blocks = (m + kRowBlock - 1) / kRowBlock;
     ParallelFor(blocks, [&](int64_t b_begin, int64_t b_end) {
       thread_local std::vector<float> packed;
+      thread_local NonzeroSteps steps;
       const int r_begin = static_cast<int>(b_begin * kRowBlock);
       const int r_end = static_cast<int>(std::min<int64_t>(m, b_end * kRowBlock));
       for (int r0 = r_begin; r0 < r_end; r0 += kMc) {
-        compute(r0, std::min(r_end, r0 + kMc), 0, panels, nullptr, true, &packed);
+        compute(r0, std::min(r_end, r0 + kMc), 0, panels, nullptr, true, &packed, &steps);
       }
     });
     return;
   }
   // Activations, packed per call by the calling thread; read by every compute thread.
   thread_local std::vector<float> packed_a;
+  thread_local NonzeroSteps a_steps;
+  NonzeroSteps* steps = &a_steps;  // (a thread_local: the workers must not name it)
   for (int m0 = 0; m0 < m; m0 += kMc) {
     const int mc = std::min(kMc, m - m0);
-    // (a thread_local: the workers must not name it)
-    const float* pa = PackRows(&packed_a, a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), isa);
+    const float* pa = PackRows(&packed_a, steps, a + static_cast<int64_t>(m0) * lda, lda, k, Tiling(mc, max_mr), isa);
     ParallelFor(panels, [&](int64_t p_begin, int64_t p_end) {
-      compute(m0, m0 + mc, p_begin, p_end, pa, false, nullptr);
+      compute(m0, m0 + mc, p_begin, p_end, pa, false, nullptr, steps);
     });
   }
 }

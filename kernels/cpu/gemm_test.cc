@@ -341,6 +341,120 @@ TEST_F(GemmPackedTest, FusedReluEqualsTheSeparatePass) {
   }
 }
 
+// Mostly-zero activations, as a ReLU leaves them: rows of `density` nonzero values (negative
+// ones, which the sign test below needs), some rows all zero, and columns [zero_from, zero_to)
+// zero in every row.
+std::vector<float> ReluLike(int m, int k, double density, int zero_from, int zero_to, std::mt19937& rng) {
+  std::uniform_real_distribution<float> value(-2.0f, -0.01f);
+  std::bernoulli_distribution on(density);
+  std::vector<float> a(static_cast<size_t>(m) * k, 0.0f);
+  for (int i = 0; i < m; ++i) {
+    if (i % 7 == 3) continue;  // all zero
+    for (int p = 0; p < k; ++p) {
+      if ((p < zero_from || p >= zero_to) && on(rng)) a[static_cast<size_t>(i) * k + p] = value(rng);
+    }
+  }
+  return a;
+}
+
+// The FMA chain each kernel runs per element (init, then fma(a[i,p], b[j,p], acc) over every p
+// in order): the dense result bit for bit, zero steps included.
+std::vector<float> FmaChain(int m, int n, int k, const std::vector<float>& a, const std::vector<float>& b,
+                            const float* bias) {
+  std::vector<float> c(static_cast<size_t>(m) * n);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float acc = bias != nullptr ? bias[j] : 0.0f;
+      for (int p = 0; p < k; ++p) acc = std::fma(a[static_cast<size_t>(i) * k + p], b[static_cast<size_t>(j) * k + p], acc);
+      c[static_cast<size_t>(i) * n + j] = acc;
+    }
+  }
+  return c;
+}
+
+// Zero activations: on the AVX-512 and AVX2 paths, the k steps at which every row of a tile is
+// zero are skipped, and the values are those of the whole FMA chain, zero steps included (==,
+// element by element), for batches around the tile heights, over three k blocks, on 1 and 2
+// threads, with row splits; each row alone gives the batch's row.
+TEST_F(GemmPackedTest, ZeroActivationStepsAreSkippedWithoutChangingValues) {
+  std::mt19937 rng(5);
+  const int n = 70, k = 1100;
+  const std::vector<float> b = Random(static_cast<size_t>(n) * k, rng);
+  const std::vector<float> bias = Random(n, rng);
+  const PackedMatrix packed = PackedMatrix::Pack(n, k, b.data(), k);
+  ASSERT_TRUE(packed.finite());
+  for (const int m : {1, 6, 13, 14, 29, 200, 460}) {
+    for (const double density : {0.02, 0.2, 0.9}) {
+      const std::vector<float> a = ReluLike(m, k, density, 500, 700, rng);
+      const std::vector<float> want = FmaChain(m, n, k, a, b, bias.data());
+      for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
+        if (isa > DetectedIsa()) continue;
+        SetIsaForTesting(isa);
+        for (int threads : {1, 2}) {
+          SetComputeThreads(threads);
+          std::vector<float> c(want.size());
+          GemmPacked(m, a.data(), k, packed, bias.data(), false, c.data(), n);
+          EXPECT_TRUE(c == want) << IsaName(isa) << " m=" << m << " density=" << density << " threads=" << threads;
+        }
+        SetComputeThreads(1);
+        if (m > 1) {
+          ExpectRowsIndependent(m, n, k, a, packed, bias, {0, 3, m - 1},
+                                std::string(IsaName(isa)) + " density " + std::to_string(density));
+        }
+      }
+    }
+  }
+  SetIsaForTesting(CpuIsa::kAvx512);
+}
+
+// What a skip can change, shown where it does: a zero's sign. Column 0's weights are all +0
+// and its bias -0; every row is negative at every 10th step and zero elsewhere, so the
+// products in that column are -0 at those steps and +0 at the others. The whole chain turns
+// -0 into +0 at the first zero step; a kernel that skipped the zero steps keeps -0. So the
+// sign says which ran: the skipping kernels on the AVX-512 and AVX2 paths, the whole chain on
+// the portable path, and the whole chain too where a weight is not finite (a zero step's
+// 0 * inf must give NaN).
+TEST_F(GemmPackedTest, ZeroStepsSkippedOnlyWhereTheyChangeNoValue) {
+  std::mt19937 rng(6);
+  const int m = 40, n = 40, k = 600;
+  std::vector<float> b = Random(static_cast<size_t>(n) * k, rng);
+  for (int p = 0; p < k; ++p) b[p] = 0.0f;  // column 0
+  std::vector<float> bias = Random(n, rng);
+  bias[0] = -0.0f;
+  std::vector<float> a(static_cast<size_t>(m) * k, 0.0f);
+  for (int i = 0; i < m; ++i) {
+    for (int p = 0; p < k; p += 10) a[static_cast<size_t>(i) * k + p] = -0.5f - 0.01f * static_cast<float>(i % 9);
+  }
+  const PackedMatrix packed = PackedMatrix::Pack(n, k, b.data(), k);
+  ASSERT_TRUE(packed.finite());
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+    if (isa > DetectedIsa()) continue;
+    SetIsaForTesting(isa);
+    std::vector<float> c(static_cast<size_t>(m) * n);
+    GemmPacked(m, a.data(), k, packed, bias.data(), false, c.data(), n);
+    for (int i = 0; i < m; ++i) {
+      EXPECT_EQ(c[static_cast<size_t>(i) * n], 0.0f);
+      EXPECT_EQ(std::signbit(c[static_cast<size_t>(i) * n]), isa != CpuIsa::kPortable) << IsaName(isa) << " row " << i;
+    }
+  }
+  // An infinite weight at a step that is zero in every row: the products there are NaN, so
+  // nothing is skipped (column 0 comes out +0 on every path) and that column is NaN.
+  b[static_cast<size_t>(5) * k + 11] = INFINITY;
+  const PackedMatrix with_inf = PackedMatrix::Pack(n, k, b.data(), k);
+  EXPECT_FALSE(with_inf.finite());
+  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+    if (isa > DetectedIsa()) continue;
+    SetIsaForTesting(isa);
+    std::vector<float> c(static_cast<size_t>(m) * n);
+    GemmPacked(m, a.data(), k, with_inf, bias.data(), false, c.data(), n);
+    for (int i = 0; i < m; ++i) {
+      EXPECT_FALSE(std::signbit(c[static_cast<size_t>(i) * n])) << IsaName(isa) << " row " << i;
+      EXPECT_TRUE(std::isnan(c[static_cast<size_t>(i) * n + 5])) << IsaName(isa) << " row " << i;
+    }
+  }
+  SetIsaForTesting(CpuIsa::kAvx512);
+}
+
 TEST_F(GemmPackedTest, EmptyShapes) {
   std::mt19937 rng(3);
   const std::vector<float> b = Random(64, rng);
