@@ -50,12 +50,13 @@ double BestGemmMs(const GemmShape& s, bool bf16, int reps) {
   return best;
 }
 
-double BestPackedGemmMs(int m, int n, int k, bool int8, int copies, int reps) {
+double BestPackedGemmMs(int m, int n, int k, bool int8, int copies, int reps, double zero_fraction) {
   namespace k_ = kernels::cpu;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::bernoulli_distribution zero(zero_fraction);
   std::vector<float> a(static_cast<size_t>(m) * k), w(static_cast<size_t>(n) * k), bias(n);
-  for (float& x : a) x = u(rng);
+  for (float& x : a) x = zero(rng) ? 0.0f : u(rng);
   for (float& x : w) x = u(rng);
   for (float& x : bias) x = u(rng);
   std::vector<k_::PackedMatrix> packed;

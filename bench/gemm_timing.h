@@ -20,8 +20,9 @@ double BestGemmMs(const GemmShape& s, bool bf16, int reps);
 // through kernels::cpu::GemmPacked, W [n, k] packed once beforehand (float32, or int8 per
 // output column when int8), as a decode step runs its linears. `copies` packed copies of W
 // are cycled through, so that W comes from where a model's weights come from in a step (L3 or
-// memory) rather than from the cache the previous call left it in.
-double BestPackedGemmMs(int m, int n, int k, bool int8, int copies, int reps);
+// memory) rather than from the cache the previous call left it in. Each activation is zero
+// with probability zero_fraction (a ReLU's output is mostly zeros), else uniform in [-1, 1].
+double BestPackedGemmMs(int m, int n, int k, bool int8, int copies, int reps, double zero_fraction = 0.0);
 
 // GFLOP/s of a product of this shape taking `ms` milliseconds.
 inline double GemmGflops(const GemmShape& s, double ms) { return 2.0 * s.m * s.n * s.k / (ms * 1e6); }
