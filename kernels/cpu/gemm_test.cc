@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -425,34 +426,36 @@ TEST_F(GemmPackedTest, ZeroStepsSkippedOnlyWhereTheyChangeNoValue) {
   for (int i = 0; i < m; ++i) {
     for (int p = 0; p < k; p += 10) a[static_cast<size_t>(i) * k + p] = -0.5f - 0.01f * static_cast<float>(i % 9);
   }
+  // check(w, isa, c): the result c of a times w on each path this CPU has.
+  auto on_each_path = [&](const PackedMatrix& w, const std::function<void(CpuIsa, const std::vector<float>&)>& check) {
+    for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+      if (isa > DetectedIsa()) continue;
+      SetIsaForTesting(isa);
+      std::vector<float> c(static_cast<size_t>(m) * n);
+      GemmPacked(m, a.data(), k, w, bias.data(), false, c.data(), n);
+      check(isa, c);
+    }
+    SetIsaForTesting(CpuIsa::kAvx512);
+  };
   const PackedMatrix packed = PackedMatrix::Pack(n, k, b.data(), k);
   ASSERT_TRUE(packed.finite());
-  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
-    if (isa > DetectedIsa()) continue;
-    SetIsaForTesting(isa);
-    std::vector<float> c(static_cast<size_t>(m) * n);
-    GemmPacked(m, a.data(), k, packed, bias.data(), false, c.data(), n);
+  on_each_path(packed, [&](CpuIsa isa, const std::vector<float>& c) {
     for (int i = 0; i < m; ++i) {
       EXPECT_EQ(c[static_cast<size_t>(i) * n], 0.0f);
       EXPECT_EQ(std::signbit(c[static_cast<size_t>(i) * n]), isa != CpuIsa::kPortable) << IsaName(isa) << " row " << i;
     }
-  }
+  });
   // An infinite weight at a step that is zero in every row: the products there are NaN, so
   // nothing is skipped (column 0 comes out +0 on every path) and that column is NaN.
   b[static_cast<size_t>(5) * k + 11] = INFINITY;
   const PackedMatrix with_inf = PackedMatrix::Pack(n, k, b.data(), k);
   EXPECT_FALSE(with_inf.finite());
-  for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
-    if (isa > DetectedIsa()) continue;
-    SetIsaForTesting(isa);
-    std::vector<float> c(static_cast<size_t>(m) * n);
-    GemmPacked(m, a.data(), k, with_inf, bias.data(), false, c.data(), n);
+  on_each_path(with_inf, [&](CpuIsa isa, const std::vector<float>& c) {
     for (int i = 0; i < m; ++i) {
       EXPECT_FALSE(std::signbit(c[static_cast<size_t>(i) * n])) << IsaName(isa) << " row " << i;
       EXPECT_TRUE(std::isnan(c[static_cast<size_t>(i) * n + 5])) << IsaName(isa) << " row " << i;
     }
-  }
-  SetIsaForTesting(CpuIsa::kAvx512);
+  });
 }
 
 TEST_F(GemmPackedTest, EmptyShapes) {
