@@ -20,7 +20,7 @@
 // stored and reloaded between k blocks), so the two paths give bit-identical results.
 //
 // Zero activations: packing records, per row tile, the k steps at which some row of the tile
-// is not zero. Where a k block has at most 3/4 of its steps left so, the tile runs the sparse
+// is not zero. Where at most 3/4 of a k block's steps are listed, the tile runs the sparse
 // form of the kernel, which walks that list (the packed activations and the panel's rows at
 // each listed step) instead of every step. A ReLU's output, the input of a feed-forward's
 // second product, is mostly zeros (97% of a trained model's hidden units per token; 90% of the
@@ -118,7 +118,7 @@ TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, const int
     const __m512 b1 =
         init == Init::kLoadBias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 14
-    for (int i = 0; i < MR; ++i) {  // (c as stored: + 0 would turn a -0 into +0, as AVX2 does not)
+    for (int i = 0; i < MR; ++i) {  // c as stored (adding a zero bias would turn -0 into +0)
       c0[i] = _mm512_maskz_loadu_ps(m0, c + i * ldc);
       c1[i] = _mm512_maskz_loadu_ps(m1, c + i * ldc + 16);
       if (init == Init::kLoadBias) {
@@ -279,7 +279,8 @@ TNMT_AVX2_TARGET void TileAvx2(int mr, int kc, const float* a, const float* b, c
 }
 
 // PackRows (below) with 16 x 16 transposes: 16 columns of the tile's rows per step. Writes
-// the k steps at which some row is not zero (NaN included) to steps; returns their count.
+// the k steps at which some row is not zero (NaN included) to steps, in whole 16-entry stores,
+// and returns their count.
 TNMT_AVX512_TARGET int PackTileAvx512(float* d, const float* a, int64_t lda, int mr, int k, int32_t* steps) {
   const __mmask16 row_mask = static_cast<__mmask16>((1u << mr) - 1u);
   const __m512 zero = _mm512_setzero_ps();
@@ -295,7 +296,9 @@ TNMT_AVX512_TARGET int PackTileAvx512(float* d, const float* a, int64_t lda, int
       r[i] = _mm512_maskz_loadu_ps(col_mask, a + i * lda + p0);
       nonzero |= _mm512_cmp_ps_mask(r[i], zero, _CMP_NEQ_UQ);
     }
-    _mm512_mask_compressstoreu_epi32(steps + n, nonzero, _mm512_add_epi32(iota, _mm512_set1_epi32(p0)));
+    // Compressed in a register and stored whole (a compressing store to memory is microcoded
+    // and slow on some CPUs): up to 15 entries past the count are written too.
+    _mm512_storeu_si512(steps + n, _mm512_maskz_compress_epi32(nonzero, _mm512_add_epi32(iota, _mm512_set1_epi32(p0))));
     n += __builtin_popcount(nonzero);
     Transpose16(r, c);
     for (int q = 0; q < kt; ++q) _mm512_mask_storeu_ps(d + (p0 + q) * mr, row_mask, c[q]);
@@ -379,13 +382,13 @@ struct NonzeroSteps {
 
 // The tiling's rows of a packed into `buffer` (grown as needed) and returned, tile by tile: rows
 // [start, start + mr) of a as [k, mr] (k-major) at start * k; each tile's nonzero steps into
-// *steps. The buffer keeps 8 floats of slack past the packed rows, which PackTileAvx2's
-// whole-vector stores may write.
+// *steps. The buffer keeps 8 floats of slack past the packed rows, and the step list 16
+// entries, which PackTileAvx2's and PackTileAvx512's whole-vector stores may write.
 const float* PackRows(std::vector<float>* buffer, NonzeroSteps* steps, const float* a, int lda, int k,
                       const Tiling& tiling, CpuIsa isa) {
   constexpr size_t kSlack = 8;
   float* dst = GrowScratch(buffer, static_cast<size_t>(tiling.start(tiling.tiles)) * k + kSlack);
-  int32_t* step = GrowScratch(&steps->step, static_cast<size_t>(tiling.tiles) * k + kSlack);
+  int32_t* step = GrowScratch(&steps->step, static_cast<size_t>(tiling.tiles) * k + 2 * kSlack);
   int* count = GrowScratch(&steps->count, static_cast<size_t>(tiling.tiles));
   for (int t = 0; t < tiling.tiles; ++t) {
     const int mr = tiling.rows(t), r0 = tiling.start(t);
