@@ -479,24 +479,24 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
     if (pack) {
       pa = PackRows(packed, steps, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, isa);
     }
-    // Per tile, its step list's part in the current k block: where it starts and how long it
-    // is (-1: no list, nothing may be skipped).
-    thread_local std::vector<int> list_begin, list_len;
-    int* begin = GrowScratch(&list_begin, static_cast<size_t>(tiling.tiles));
+    // Per tile, the part of its step list in the current k block, where the sparse kernel runs
+    // that block (at most 3/4 of its steps listed): first step and length; length -1 where the
+    // dense kernel runs it.
+    thread_local std::vector<const int32_t*> list_part;
+    thread_local std::vector<int> list_len;
+    const int32_t** part = GrowScratch(&list_part, static_cast<size_t>(tiling.tiles));
     int* len = GrowScratch(&list_len, static_cast<size_t>(tiling.tiles));
-    for (int t = 0; t < tiling.tiles; ++t) begin[t] = len[t] = 0;
     float* cm = c + static_cast<int64_t>(r_begin) * ldc;
     for (int k0 = 0; k0 < k; k0 += kKc) {
       const int kc = std::min(kKc, k - k0);
       for (int t = 0; t < tiling.tiles; ++t) {
         const int count = steps->count[t];
-        if (!may_skip || count < 0) {
-          len[t] = -1;
-          continue;
-        }
+        len[t] = -1;
+        if (!may_skip || count < 0) continue;
         const int32_t* list = steps->step.data() + static_cast<int64_t>(t) * k;
-        begin[t] += len[t];  // past the previous block's part
-        len[t] = static_cast<int>(std::lower_bound(list + begin[t], list + count, k0 + kc) - (list + begin[t]));
+        const int32_t* from = std::lower_bound(list, list + count, k0);
+        const int n_listed = static_cast<int>(std::lower_bound(from, list + count, k0 + kc) - from);
+        if (4 * n_listed <= 3 * kc) part[t] = from, len[t] = n_listed;
       }
       const bool last = k0 + kc >= k;  // the ReLU, if any, as the last k block stores c
       const Init init = k0 > 0      ? Init::kLoad
@@ -529,8 +529,8 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
           const int first = t * slice, lines = std::max(0, std::min(slice, next_lines - first));
           const char* pf = next != nullptr ? next + 64 * first : nullptr;
           // The sparse kernel: the listed steps only, from the tile's and the panel's step 0.
-          const bool sparse = len[t] >= 0 && 4 * len[t] <= 3 * kc;
-          const int32_t* list = sparse ? steps->step.data() + static_cast<int64_t>(t) * k + begin[t] : nullptr;
+          const bool sparse = len[t] >= 0;
+          const int32_t* list = sparse ? part[t] : nullptr;
           const int ksteps = sparse ? len[t] : kc;
           const float* ka = sparse ? pa + static_cast<int64_t>(r0) * k : ta;
           const float* kb = sparse ? b.data() + p * k * kNr : pb;
