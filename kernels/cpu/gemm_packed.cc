@@ -19,14 +19,16 @@
 // chain of FMAs as in the AVX-512 kernel (init, then a[i,p] * b[p,j] fused-added in k order,
 // stored and reloaded between k blocks), so the two paths give bit-identical results.
 //
-// Zero activations: packing records, per row tile, the k steps at which some row of the tile
-// is not zero. Where at most 3/4 of a k block's steps are listed, the tile runs the sparse
-// form of the kernel, which walks that list (the packed activations and the panel's rows at
-// each listed step) instead of every step. A ReLU's output, the input of a feed-forward's
-// second product, is mostly zeros (97% of a trained model's hidden units per token; 90% of the
-// k steps of 6-row tiles and 80% of 14-row ones all zero). A skipped step adds ±0 to each
-// accumulator: no value changes (only the sign of an exactly zero one could), as long as every
-// weight is finite (0 * inf is NaN), which PackedMatrix::finite() tells.
+// Zero activations: packing records, per group of rows of a tile (the AVX-512 path's tiles
+// split into groups of at most kSparseGroupRows rows; the AVX2 path's 6-row tiles are one
+// group), the k steps at which some row of the group is not zero. Where every group of a tile
+// has at most 3/4 of a k block's steps listed, each group runs the sparse form of the kernel,
+// which walks its list (the packed activations and the panel's rows at each listed step)
+// instead of every step. A ReLU's output, the input of a feed-forward's second product, is
+// mostly zeros (97% of a trained model's hidden units per token; all zero in 92% of the k
+// steps of 4 rows, 88% of 7 rows, 80% of 14 rows). A skipped step adds ±0 to each accumulator:
+// no value changes (only the sign of an exactly zero one could), as long as every weight is
+// finite (0 * inf is NaN), which PackedMatrix::finite() tells.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -62,6 +64,7 @@ namespace {
 constexpr int kNr = 32;     // output columns per panel
 constexpr int kMaxMr = 14;  // rows per register tile (AVX-512; the most of any path)
 constexpr int kMaxMrAvx2 = 6;  // rows per register tile of the AVX2 kernel
+constexpr int kSparseGroupRows = 4;  // AVX-512: rows per step list (7 and 14: 10-30% slower)
 constexpr int kKc = 512;    // k per block (256 and 1024: 2-4% slower at decode shapes)
 constexpr int kMc = 448;    // rows packed per pass (bounds the activation buffer to kMc * k)
 // GemmPacked splits rows over the threads (instead of panels) from kRowSplitMinRows rows per
@@ -69,6 +72,9 @@ constexpr int kMc = 448;    // rows packed per pass (bounds the activation buffe
 // same results, so the shares need not follow the tiles).
 constexpr int kRowSplitMinRows = 96;
 constexpr int kRowBlock = 1;
+
+// The first row of group g of a tile of mr rows split into `groups` groups (g = groups: mr).
+inline int SparseGroup(int mr, int groups, int g) { return g * mr / groups; }
 
 // How a tile's accumulators start: 0, the bias, c, or c + bias.
 enum class Init { kZero, kBias, kLoad, kLoadBias };
@@ -106,11 +112,12 @@ TNMT_VECTORIZE void KernelPortable(int mr, int kc, const float* a, const float* 
 // Meanwhile prefetches pf_lines cache lines from pf into L2 (one per k step): the thread's
 // next panel, spread over the tiles of this one, so its first tile does not wait on memory.
 // kSparse: only the kc steps listed in `steps` (ascending; a and b then point at step 0 of
-// the tile and of the panel), the others being zero in every row of a.
+// the rows and of the panel, a's steps a_stride floats apart: the MR rows may be a group of a
+// taller tile), the others being zero in every row of a.
 template <int MR, bool kSparse>
 TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, const int32_t* steps, float* c,
                                int64_t ldc, __mmask16 m0, __mmask16 m1, Init init, const float* bias,
-                               const char* pf, int pf_lines, bool relu) {
+                               const char* pf, int pf_lines, bool relu, int a_stride) {
   __m512 c0[MR], c1[MR];
   if (init == Init::kLoad || init == Init::kLoadBias) {
     const __m512 b0 =
@@ -139,7 +146,7 @@ TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, const int
 #pragma GCC unroll 2
   for (int p = 0; p < kc; ++p) {
     if (p < pf_lines) _mm_prefetch(pf + 64 * p, _MM_HINT_T1);
-    const float* ap = kSparse ? a + static_cast<int64_t>(steps[p]) * MR : a;
+    const float* ap = kSparse ? a + static_cast<int64_t>(steps[p]) * a_stride : a;
     const float* bp = kSparse ? b + static_cast<int64_t>(steps[p]) * kNr : b;
     const __m512 b0 = _mm512_load_ps(bp);
     const __m512 b1 = _mm512_load_ps(bp + 16);
@@ -171,7 +178,7 @@ TNMT_AVX512_TARGET void Kernel(int kc, const float* a, const float* b, const int
 }
 
 using KernelFn = void (*)(int, const float*, const float*, const int32_t*, float*, int64_t, __mmask16,
-                          __mmask16, Init, const float*, const char*, int, bool);
+                          __mmask16, Init, const float*, const char*, int, bool, int);
 
 template <bool kSparse, int... MR>
 constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeKernels(std::integer_sequence<int, MR...>) {
@@ -278,32 +285,33 @@ TNMT_AVX2_TARGET void TileAvx2(int mr, int kc, const float* a, const float* b, c
   }
 }
 
-// PackRows (below) with 16 x 16 transposes: 16 columns of the tile's rows per step. Writes
-// the k steps at which some row is not zero (NaN included) to steps, in whole 16-entry stores,
-// and returns their count.
-TNMT_AVX512_TARGET int PackTileAvx512(float* d, const float* a, int64_t lda, int mr, int k, int32_t* steps) {
+// PackRows (below) with 16 x 16 transposes: 16 columns of the tile's rows per step. For each
+// of the tile's `groups` groups of rows (SparseGroup), marks the k steps at which some row of
+// the group is not zero (NaN included): bit q of byte j of masks + g * stride is step
+// 8 * j + q (stride >= k / 8 rounded up to 2 bytes; 16-bit stores).
+TNMT_AVX512_TARGET void PackTileAvx512(float* d, const float* a, int64_t lda, int mr, int k, int groups,
+                                       int64_t stride, uint8_t* masks) {
   const __mmask16 row_mask = static_cast<__mmask16>((1u << mr) - 1u);
   const __m512 zero = _mm512_setzero_ps();
-  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   __m512 r[16], c[16];
-  int n = 0;
+  int group_end[kMaxMr];
+  for (int g = 0; g < groups; ++g) group_end[g] = SparseGroup(mr, groups, g + 1);
   for (int i = mr; i < 16; ++i) r[i] = _mm512_setzero_ps();
   for (int p0 = 0; p0 < k; p0 += 16) {
     const int kt = std::min(16, k - p0);
     const __mmask16 col_mask = static_cast<__mmask16>((1u << kt) - 1u);
-    __mmask16 nonzero = 0;
-    for (int i = 0; i < mr; ++i) {
-      r[i] = _mm512_maskz_loadu_ps(col_mask, a + i * lda + p0);
-      nonzero |= _mm512_cmp_ps_mask(r[i], zero, _CMP_NEQ_UQ);
+    for (int g = 0, i = 0; g < groups; ++g) {
+      __mmask16 nonzero = 0;  // masked-off lanes load as zero
+      for (; i < group_end[g]; ++i) {
+        r[i] = _mm512_maskz_loadu_ps(col_mask, a + i * lda + p0);
+        nonzero |= _mm512_cmp_ps_mask(r[i], zero, _CMP_NEQ_UQ);
+      }
+      const uint16_t bits = nonzero;
+      std::memcpy(masks + g * stride + p0 / 8, &bits, sizeof(bits));
     }
-    // Compressed in a register and stored whole (a compressing store to memory is microcoded
-    // and slow on some CPUs): up to 15 entries past the count are written too.
-    _mm512_storeu_si512(steps + n, _mm512_maskz_compress_epi32(nonzero, _mm512_add_epi32(iota, _mm512_set1_epi32(p0))));
-    n += __builtin_popcount(nonzero);
     Transpose16(r, c);
     for (int q = 0; q < kt; ++q) _mm512_mask_storeu_ps(d + (p0 + q) * mr, row_mask, c[q]);
   }
-  return n;
 }
 
 // c[q] lane i = r[i] lane q (8 x 8 transpose; Transpose16's first two steps on 256-bit
@@ -344,13 +352,11 @@ alignas(32) constexpr std::array<std::array<int32_t, 8>, 256> kCompressed8 = Com
 // the tile's rows per step (rows past mr are zero). Each k row is stored as a whole vector, in
 // increasing order, so its lanes past mr land where the next k row (or the next tile) is stored
 // afterwards; only the tile's last row spills, into the slack PackRows keeps past its buffer
-// (masked stores are slow on some AVX2 CPUs). Writes the k steps at which some row is not
-// zero to steps and returns their count, as PackTileAvx512; whole 8-step stores, so up to 7
-// entries past the count are written too.
-TNMT_AVX2_TARGET int PackTileAvx2(float* d, const float* a, int64_t lda, int mr, int k, int32_t* steps) {
+// (masked stores are slow on some AVX2 CPUs). Marks the k steps at which some row is not zero
+// in masks, as PackTileAvx512 does for one group.
+TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr, int k, uint8_t* masks) {
   const __m256 zero = _mm256_setzero_ps();
   __m256 r[8], c[8];
-  int n = 0;
   for (int i = mr; i < 8; ++i) r[i] = _mm256_setzero_ps();
   for (int p0 = 0; p0 < k; p0 += 8) {
     const int kt = std::min(8, k - p0);
@@ -362,46 +368,88 @@ TNMT_AVX2_TARGET int PackTileAvx2(float* d, const float* a, int64_t lda, int mr,
     }
     int nonzero = 0;  // bit q: step p0 + q (masked-off lanes load as zero)
     for (int i = 0; i < mr; ++i) nonzero |= _mm256_movemask_ps(_mm256_cmp_ps(r[i], zero, _CMP_NEQ_UQ));
-    const __m256i listed = _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompressed8[nonzero].data()));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(steps + n), _mm256_add_epi32(listed, _mm256_set1_epi32(p0)));
-    n += __builtin_popcount(nonzero);
+    masks[p0 / 8] = static_cast<uint8_t>(nonzero);
     Transpose8(r, c);
     for (int q = 0; q < kt; ++q) _mm256_storeu_ps(d + (p0 + q) * mr, c[q]);
+  }
+}
+
+// The steps marked in masks (bit q of byte j: step 8 * j + q) among the kc steps from k0 (a
+// multiple of 8; masks points at k0's byte), as absolute steps into steps, ascending, in
+// whole 8-entry stores (up to 7 entries past the count written too); returns their count.
+TNMT_AVX2_TARGET int ListSteps(const uint8_t* masks, int k0, int kc, int32_t* steps) {
+  int n = 0;
+  for (int q = 0; q < kc; q += 8) {
+    const uint8_t bits = masks[q / 8];
+    const __m256i listed = _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompressed8[bits].data()));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(steps + n), _mm256_add_epi32(listed, _mm256_set1_epi32(k0 + q)));
+    n += __builtin_popcount(bits);
   }
   return n;
 }
 
+#else
+int ListSteps(const uint8_t* masks, int k0, int kc, int32_t* steps) {
+  int n = 0;
+  for (int q = 0; q < kc; ++q) {
+    if ((masks[q / 8] >> (q % 8)) & 1) steps[n++] = k0 + q;
+  }
+  return n;
+}
 #endif  // __x86_64__
 
-// Per row tile of a packed block: the k steps at which some row of the tile is not zero,
-// ascending (tile t's at t * k), and how many (-1 where not recorded: the portable path).
+// How many of the kc steps from a multiple of 8 masks marks (bits past the last step are 0).
+int CountSteps(const uint8_t* masks, int kc) {
+  const int bytes = (kc + 7) / 8;
+  int n = 0, j = 0;
+  for (; j + 8 <= bytes; j += 8) {
+    uint64_t word;
+    std::memcpy(&word, masks + j, sizeof(word));
+    n += __builtin_popcountll(word);
+  }
+  for (; j < bytes; ++j) n += __builtin_popcount(masks[j]);
+  return n;
+}
+
+// Per group of rows of each row tile of a packed block (`groups` groups per tile), the k steps
+// at which some row of the group is not zero, as bits (bit q of byte j: step 8 * j + q; bits
+// past k are zero), group g of tile t's at (t * groups + g) * stride bytes; `recorded` false
+// where packing did not look (the portable path).
 struct NonzeroSteps {
-  std::vector<int32_t> step;
-  std::vector<int> count;
+  std::vector<uint8_t> mask;
+  int groups = 1;
+  int64_t stride = 0;  // k / 8 rounded up to a multiple of 2 (PackTileAvx512's 16-bit stores)
+  bool recorded = false;
+  const uint8_t* masks(int t, int g) const { return mask.data() + (t * groups + g) * stride; }
 };
 
 // The tiling's rows of a packed into `buffer` (grown as needed) and returned, tile by tile: rows
-// [start, start + mr) of a as [k, mr] (k-major) at start * k; each tile's nonzero steps into
-// *steps. The buffer keeps 8 floats of slack past the packed rows, and the step list 16
-// entries, which PackTileAvx2's and PackTileAvx512's whole-vector stores may write.
+// [start, start + mr) of a as [k, mr] (k-major) at start * k; the nonzero steps of each
+// tile's groups of rows into *steps. The buffer keeps 8 floats of slack past the packed rows,
+// which PackTileAvx2's whole-vector stores may write.
 const float* PackRows(std::vector<float>* buffer, NonzeroSteps* steps, const float* a, int lda, int k,
                       const Tiling& tiling, CpuIsa isa) {
   constexpr size_t kSlack = 8;
   float* dst = GrowScratch(buffer, static_cast<size_t>(tiling.start(tiling.tiles)) * k + kSlack);
-  int32_t* step = GrowScratch(&steps->step, static_cast<size_t>(tiling.tiles) * k + 2 * kSlack);
-  int* count = GrowScratch(&steps->count, static_cast<size_t>(tiling.tiles));
+  // Every tile has rows(0) or rows(0) - 1 rows, and so at least as many rows as groups.
+  const int groups = isa == CpuIsa::kAvx512 ? (tiling.rows(0) + kSparseGroupRows - 1) / kSparseGroupRows : 1;
+  steps->groups = groups;
+  steps->stride = RoundUp(k, 16) / 8;
+  steps->recorded = false;
+  uint8_t* mask = GrowScratch(&steps->mask, static_cast<size_t>(tiling.tiles * groups) * steps->stride);
   for (int t = 0; t < tiling.tiles; ++t) {
     const int mr = tiling.rows(t), r0 = tiling.start(t);
     float* d = dst + static_cast<int64_t>(r0) * k;
-    int32_t* ts = step + static_cast<int64_t>(t) * k;
-    count[t] = -1;
+    uint8_t* tm = mask + t * groups * steps->stride;
 #if defined(__x86_64__)
     if (isa == CpuIsa::kAvx512) {
-      count[t] = PackTileAvx512(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k, ts);
+      PackTileAvx512(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k, groups, steps->stride, tm);
+      steps->recorded = true;
       continue;
     }
-    if (isa == CpuIsa::kAvx2 && mr <= 8) {
-      count[t] = PackTileAvx2(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k, ts);
+    if (isa == CpuIsa::kAvx2 && tiling.rows(0) <= 8) {
+      PackTileAvx2(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k, tm);
+      steps->recorded = true;
       continue;
     }
 #endif
@@ -479,24 +527,27 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
     if (pack) {
       pa = PackRows(packed, steps, a + static_cast<int64_t>(r_begin) * lda, lda, k, tiling, isa);
     }
-    // Per tile, the part of its step list in the current k block, where the sparse kernel runs
-    // that block (at most 3/4 of its steps listed): first step and length; length -1 where the
-    // dense kernel runs it.
-    thread_local std::vector<const int32_t*> list_part;
+    // Per group of each tile, where the sparse kernel runs the tile's current k block (each of
+    // its groups not zero at 3/4 of the block's steps or fewer), the steps at which it is not
+    // zero (at part(t, g)) and how many; the tile's first group's count -1 where the dense
+    // kernel runs the tile's block.
+    const int groups = steps->groups;
+    constexpr int kListStride = kKc + 8;  // ListSteps' whole 8-entry stores
+    thread_local std::vector<int32_t> list_steps;
     thread_local std::vector<int> list_len;
-    const int32_t** part = GrowScratch(&list_part, static_cast<size_t>(tiling.tiles));
-    int* len = GrowScratch(&list_len, static_cast<size_t>(tiling.tiles));
+    int32_t* lists = GrowScratch(&list_steps, static_cast<size_t>(tiling.tiles * groups) * kListStride);
+    int* len = GrowScratch(&list_len, static_cast<size_t>(tiling.tiles) * groups);
+    auto part = [&](int t, int g) { return lists + (t * groups + g) * kListStride; };
     float* cm = c + static_cast<int64_t>(r_begin) * ldc;
     for (int k0 = 0; k0 < k; k0 += kKc) {
       const int kc = std::min(kKc, k - k0);
       for (int t = 0; t < tiling.tiles; ++t) {
-        const int count = steps->count[t];
-        len[t] = -1;
-        if (!may_skip || count < 0) continue;
-        const int32_t* list = steps->step.data() + static_cast<int64_t>(t) * k;
-        const int32_t* from = std::lower_bound(list, list + count, k0);
-        const int n_listed = static_cast<int>(std::lower_bound(from, list + count, k0 + kc) - from);
-        if (4 * n_listed <= 3 * kc) part[t] = from, len[t] = n_listed;
+        bool sparse = may_skip && steps->recorded;
+        for (int g = 0; g < groups && sparse; ++g) sparse = 4 * CountSteps(steps->masks(t, g) + k0 / 8, kc) <= 3 * kc;
+        len[t * groups] = -1;
+        for (int g = 0; g < groups && sparse; ++g) {
+          len[t * groups + g] = ListSteps(steps->masks(t, g) + k0 / 8, k0, kc, part(t, g));
+        }
       }
       const bool last = k0 + kc >= k;  // the ReLU, if any, as the last k block stores c
       const Init init = k0 > 0      ? Init::kLoad
@@ -528,20 +579,28 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
           // This tile's slice of the next block (no lines when there is none: next_lines is 0).
           const int first = t * slice, lines = std::max(0, std::min(slice, next_lines - first));
           const char* pf = next != nullptr ? next + 64 * first : nullptr;
-          // The sparse kernel: the listed steps only, from the tile's and the panel's step 0.
-          const bool sparse = len[t] >= 0;
-          const int32_t* list = sparse ? part[t] : nullptr;
-          const int ksteps = sparse ? len[t] : kc;
-          const float* ka = sparse ? pa + static_cast<int64_t>(r0) * k : ta;
-          const float* kb = sparse ? b.data() + p * k * kNr : pb;
+          // The sparse kernel: each group's listed steps only, from the tile's and the panel's
+          // step 0.
+          const bool sparse = len[t * groups] >= 0;
+          const float* sa = pa + static_cast<int64_t>(r0) * k;
+          const float* sb = b.data() + p * k * kNr;
           if (avx512) {
             const __mmask16 lo = nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1;
             const __mmask16 hi = nvalid >= 32 ? 0xFFFF : nvalid <= 16 ? 0 : (1u << (nvalid - 16)) - 1;
-            kKernels[sparse ? 1 : 0][mr](ksteps, ka, kb, list, tc, ldc, lo, hi, init, pbias, pf, lines, relu && last);
+            if (!sparse) {
+              kKernels[0][mr](kc, ta, pb, nullptr, tc, ldc, lo, hi, init, pbias, pf, lines, relu && last, mr);
+              continue;
+            }
+            for (int g = 0; g < groups; ++g) {  // the first group prefetches
+              const int g0 = SparseGroup(mr, groups, g), g1 = SparseGroup(mr, groups, g + 1);
+              kKernels[1][g1 - g0](len[t * groups + g], sa + g0, sb, part(t, g), tc + g0 * ldc, ldc, lo, hi,
+                                   init, pbias, g == 0 ? pf : nullptr, g == 0 ? lines : 0, relu && last, mr);
+            }
             continue;
           }
-          if (avx2) {
-            TileAvx2(mr, ksteps, ka, kb, list, tc, ldc, nvalid, init, pbias, pf, lines, relu && last);
+          if (avx2) {  // one group per tile
+            TileAvx2(mr, sparse ? len[t] : kc, sparse ? sa : ta, sparse ? sb : pb, sparse ? part(t, 0) : nullptr, tc,
+                     ldc, nvalid, init, pbias, pf, lines, relu && last);
             continue;
           }
 #endif

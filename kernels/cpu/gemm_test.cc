@@ -358,6 +358,21 @@ std::vector<float> ReluLike(int m, int k, double density, int zero_from, int zer
   return a;
 }
 
+// Row i not zero only in the (i % 5)-th fifth of the k steps (density 0.5 there): the rows of
+// a tile are zero at different steps, so its groups of rows list different steps, and no step
+// is zero in every row of a tall tile.
+std::vector<float> RowBands(int m, int k, std::mt19937& rng) {
+  std::uniform_real_distribution<float> value(0.01f, 2.0f);
+  std::bernoulli_distribution on(0.5);
+  std::vector<float> a(static_cast<size_t>(m) * k, 0.0f);
+  for (int i = 0; i < m; ++i) {
+    for (int p = (i % 5) * k / 5; p < (i % 5 + 1) * k / 5; ++p) {
+      if (on(rng)) a[static_cast<size_t>(i) * k + p] = value(rng);
+    }
+  }
+  return a;
+}
+
 // The FMA chain each kernel runs per element (init, then fma(a[i,p], b[j,p], acc) over every p
 // in order): the dense result bit for bit, zero steps included.
 std::vector<float> FmaChain(int m, int n, int k, const std::vector<float>& a, const std::vector<float>& b,
@@ -386,8 +401,12 @@ TEST_F(GemmPackedTest, ZeroActivationStepsAreSkippedWithoutChangingValues) {
   const PackedMatrix packed = PackedMatrix::Pack(n, k, b.data(), k);
   ASSERT_TRUE(packed.finite());
   for (const int m : {1, 6, 13, 14, 29, 200, 460}) {
-    for (const double density : {0.02, 0.2, 0.9}) {
-      const std::vector<float> a = ReluLike(m, k, density, 500, 700, rng);
+    // Zero at random steps with three densities (and in every row from step 500 to 699); zero
+    // at random steps only, most steps listed; zero outside each row's own band of steps.
+    for (const double density : {0.02, 0.2, 0.9, 0.95, -1.0}) {
+      const std::vector<float> a = density < 0    ? RowBands(m, k, rng)
+                                   : density == 0.95 ? ReluLike(m, k, density, 0, 0, rng)
+                                                     : ReluLike(m, k, density, 500, 700, rng);
       const std::vector<float> want = FmaChain(m, n, k, a, b, bias.data());
       for (CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2}) {
         if (isa > DetectedIsa()) continue;
