@@ -28,8 +28,9 @@
 #   DATA=data/multi30k  corpus for the base model's SentencePiece model (tools/get-multi30k.sh);
 #                     its test_2016_flickr.en.gz is also the default INPUT.
 #   OFFLINE=1         also time `tnmt translate` on INPUT with the same threads and server flags'
-#                     --compute-type, and show each row's sentences/s as a share of it
-#                     (0: skip; needs INPUT).
+#                     --compute-type, once before the servers start and once after they stop, and
+#                     show each row's sentences/s as a share of the mean of the two (the VMs this
+#                     runs on change speed from minute to minute; 0: skip; needs INPUT).
 #   INPUT=FILE        source sentences, one per line (default: DATA's test set if present, else
 #                     serve_load's ~30 built-in sentences).
 #   SERVE_ARGS=...    extra `tnmt serve` flags (e.g. "--max-batch-rows 128").
@@ -109,23 +110,25 @@ fi
 INPUT_DESC="$INPUT"
 [[ -n "$INPUT_DESC" ]] || INPUT_DESC="the built-in sentences of serve_load"
 
-# 2. Offline reference: the same sentences through `tnmt translate`, same threads and beam.
-offline_sps=0
-if [[ "$OFFLINE" == 1 && -n "$INPUT" ]]; then
-  compute=float32
+# 2. Offline reference: the same sentences through `tnmt translate`, same threads and beam,
+# before the servers start and again after they stop (offline_run appends to offline_sps).
+offline_sps=""
+offline_run() {
+  [[ "$OFFLINE" == 1 && -n "$INPUT" ]] || return 0
+  local compute=float32 offline_threads="$THREADS" beam_flag=() start end sps
   [[ "$SERVE_ARGS" =~ --compute-type[=\ ]([a-z0-9]+) ]] && compute="${BASH_REMATCH[1]}"
-  offline_threads="$THREADS"
   [[ "$offline_threads" != 0 ]] || offline_threads="$(nproc)"
-  beam_flag=()
   [[ "$BEAM" == 0 ]] || beam_flag=(--beam-size "$BEAM")
   start=$(date +%s.%N)
   "$TNMT" translate --model "$MODEL_DIR" --threads "$offline_threads" --compute-type "$compute" "${beam_flag[@]}" \
       --input "$INPUT" --output "$WORK/offline.out" --no-progress 2> "$WORK/offline.log"
   end=$(date +%s.%N)
-  offline_sps=$("$PYTHON" -c "import sys; print(sum(1 for l in open(sys.argv[1]) if l.strip()) / (float(sys.argv[3]) - float(sys.argv[2])))" \
+  sps=$("$PYTHON" -c "import sys; print(sum(1 for l in open(sys.argv[1]) if l.strip()) / (float(sys.argv[3]) - float(sys.argv[2])))" \
       "$INPUT" "$start" "$end")
-  echo "== offline: tnmt translate --threads $offline_threads --compute-type $compute: $offline_sps sentences/s"
-fi
+  echo "== offline ($1): tnmt translate --threads $offline_threads --compute-type $compute: $sps sentences/s"
+  offline_sps="${offline_sps:+$offline_sps,}$sps"
+}
+offline_run before
 
 # 3. One server per mode, every client count against it.
 server_pid=""
@@ -177,12 +180,14 @@ for mode in $MODES; do
   fi
   echo "$rc" > "$WORK/server_exit.$mode"
 done
+offline_run after
 
 # 4. One table.
-"$PYTHON" - "$WORK" "$MODES" "$CLIENTS" "$DURATION" "$REV" "$MODEL_DESC" "$INPUT_DESC" "$TEXTS" "$BEAM" "$THREADS" "$offline_sps" <<'EOF'
+"$PYTHON" - "$WORK" "$MODES" "$CLIENTS" "$DURATION" "$REV" "$MODEL_DESC" "$INPUT_DESC" "$TEXTS" "$BEAM" "$THREADS" "${offline_sps:-0}" <<'EOF'
 import json, os, sys
-work, modes, clients, duration, rev, model, inp, texts, beam, threads, offline = sys.argv[1:]
-offline = float(offline)
+work, modes, clients, duration, rev, model, inp, texts, beam, threads, offline_runs = sys.argv[1:]
+offline_runs = [float(x) for x in offline_runs.split(",")]
+offline = sum(offline_runs) / len(offline_runs)
 print()
 print(f"tnmt serve built from {rev}; model: {model}")
 print(f"Load: serve_load closed loop, {duration} s per row, {texts} text(s) per request, beam "
@@ -190,7 +195,9 @@ print(f"Load: serve_load closed loop, {duration} s per row, {texts} text(s) per 
       f"{threads if threads != '0' else 'all cores'}; {os.cpu_count()} cores here.")
 print()
 if offline:
-    print(f"Offline `tnmt translate` of the same input, same threads: {offline:.1f} sentences/s.")
+    runs = " before and ".join(f"{x:.1f}" for x in offline_runs)
+    print(f"Offline `tnmt translate` of the same input, same threads: {offline:.1f} sentences/s "
+          f"(the mean of {runs} after the servers ran).")
     print()
 hdr = (f"{'batching':<9} {'clients':>7} {'requests':>8} {'req/s':>8} {'sent/s':>8} {'offline':>7} {'tok/s':>8} "
        f"{'p50 ms':>8} {'p99 ms':>8} {'failures':<24} {'server exit':>11}")
