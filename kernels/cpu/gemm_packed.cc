@@ -424,9 +424,9 @@ struct NonzeroSteps {
 };
 
 // The tiling's rows of a packed into `buffer` (grown as needed) and returned, tile by tile: rows
-// [start, start + mr) of a as [k, mr] (k-major) at start * k; the nonzero steps of each
-// tile's groups of rows into *steps. The buffer keeps 8 floats of slack past the packed rows,
-// which PackTileAvx2's whole-vector stores may write.
+// [start, start + mr) of a as [k, mr] (k-major) at start * k; the steps at which each of the
+// tiles' groups of rows is not zero marked in *steps. The buffer keeps 8 floats of slack past
+// the packed rows, which PackTileAvx2's whole-vector stores may write.
 const float* PackRows(std::vector<float>* buffer, NonzeroSteps* steps, const float* a, int lda, int k,
                       const Tiling& tiling, CpuIsa isa) {
   constexpr size_t kSlack = 8;
