@@ -20,11 +20,11 @@
 // stored and reloaded between k blocks), so the two paths give bit-identical results.
 //
 // Zero activations: packing records, per group of rows of a tile (the AVX-512 path's tiles
-// split into groups of at most kSparseGroupRows rows; the AVX2 path's 6-row tiles are one
-// group), the k steps at which some row of the group is not zero. Where every group of a tile
-// has at most 3/4 of a k block's steps listed, each group runs the sparse form of the kernel,
-// which walks its list (the packed activations and the panel's rows at each listed step)
-// instead of every step. A ReLU's output, the input of a feed-forward's second product, is
+// split into groups of at most kSparseGroupRows = 4 rows, the AVX2 path's into groups of at
+// most 3), the k steps at which some row of the group is not zero. Where every group of a tile
+// has at most 3/4 of a k block's steps listed, each group runs a sparse kernel (Kernel<MR,
+// true>, KernelAvx2Sparse), which walks its list (the packed activations and the panel's rows
+// at each listed step) instead of every step. A ReLU's output, the input of a feed-forward's second product, is
 // mostly zeros (97% of a trained model's hidden units per token; all zero in 92% of the k
 // steps of 4 rows, 88% of 7 rows, 80% of 14 rows). A skipped step adds ±0 to each accumulator:
 // no value changes (only the sign of an exactly zero one could), as long as every weight is
@@ -65,6 +65,7 @@ constexpr int kNr = 32;     // output columns per panel
 constexpr int kMaxMr = 14;  // rows per register tile (AVX-512; the most of any path)
 constexpr int kMaxMrAvx2 = 6;  // rows per register tile of the AVX2 kernel
 constexpr int kSparseGroupRows = 4;  // AVX-512 rows per step mask (7: that product 5-10% slower; 14: 30-45%)
+constexpr int kSparseGroupRowsAvx2 = 3;  // AVX2 (KernelAvx2Sparse: up to 3 rows x 32 columns)
 constexpr int kKc = 512;    // k per block (256 and 1024: 2-4% slower at decode shapes)
 constexpr int kMc = 448;    // rows packed per pass (bounds the activation buffer to kMc * k)
 // GemmPacked splits rows over the threads (instead of panels) from kRowSplitMinRows rows per
@@ -193,10 +194,9 @@ constexpr std::array<std::array<KernelFn, kMaxMr + 1>, 2> kKernels = {
 
 // AVX2: c[MR, 16] (the 16 columns of one panel half, the first valid0 + valid1 of them
 // written) = init + a[kc, MR] . b[kc, 16 of 32]. b points at the half's first column of the
-// panel's first k row. Prefetches pf_lines lines from pf into L2, and walks `steps` when
-// kSparse, as Kernel does.
-template <int MR, bool kSparse>
-TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, const int32_t* steps, float* c,
+// panel's first k row. Prefetches pf_lines lines from pf into L2, as Kernel does.
+template <int MR>
+TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, float* c,
                                  int64_t ldc, int valid0, int valid1, Init init, const float* bias,
                                  const char* pf, int pf_lines, bool relu) {
   const __m256i m0 = Avx2LaneMask(valid0), m1 = Avx2LaneMask(valid1);
@@ -227,20 +227,16 @@ TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, const i
 #pragma GCC unroll 2
   for (int p = 0; p < kc; ++p) {
     if (p < pf_lines) _mm_prefetch(pf + 64 * p, _MM_HINT_T1);
-    const float* ap = kSparse ? a + static_cast<int64_t>(steps[p]) * MR : a;
-    const float* bp = kSparse ? b + static_cast<int64_t>(steps[p]) * kNr : b;
-    const __m256 v0 = _mm256_load_ps(bp);
-    const __m256 v1 = _mm256_load_ps(bp + 8);
+    const __m256 v0 = _mm256_load_ps(b);
+    const __m256 v1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
     for (int i = 0; i < MR; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(ap + i);
+      const __m256 ai = _mm256_broadcast_ss(a + i);
       c0[i] = _mm256_fmadd_ps(ai, v0, c0[i]);
       c1[i] = _mm256_fmadd_ps(ai, v1, c1[i]);
     }
-    if (!kSparse) {
-      a += MR;
-      b += kNr;
-    }
+    a += MR;
+    b += kNr;
   }
   for (int p = kc; p < pf_lines; ++p) _mm_prefetch(pf + 64 * p, _MM_HINT_T1);
   if (relu) {  // max(x, +0): NaN and -0 give +0, as x > 0 ? x : 0
@@ -258,32 +254,91 @@ TNMT_AVX2_TARGET void KernelAvx2(int kc, const float* a, const float* b, const i
   }
 }
 
-using KernelAvx2Fn = void (*)(int, const float*, const float*, const int32_t*, float*, int64_t, int, int, Init,
-                              const float*, const char*, int, bool);
+using KernelAvx2Fn = void (*)(int, const float*, const float*, float*, int64_t, int, int, Init, const float*,
+                              const char*, int, bool);
 
-template <bool kSparse, int... MR>
+template <int... MR>
 constexpr std::array<KernelAvx2Fn, sizeof...(MR) + 1> MakeKernelsAvx2(std::integer_sequence<int, MR...>) {
-  return {nullptr, &KernelAvx2<MR + 1, kSparse>...};
+  return {nullptr, &KernelAvx2<MR + 1>...};
 }
 
-// kKernelsAvx2[sparse][mr]: the AVX2 kernel for tiles of mr rows (1..kMaxMrAvx2).
-constexpr std::array<std::array<KernelAvx2Fn, kMaxMrAvx2 + 1>, 2> kKernelsAvx2 = {
-    MakeKernelsAvx2<false>(std::make_integer_sequence<int, kMaxMrAvx2>{}),
-    MakeKernelsAvx2<true>(std::make_integer_sequence<int, kMaxMrAvx2>{})};
+// kKernelsAvx2[mr]: the AVX2 kernel for tiles of mr rows (1..kMaxMrAvx2).
+constexpr std::array<KernelAvx2Fn, kMaxMrAvx2 + 1> kKernelsAvx2 =
+    MakeKernelsAvx2(std::make_integer_sequence<int, kMaxMrAvx2>{});
 
 // The AVX2 path for one tile and one panel: both 16-column halves that have valid columns
 // (the first half prefetches, as Kernel).
-TNMT_AVX2_TARGET void TileAvx2(int mr, int kc, const float* a, const float* b, const int32_t* steps, float* c,
-                               int64_t ldc, int nvalid, Init init, const float* bias, const char* pf, int pf_lines,
-                               bool relu) {
-  const auto& kernels = kKernelsAvx2[steps != nullptr ? 1 : 0];
+TNMT_AVX2_TARGET void TileAvx2(int mr, int kc, const float* a, const float* b, float* c, int64_t ldc, int nvalid,
+                               Init init, const float* bias, const char* pf, int pf_lines, bool relu) {
   for (int h = 0; h < 2; ++h) {
     const int valid = nvalid - 16 * h;
     if (valid <= 0) break;
-    kernels[mr](kc, a, b + 16 * h, steps, c + 16 * h, ldc, std::min(valid, 8), std::max(0, std::min(valid - 8, 8)),
+    kKernelsAvx2[mr](kc, a, b + 16 * h, c + 16 * h, ldc, std::min(valid, 8), std::max(0, std::min(valid - 8, 8)),
                 init, bias != nullptr ? bias + 16 * h : nullptr, h == 0 ? pf : nullptr, h == 0 ? pf_lines : 0, relu);
   }
 }
+
+// The AVX2 path's sparse kernel for a group of MR <= 3 rows of a tile: c[MR, 32] (the first
+// nvalid columns written) = init + a . b over the kc steps listed in `steps`, a's steps
+// a_stride floats apart, b at the panel's step 0; prefetches as Kernel. The whole panel row in
+// one pass: 12 ymm accumulators cover the FMA latency, where a 3-row, 16-column kernel's 6 would
+// not. The same FMA chain per element as KernelAvx2 and Kernel.
+template <int MR>
+TNMT_AVX2_TARGET void KernelAvx2Sparse(int kc, const float* a, const float* b, const int32_t* steps, float* c,
+                                       int64_t ldc, int nvalid, Init init, const float* bias, const char* pf,
+                                       int pf_lines, bool relu, int a_stride) {
+  int valid[4];
+  __m256i mask[4];
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    valid[j] = std::max(0, std::min(8, nvalid - 8 * j));
+    mask[j] = Avx2LaneMask(valid[j]);
+  }
+  __m256 acc[MR][4];
+  const bool with_bias = init == Init::kBias || init == Init::kLoadBias;
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256 bj = with_bias ? _mm256_maskload_ps(bias + 8 * j, mask[j]) : _mm256_setzero_ps();
+#pragma GCC unroll 3
+    for (int i = 0; i < MR; ++i) {
+      if (init == Init::kLoad || init == Init::kLoadBias) {
+        acc[i][j] = _mm256_maskload_ps(c + i * ldc + 8 * j, mask[j]);
+        if (init == Init::kLoadBias) acc[i][j] = _mm256_add_ps(acc[i][j], bj);
+      } else {
+        acc[i][j] = bj;
+      }
+    }
+  }
+#pragma GCC unroll 2
+  for (int p = 0; p < kc; ++p) {
+    if (p < pf_lines) _mm_prefetch(pf + 64 * p, _MM_HINT_T1);
+    const float* ap = a + static_cast<int64_t>(steps[p]) * a_stride;
+    const float* bp = b + static_cast<int64_t>(steps[p]) * kNr;
+    __m256 ai[MR];
+#pragma GCC unroll 3
+    for (int i = 0; i < MR; ++i) ai[i] = _mm256_broadcast_ss(ap + i);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m256 bj = _mm256_load_ps(bp + 8 * j);
+#pragma GCC unroll 3
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(ai[i], bj, acc[i][j]);
+    }
+  }
+  for (int p = kc; p < pf_lines; ++p) _mm_prefetch(pf + 64 * p, _MM_HINT_T1);
+  const __m256 zero = _mm256_setzero_ps();
+#pragma GCC unroll 3
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      Avx2StoreFirst(c + i * ldc + 8 * j, valid[j], relu ? _mm256_max_ps(acc[i][j], zero) : acc[i][j]);
+    }
+  }
+}
+
+using KernelAvx2SparseFn = void (*)(int, const float*, const float*, const int32_t*, float*, int64_t, int, Init,
+                                    const float*, const char*, int, bool, int);
+constexpr std::array<KernelAvx2SparseFn, kSparseGroupRowsAvx2 + 1> kKernelsAvx2Sparse = {
+    nullptr, &KernelAvx2Sparse<1>, &KernelAvx2Sparse<2>, &KernelAvx2Sparse<3>};
 
 // PackRows (below) with 16 x 16 transposes: 16 columns of the tile's rows per step. For each
 // of the tile's `groups` groups of rows (SparseGroup), marks the k steps at which some row of
@@ -352,11 +407,14 @@ alignas(32) constexpr std::array<std::array<int32_t, 8>, 256> kCompressed8 = Com
 // the tile's rows per step (rows past mr are zero). Each k row is stored as a whole vector, in
 // increasing order, so its lanes past mr land where the next k row (or the next tile) is stored
 // afterwards; only the tile's last row spills, into the slack PackRows keeps past its buffer
-// (masked stores are slow on some AVX2 CPUs). Marks the k steps at which some row is not zero
-// in masks, as PackTileAvx512 does for one group.
-TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr, int k, uint8_t* masks) {
+// (masked stores are slow on some AVX2 CPUs). Marks the k steps at which some row of each
+// group of rows is not zero in masks, as PackTileAvx512 does (8-bit stores).
+TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr, int k, int groups, int64_t stride,
+                                   uint8_t* masks) {
   const __m256 zero = _mm256_setzero_ps();
   __m256 r[8], c[8];
+  int group_end[kMaxMrAvx2];
+  for (int g = 0; g < groups; ++g) group_end[g] = SparseGroup(mr, groups, g + 1);
   for (int i = mr; i < 8; ++i) r[i] = _mm256_setzero_ps();
   for (int p0 = 0; p0 < k; p0 += 8) {
     const int kt = std::min(8, k - p0);
@@ -366,9 +424,11 @@ TNMT_AVX2_TARGET void PackTileAvx2(float* d, const float* a, int64_t lda, int mr
       const __m256i col_mask = Avx2LaneMask(kt);
       for (int i = 0; i < mr; ++i) r[i] = _mm256_maskload_ps(a + i * lda + p0, col_mask);
     }
-    int nonzero = 0;  // bit q: step p0 + q (masked-off lanes load as zero)
-    for (int i = 0; i < mr; ++i) nonzero |= _mm256_movemask_ps(_mm256_cmp_ps(r[i], zero, _CMP_NEQ_UQ));
-    masks[p0 / 8] = static_cast<uint8_t>(nonzero);
+    for (int g = 0, i = 0; g < groups; ++g) {
+      int nonzero = 0;  // bit q: step p0 + q (masked-off lanes load as zero)
+      for (; i < group_end[g]; ++i) nonzero |= _mm256_movemask_ps(_mm256_cmp_ps(r[i], zero, _CMP_NEQ_UQ));
+      masks[g * stride + p0 / 8] = static_cast<uint8_t>(nonzero);
+    }
     Transpose8(r, c);
     for (int q = 0; q < kt; ++q) _mm256_storeu_ps(d + (p0 + q) * mr, c[q]);
   }
@@ -432,7 +492,8 @@ const float* PackRows(std::vector<float>* buffer, NonzeroSteps* steps, const flo
   constexpr size_t kSlack = 8;
   float* dst = GrowScratch(buffer, static_cast<size_t>(tiling.start(tiling.tiles)) * k + kSlack);
   // Every tile has rows(0) or rows(0) - 1 rows, and so at least as many rows as groups.
-  const int groups = isa == CpuIsa::kAvx512 ? (tiling.rows(0) + kSparseGroupRows - 1) / kSparseGroupRows : 1;
+  const int group_rows = isa == CpuIsa::kAvx512 ? kSparseGroupRows : kSparseGroupRowsAvx2;
+  const int groups = (tiling.rows(0) + group_rows - 1) / group_rows;
   steps->groups = groups;
   steps->stride = RoundUp(k, 16) / 8;
   steps->recorded = false;
@@ -448,7 +509,7 @@ const float* PackRows(std::vector<float>* buffer, NonzeroSteps* steps, const flo
       continue;
     }
     if (isa == CpuIsa::kAvx2 && tiling.rows(0) <= 8) {
-      PackTileAvx2(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k, tm);
+      PackTileAvx2(d, a + static_cast<int64_t>(r0) * lda, lda, mr, k, groups, steps->stride, tm);
       steps->recorded = true;
       continue;
     }
@@ -598,9 +659,16 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
             }
             continue;
           }
-          if (avx2) {  // one group per tile
-            TileAvx2(mr, sparse ? len[t] : kc, sparse ? sa : ta, sparse ? sb : pb, sparse ? part(t, 0) : nullptr, tc,
-                     ldc, nvalid, init, pbias, pf, lines, relu && last);
+          if (avx2) {
+            if (!sparse) {
+              TileAvx2(mr, kc, ta, pb, tc, ldc, nvalid, init, pbias, pf, lines, relu && last);
+              continue;
+            }
+            for (int g = 0; g < groups; ++g) {  // the first group prefetches
+              const int g0 = SparseGroup(mr, groups, g), g1 = SparseGroup(mr, groups, g + 1);
+              kKernelsAvx2Sparse[g1 - g0](len[t * groups + g], sa + g0, sb, part(t, g), tc + g0 * ldc, ldc, nvalid, init,
+                                          pbias, g == 0 ? pf : nullptr, g == 0 ? lines : 0, relu && last, mr);
+            }
             continue;
           }
 #endif
