@@ -24,11 +24,11 @@
 // most 3), the k steps at which some row of the group is not zero. Where every group of a tile
 // has at most 3/4 of a k block's steps listed, each group runs a sparse kernel (Kernel<MR,
 // true>, KernelAvx2Sparse), which walks its list (the packed activations and the panel's rows
-// at each listed step) instead of every step. A ReLU's output, the input of a feed-forward's second product, is
-// mostly zeros (97% of a trained model's hidden units per token; all zero in 92% of the k
-// steps of 4 rows, 88% of 7 rows, 80% of 14 rows). A skipped step adds ±0 to each accumulator:
-// no value changes (only the sign of an exactly zero one could), as long as every weight is
-// finite (0 * inf is NaN), which PackedMatrix::finite() tells.
+// at each listed step) instead of every step. A ReLU's output, the input of a feed-forward's
+// second product, is mostly zeros (97% of a trained model's hidden units per token; all zero
+// in 92% of the k steps of 4 rows, 88% of 7 rows, 80% of 14 rows). A skipped step adds ±0 to
+// each accumulator: no value changes (only the sign of an exactly zero one could), as long as
+// every weight is finite (0 * inf is NaN), which PackedMatrix::finite() tells.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -666,8 +666,8 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
             }
             for (int g = 0; g < groups; ++g) {  // the first group prefetches
               const int g0 = SparseGroup(mr, groups, g), g1 = SparseGroup(mr, groups, g + 1);
-              kKernelsAvx2Sparse[g1 - g0](len[t * groups + g], sa + g0, sb, part(t, g), tc + g0 * ldc, ldc, nvalid, init,
-                                          pbias, g == 0 ? pf : nullptr, g == 0 ? lines : 0, relu && last, mr);
+              kKernelsAvx2Sparse[g1 - g0](len[t * groups + g], sa + g0, sb, part(t, g), tc + g0 * ldc, ldc, nvalid,
+                                          init, pbias, g == 0 ? pf : nullptr, g == 0 ? lines : 0, relu && last, mr);
             }
             continue;
           }
