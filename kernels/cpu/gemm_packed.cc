@@ -186,10 +186,11 @@ constexpr std::array<KernelFn, sizeof...(MR) + 1> MakeKernels(std::integer_seque
   return {nullptr, &Kernel<MR + 1, kSparse>...};
 }
 
-// kKernels[sparse][mr]: the kernel for tiles of mr rows (1..kMaxMr).
-constexpr std::array<std::array<KernelFn, kMaxMr + 1>, 2> kKernels = {
-    MakeKernels<false>(std::make_integer_sequence<int, kMaxMr>{}),
-    MakeKernels<true>(std::make_integer_sequence<int, kMaxMr>{})};
+// kKernels[mr]: the kernel for tiles of mr rows (1..kMaxMr); kSparseKernels[mr]: its sparse
+// form for groups of mr rows (1..kSparseGroupRows), the only heights it runs at.
+constexpr std::array<KernelFn, kMaxMr + 1> kKernels = MakeKernels<false>(std::make_integer_sequence<int, kMaxMr>{});
+constexpr std::array<KernelFn, kSparseGroupRows + 1> kSparseKernels =
+    MakeKernels<true>(std::make_integer_sequence<int, kSparseGroupRows>{});
 
 
 // AVX2: c[MR, 16] (the 16 columns of one panel half, the first valid0 + valid1 of them
@@ -649,13 +650,13 @@ void GemmPacked(int m, const float* a, int lda, const PackedMatrix& b, const flo
             const __mmask16 lo = nvalid >= 16 ? 0xFFFF : (1u << nvalid) - 1;
             const __mmask16 hi = nvalid >= 32 ? 0xFFFF : nvalid <= 16 ? 0 : (1u << (nvalid - 16)) - 1;
             if (!sparse) {
-              kKernels[0][mr](kc, ta, pb, nullptr, tc, ldc, lo, hi, init, pbias, pf, lines, relu && last, mr);
+              kKernels[mr](kc, ta, pb, nullptr, tc, ldc, lo, hi, init, pbias, pf, lines, relu && last, mr);
               continue;
             }
             for (int g = 0; g < groups; ++g) {  // the first group prefetches
               const int g0 = SparseGroup(mr, groups, g), g1 = SparseGroup(mr, groups, g + 1);
-              kKernels[1][g1 - g0](len[t * groups + g], sa + g0, sb, part(t, g), tc + g0 * ldc, ldc, lo, hi,
-                                   init, pbias, g == 0 ? pf : nullptr, g == 0 ? lines : 0, relu && last, mr);
+              kSparseKernels[g1 - g0](len[t * groups + g], sa + g0, sb, part(t, g), tc + g0 * ldc, ldc, lo, hi,
+                                       init, pbias, g == 0 ? pf : nullptr, g == 0 ? lines : 0, relu && last, mr);
             }
             continue;
           }
