@@ -6,10 +6,10 @@
             print(t.text, t.hypotheses[0].score)
 """
 
-from tnmt_client.client import Client, Hypothesis, PairScore, Translation, decoding_options
+from tnmt_client.client import DEFAULT, Client, Hypothesis, PairScore, Translation, decoding_options
 from tnmt_client.errors import TnmtError
 from tnmt_client._proto.tnmt.v1 import training_pb2, translation_pb2
 
-__all__ = ["Client", "Hypothesis", "PairScore", "Translation", "TnmtError", "decoding_options",
+__all__ = ["DEFAULT", "Client", "Hypothesis", "PairScore", "Translation", "TnmtError", "decoding_options",
            "training_pb2", "translation_pb2"]
 __version__ = "0.1.0"

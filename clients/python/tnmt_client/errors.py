@@ -1,7 +1,7 @@
 """TnmtError: a failed call with the server's structured error details."""
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import grpc
 
@@ -45,7 +45,7 @@ def from_rpc_error(e: grpc.RpcError, attempts: int = 1) -> TnmtError:
     code = e.code() if callable(getattr(e, "code", None)) else grpc.StatusCode.UNKNOWN
     message = e.details() if callable(getattr(e, "details", None)) else str(e)
     err = TnmtError(code=code, message=message or "", attempts=attempts)
-    trailers = e.trailing_metadata() if callable(getattr(e, "trailing_metadata", None)) else None
+    trailers: Any = e.trailing_metadata() if callable(getattr(e, "trailing_metadata", None)) else None
     for key, value in trailers or ():
         if key != "grpc-status-details-bin":
             continue
