@@ -9,7 +9,9 @@
 #   deploy/install-deps.sh --dev         also the Python tools that regenerate golden files
 #                                        (python3-torch, python3-sentencepiece; the Hugging Face
 #                                        import test gets them through deploy/install-py-tools.sh)
-# prometheus is in the build set only for promtool, which the server tests run on /metrics;
+# libcpp-httplib-dev is in the build set only for the tests' HTTP clients, openssl (the CLI) for
+# the HTTP server test's certificates; prometheus only for promtool, which the server tests
+# run on /metrics;
 # chromium for the web page tests; buildah and debootstrap for deploy/build-image.sh and
 # //tests/deploy:image_test (OCI images built without a container registry).
 set -euo pipefail
@@ -17,17 +19,18 @@ set -euo pipefail
 runtime_pkgs=(
   libgrpc++1.51 libprotobuf32 libsentencepiece0 libopenblas0-pthread
   libabsl20220623 libsqlite3-0 libopenmpi3 ca-certificates
-  libprometheus-cpp-core1.0 libcpp-httplib0.11
+  libprometheus-cpp-core1.0 libssl3
 )
 image_build_pkgs=(
   bazel-bootstrap g++ libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc
   libprotobuf-dev libsentencepiece-dev libopenblas-dev libabsl-dev
   nlohmann-json3-dev libsqlite3-dev zlib1g-dev
-  libopenmpi-dev prometheus-cpp-dev libcpp-httplib-dev
+  libopenmpi-dev prometheus-cpp-dev libboost-dev libssl-dev
 )
 build_pkgs=(
   "${image_build_pkgs[@]}"
   sentencepiece libgtest-dev libgmock-dev openmpi-bin
+  libcpp-httplib-dev openssl
   prometheus
   chromium
   buildah debootstrap

@@ -1,5 +1,6 @@
-// HttpServer: the translation server's plain-HTTP side (HTTP/1.1), for monitoring and
-// orchestration next to the gRPC port, and for the web page and its JSON API.
+// HttpServer: the translation server's HTTP side (HTTP/1.1, optionally over TLS), for
+// monitoring and orchestration next to the gRPC port, and for the web page and its JSON API.
+// The transport is Boost.Beast over Boost.Asio (OpenSSL for TLS); routing is our own.
 //
 // Routes (HEAD is answered like GET without a body):
 //   GET /metrics  200, "text/plain; version=0.0.4; charset=utf-8", body from the metrics
@@ -13,28 +14,65 @@
 //       '/' (e.g. "/api/jobs/" serves "/api/jobs/job-000001/events"; HttpRequest::subpath is
 //       the rest). An exact route wins over a prefix, a longer prefix over a shorter one.
 //   A path that no route serves: 404. A routed path asked with a method it has no handler
-//   for (e.g. POST /metrics, PUT anything): 405 with an "Allow" header.
+//   for (e.g. POST /metrics, PUT anything): 405 with an "Allow" header. Targets in origin form
+//   ("/healthz?x=1") and absolute form ("http://host/healthz") are routed by their path.
 //
-// Request bodies (POST) are read into HttpRequest::body up to options.max_body_bytes; a larger
-// one (by Content-Length, or while reading a chunked body) is refused with 413 without being
-// read into memory.
+// Threads: `io_threads` threads do all network I/O, parsing and TLS for every connection
+// (asynchronously: an idle or slow connection holds no thread) and answer the built-in routes
+// (/healthz, /readyz, /metrics) themselves. Added handlers run on a separate pool of `threads`
+// workers with a queue of at most `max_queued_requests`; a request that finds the queue full
+// gets 503 with "Retry-After: 1". So slow handlers (a translation takes seconds) never delay
+// the probes or the metrics scrape.
 //
-// The server's own error replies (404, 405, 413, 400 for a malformed request, 500 for a
-// handler that threw) have the message as a text/plain body, unless options.error_formatter
-// is set, which then builds them (e.g. JSON for an API). An error status a handler returns
-// with an empty body also gets the formatted message; a handler's non-empty body is kept.
+// Requests are parsed strictly; anything that two HTTP implementations could frame
+// differently is refused with 400 and the connection closed: bare LF line endings, obs-fold
+// (a header line starting with SP or HTAB), whitespace before a header's colon, a Content-Length
+// that is not exactly 1*DIGIT (no sign, no hex, no list, no overflow) or that appears twice,
+// Transfer-Encoding together with Content-Length or in an HTTP/1.0 request, an empty
+// Transfer-Encoding, a missing or repeated Host in HTTP/1.1 (at most one in HTTP/1.0), a method
+// other than GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, a version other than HTTP/1.0 and
+// HTTP/1.1, a malformed chunked body (chunk sizes are bounded by the body cap and cannot
+// overflow). A Transfer-Encoding other than exactly "chunked" is refused with 501 (closing).
+//
+// Limits, each closing the connection after its reply: a request head (request line and
+// headers) over 64 KiB gets 431; a target over 8 KiB 414; a body over max_body_bytes 413 (by
+// Content-Length before any of it is read, or while reading a chunked body, never buffering
+// past the cap); a request whose head and body are not complete within request_timeout of its
+// first byte (of the connection's accept, for its first request) 408, however steadily the
+// client trickles. A reply must be taken by the client within 10 s. After a refusal the server
+// reads and drops what the client is still sending for up to 2 s so that the client sees the
+// reply instead of a reset.
+//
+// Connections: keep-alive (idle ones closed after keep_alive_timeout) and pipelining (replies
+// in order; after 1000 requests a connection is closed, and that 1000th reply, like every reply
+// after which the server closes, carries "Connection: close"). A client that half-closes after
+// its request still gets the reply. At most max_connections are open at once: a new connection
+// at the cap closes the open one that has waited longest for (the rest of) a request, i.e. the
+// oldest idle, trickling or lingering connection; connections whose handler runs or whose reply
+// is being written are never closed for another. If the process runs out of file descriptors,
+// accepting does the same (closes the oldest such connection and tries again 10 ms later; with
+// none to close, new connections wait in the kernel's listen backlog and are retried every
+// 100 ms). Start() raises the soft RLIMIT_NOFILE to the hard limit so that the cap, not the
+// descriptor limit, is normally what binds.
+//
+// TLS: with tls_cert_file and tls_key_file set the port speaks only HTTPS (TLS 1.2 or 1.3): a
+// plaintext request gets a plaintext 400 naming the problem and the connection closes. With
+// tls_client_ca_file also set, clients must present a certificate signed by that CA (mutual
+// TLS); the handshake fails otherwise. ReloadTls() re-reads the three files (for SIGHUP):
+// connections accepted afterwards use the new certificate, open ones keep theirs.
+//
+// The server's own error replies (400, 404, 405, 408, 413, 414, 431, 500 for a handler that
+// threw, 501, 503) have the message as a text/plain body, unless options.error_formatter is
+// set, which then builds them (e.g. JSON for an API). An error status a handler returns with
+// an empty body also gets the formatted message; a handler's non-empty body is kept.
 //
 // Lifecycle: construct, Add*Handler..., Start() (binds synchronously, then serves on its own
 // threads), optionally SetStopping() while the rest of the server drains, Stop() (also run by
-// the destructor). Start, Stop and Add*Handler are for one controlling thread; callbacks
-// and handlers run on the server's worker threads, concurrently, and must be thread-safe.
-//
-// Connections: keep-alive (idle ones closed after 2 s) and pipelined requests; a request head
-// must arrive within 10 s of its first byte and a body at most 10 s between parts (else 408);
-// heads over 64 KiB get 431, targets over 8 KiB 414, a malformed request 400, all closing the
-// connection. A client that half-closes after its request still gets the reply. The listening
-// socket does not set SO_REUSEPORT, so a second server on a port already in use fails to start
-// instead of silently sharing the port.
+// the destructor). Start, Stop and Add*Handler are for one controlling thread; ReloadTls and
+// SetStopping may be called from any thread; callbacks and handlers run on the server's
+// threads, concurrently, and must be thread-safe. The listening socket does not set
+// SO_REUSEPORT, so a second server on a port already in use fails to start instead of silently
+// sharing the port.
 #pragma once
 
 #include <atomic>
@@ -42,16 +80,16 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace tnmt {
 
-class HttpConnections;  // http_server.cc
+class HttpTransport;  // http_server.cc
 
 struct HttpRequest {
   std::string path;
@@ -83,14 +121,30 @@ struct HttpServerOptions {
   std::string host = "0.0.0.0";
   // Port to listen on; 0 lets the kernel pick a free one (see HttpServer::port()).
   int port = 0;
-  // Connections served at once, each on a thread of its own, started when the connection is
-  // accepted (none are kept idle). A connection holds its thread while its request arrives (a
-  // slow client for as long as it keeps sending, up to the read timeout between bytes), while
-  // its handler runs and for up to 2 s of keep-alive idleness; so this is how many slow or idle
-  // clients the server absorbs before new connections, health probes included, have to wait.
+  // Worker threads for the added handlers (at least 1). The built-in routes do not use them.
   int threads = 4;
+  // Requests waiting for a free worker beyond `threads` running ones; a request that finds
+  // this queue full is answered 503 at once.
+  size_t max_queued_requests = 1024;
+  // Threads for network I/O, parsing, TLS and the built-in routes (at least 1).
+  int io_threads = 2;
+  // Connections open at once; a new one at the cap closes the oldest idle or unfinished one
+  // (see the header comment). Each costs a file descriptor and about 80 KiB at most.
+  size_t max_connections = 4096;
+  // A request's head and body must both have arrived within this long of its first byte (of
+  // the connection's accept for a connection's first request, TLS handshake included); else 408.
+  absl::Duration request_timeout = absl::Seconds(10);
+  // A keep-alive connection with no request for this long is closed (silently).
+  absl::Duration keep_alive_timeout = absl::Seconds(2);
   // Largest request body accepted; larger: 413.
   size_t max_body_bytes = 1 << 20;
+  // HTTPS: the server's certificate chain and private key (PEM files). Both set: the port
+  // speaks only TLS; both empty: only plaintext HTTP; one alone: Start() fails.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // PEM file of the CA(s) whose client certificates are accepted. Set (with the two above):
+  // every client must present such a certificate (mutual TLS). Empty: no client certificates.
+  std::string tls_client_ca_file;
   // Builds the server's own error replies from the request, the HTTP status and a message
   // (e.g. "not found"). Empty: a text/plain body holding the message.
   std::function<HttpResponse(const HttpRequest&, int status, const std::string& message)>
@@ -127,33 +181,48 @@ class HttpServer {
   absl::Status AddGetPrefixHandler(const std::string& prefix, GetHandler handler);
   absl::Status AddPostPrefixHandler(const std::string& prefix, PostHandler handler);
 
-  // Binds host:port and starts serving on a background thread. Unavailable with the
+  // Binds host:port and starts serving on background threads. Unavailable with the
   // system's reason (e.g. "... cannot listen on 0.0.0.0:9100: Address already in use") if the
-  // address cannot be bound, InvalidArgument if the host does not resolve,
-  // FailedPrecondition if already started. Not restartable after Stop().
+  // address cannot be bound, InvalidArgument if the host does not resolve or the TLS options
+  // are incomplete or their files unusable (named as by ReloadTls), FailedPrecondition if
+  // already started. Not restartable after Stop().
   absl::Status Start();
 
   // The bound port after a successful Start(); 0 before.
   int port() const { return port_; }
 
+  // Re-reads tls_cert_file, tls_key_file and tls_client_ca_file; connections accepted from now
+  // on use them. On an error (a file missing or unreadable, not PEM, a key that does not match
+  // the certificate) the certificate in use is kept and the status names the file and the
+  // problem. FailedPrecondition if the server has no TLS options. Thread-safe; valid before
+  // and after Start().
+  absl::Status ReloadTls();
+
   // From now on /healthz and /readyz answer 503 "stopping"; /metrics and other routes keep
   // working. Thread-safe; idempotent.
   void SetStopping();
 
-  // Stops accepting connections, waits for in-flight requests and joins the threads.
-  // Idempotent; a no-op if never started.
+  // Stops accepting connections, closes idle ones, waits for requests in progress (those
+  // still arriving, within request_timeout; handlers running or queued) to be answered, and
+  // joins the threads. Idempotent; a no-op if never started.
   void Stop();
 
  private:
+  friend class HttpTransport;
   struct Routes {
     Handler get;
     Handler post;
+    bool built_in = false;  // answered on the I/O threads
   };
   enum class Method { kGet, kPost };
   absl::Status Add(std::map<std::string, Routes>& table, Method method, const std::string& path,
                    bool prefix, Handler handler);
-  // Finds the route and calls its handler (the request's subpath is set for a prefix route).
-  HttpResponse Route(HttpRequest& request) const;
+  // The handler for the request (its subpath set for a prefix route), or null with the 404/405
+  // reply in *error. *built_in tells whether it is one of the built-in routes.
+  const Handler* Find(HttpRequest& request, HttpResponse* error, bool* built_in) const;
+  // Runs a handler found by Find: a thrown exception becomes 500, an error status with an
+  // empty body gets the formatted message.
+  HttpResponse Call(const Handler& handler, const HttpRequest& request) const;
   // The reply to an error the server itself detected (options_.error_formatter or text).
   HttpResponse Error(const HttpRequest& request, int status, const std::string& message) const;
 
@@ -162,14 +231,9 @@ class HttpServer {
   const ReadinessCallback readiness_;
   std::map<std::string, Routes> exact_;     // fixed once started
   std::map<std::string, Routes> prefixes_;  // fixed once started
-  // Reads, answers and closes one accepted connection (keep-alive: several requests).
-  void Serve(int fd);
 
-  int listen_fd_ = -1;
-  std::unique_ptr<HttpConnections> connections_;
-  std::thread thread_;  // the listener
+  std::unique_ptr<HttpTransport> transport_;  // the listener, connections, threads and TLS
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> stop_{false};
   int port_ = 0;
   bool started_ = false;
 };
