@@ -9,8 +9,10 @@
 #                   (the venv is made with --system-site-packages; the three are installed with
 #                   apt when missing); used by tests/convert/hf_marian_test.py.
 #   build/py-client grpcio, grpcio-tools and protobuf (pinned in deploy/py-client-requirements.txt,
-#                   from PyPI): what the Python client (clients/python) needs to build and run;
-#                   used by tests/clients/python_client_test.py, which pip-installs the client.
+#                   from PyPI); runs tests/clients/python_client_test.py, which installs the
+#                   client itself as its README says (a fresh venv of its own and
+#                   `pip install clients/python` with pip's default resolution), so these pins
+#                   are not what the client is tested with.
 # Idempotent: an environment that already matches its requirements file is left as it is.
 # Called by tools/run-tests.sh after deploy/install-deps.sh.
 #   deploy/install-py-tools.sh           create or update both
