@@ -161,8 +161,13 @@ def check_installed(work):
     and grpcio pip resolved, and it ships py.typed."""
     import google.protobuf
     import grpc
-    import tnmt_client
-    from tnmt_client._proto.tnmt.v1 import translation_pb2, translation_pb2_grpc  # noqa: F401 - imports are the check
+    try:
+        import tnmt_client
+        from tnmt_client._proto.tnmt.v1 import translation_pb2, translation_pb2_grpc
+    except ImportError as e:
+        check(False, "install: tnmt_client imports", f"{e!r} (protobuf {google.protobuf.__version__}, grpcio {grpc.__version__})")
+        sys.exit(summary("python_client_test"))
+    check(True, "install: tnmt_client imports")
 
     venv = os.path.join(os.path.abspath(work), "venv")
     where = os.path.dirname(os.path.abspath(tnmt_client.__file__))
@@ -432,7 +437,7 @@ def check_deadlines(cl, target):
 
 def check_tokens(target, jobs_token_file):
     """`token` goes with every call, `jobs_token` instead with the jobs calls."""
-    from tnmt_client import Client
+    from tnmt_client import Client, TnmtError
 
     with open(jobs_token_file) as f:
         jobs_token = f.read().strip()
@@ -440,13 +445,20 @@ def check_tokens(target, jobs_token_file):
         tr, lj = Recorder(c._translation.Translate), Recorder(c._training.ListJobs)
         c._translation.Translate, c._training.ListJobs = tr, lj
         c.translate(["x"])
-        list(c.list_jobs())
+        try:
+            list(c.list_jobs())
+        except TnmtError as e:
+            check(False, "jobs_token: the jobs calls are accepted", str(e))
         check(tr.calls[0]["metadata"] == (("authorization", "Bearer api-token"),),
               "token: sent with translation calls", str(tr.calls[0]["metadata"]))
         check(lj.calls[0]["metadata"] == (("authorization", f"Bearer {jobs_token}"),),
               "jobs_token: sent instead with the jobs calls", str(lj.calls[0]["metadata"]))
     with Client(target, token=jobs_token) as c:
-        check(len(list(c.list_jobs())) >= 0, "token: sent with the jobs calls when there is no jobs_token")
+        try:
+            list(c.list_jobs())
+            check(True, "token: sent with the jobs calls when there is no jobs_token")
+        except TnmtError as e:
+            check(False, "token: sent with the jobs calls when there is no jobs_token", str(e))
 
 
 def check_jobs(jc, target, token_file):
@@ -496,6 +508,10 @@ def check_jobs(jc, target, token_file):
         check(False, "a dict that is not a JobSpec: refused")
     except Exception as e:  # json_format.ParseError
         check("nmae" in str(e), "a dict that is not a JobSpec: a parse error naming the field", str(e))
+    for _ in range(300):
+        if jc.get_job(job.id).state == training_pb2.JOB_STATE_CANCELLED:
+            break
+        time.sleep(0.1)
     check(jc.get_job(job.id).state == training_pb2.JOB_STATE_CANCELLED, "the cancelled job ends CANCELLED")
 
 
