@@ -724,6 +724,7 @@ class Session : public HttpConnection {
 
   void CloseNow() {
     beast::error_code ec;
+    deadline_timer_.cancel();
     Tcp().socket().shutdown(tcp::socket::shutdown_both, ec);
     Tcp().close();
   }
@@ -783,9 +784,26 @@ class Session : public HttpConnection {
     ParseHead();
   }
 
+  // Request deadlines are our own timer, not the stream's: Beast closes a stream whose
+  // timeout expires, and a 408 must still be written. The timer cancels the pending read.
+  void ArmDeadline(Clock::time_point when) {
+    timed_out_ = false;
+    Tcp().expires_never();
+    deadline_timer_.expires_at(when);
+    deadline_timer_.async_wait([self = Self()](beast::error_code ec) {
+      if (ec || self->shed()) return;
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->Tcp().socket().cancel(ignored);
+    });
+  }
+  bool TimedOut(const beast::error_code& ec) const {
+    return ec == beast::error::timeout || (ec == asio::error::operation_aborted && timed_out_);
+  }
+
   void Read() {
     const bool idle = state_.load() == State::kIdle;
-    Tcp().expires_at(idle ? idle_deadline_ : deadline_);
+    ArmDeadline(idle ? idle_deadline_ : deadline_);
     const size_t room = buffer_.max_size() - buffer_.size();
     const size_t want = std::min<size_t>(room, buffer_.size() == 0 ? 2048 : 16384);
     stream_.async_read_some(buffer_.prepare(want), [self = Self()](beast::error_code ec, size_t n) {
@@ -796,7 +814,7 @@ class Session : public HttpConnection {
   void OnRead(beast::error_code ec, size_t n) {
     if (shed()) return;
     const bool idle = state_.load() == State::kIdle;
-    if (ec == beast::error::timeout) {
+    if (TimedOut(ec)) {
       // A request that did not arrive in time; a keep-alive connection that stays idle just ends.
       if (!idle || served_ == 0) return Refuse(408, StatusText(408));
       return CloseNow();
@@ -854,10 +872,9 @@ class Session : public HttpConnection {
     if (parser_->is_done()) return Dispatch();
     if (framing_.expect_continue) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      Tcp().expires_at(deadline_);
+      Tcp().expires_after(kWriteTimeout);
       return asio::async_write(stream_, asio::buffer(kContinue), [self = Self()](beast::error_code ec, size_t) {
         if (self->shed()) return;
-        if (ec == beast::error::timeout) return self->Refuse(408, "the request body did not arrive in time");
         if (ec) return self->CloseNow();
         self->ReadBody();
       });
@@ -870,11 +887,11 @@ class Session : public HttpConnection {
   }
 
   void ReadBody() {
-    Tcp().expires_at(deadline_);
+    ArmDeadline(deadline_);
     http::async_read(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
       if (self->shed()) return;
       if (ec == http::error::body_limit) return self->Refuse(413, self->TooLarge());
-      if (ec == beast::error::timeout) return self->Refuse(408, "the request body did not arrive in time");
+      if (self->TimedOut(ec)) return self->Refuse(408, "the request body did not arrive in time");
       if (ec == http::error::end_of_stream || ec == http::error::partial_message ||
           ec == asio::error::eof || ec == asio::error::connection_reset || ec == asio::error::operation_aborted) {
         return self->CloseNow();
@@ -886,6 +903,7 @@ class Session : public HttpConnection {
   }
 
   void Dispatch() {
+    deadline_timer_.cancel();
     ++served_;
     close_after_ = framing_.close || served_ >= kMaxRequestsPerConnection || transport_->stopping();
     HttpResponse error;
@@ -916,6 +934,7 @@ class Session : public HttpConnection {
 
   void Reply(HttpResponse response) {
     if (!Enter(State::kBusy)) return;
+    deadline_timer_.cancel();
     reply_.emplace();
     http::response<http::string_body>& r = *reply_;
     if (response.status < 100 || response.status > 999) response.status = 500;
@@ -1002,6 +1021,8 @@ class Session : public HttpConnection {
   size_t scanned_ = 0;  // bytes of buffer_ known to hold no end of the head
   Clock::time_point deadline_;       // the request's head and body
   Clock::time_point idle_deadline_;  // waiting for a request to start
+  asio::steady_timer deadline_timer_{stream_.get_executor()};
+  bool timed_out_ = false;  // deadline_timer_ cancelled the pending read
   HttpRequest request_;
   Framing framing_;
   std::optional<http::request_parser<http::string_body>> parser_;

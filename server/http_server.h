@@ -49,7 +49,8 @@
 // its request still gets the reply. At most max_connections are open at once: a new connection
 // at the cap closes the open one that has waited longest for (the rest of) a request, i.e. the
 // oldest idle, trickling or lingering connection; connections whose handler runs or whose reply
-// is being written are never closed for another. If the process runs out of file descriptors,
+// is being written are never closed for another (if all are such, the new connection is closed
+// at once; the worker queue's bound keeps them few). If the process runs out of file descriptors,
 // accepting does the same (closes the oldest such connection and tries again 10 ms later; with
 // none to close, new connections wait in the kernel's listen backlog and are retried every
 // 100 ms). Start() raises the soft RLIMIT_NOFILE to the hard limit so that the cap, not the
@@ -129,7 +130,8 @@ struct HttpServerOptions {
   // Threads for network I/O, parsing, TLS and the built-in routes (at least 1).
   int io_threads = 2;
   // Connections open at once; a new one at the cap closes the oldest idle or unfinished one
-  // (see the header comment). Each costs a file descriptor and about 80 KiB at most.
+  // (see the header comment). Each costs a file descriptor, a read buffer of at most 80 KiB
+  // and, while it lasts, its request body.
   size_t max_connections = 4096;
   // A request's head and body must both have arrived within this long of its first byte (of
   // the connection's accept for a connection's first request, TLS handshake included); else 408.
