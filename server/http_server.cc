@@ -642,7 +642,7 @@ class HttpTransport {
 
   HttpServer* const server_;
   const HttpServerOptions& options_;
-  asio::io_context io_{1};
+  asio::io_context io_;  // run by io_threads threads (no concurrency hint: they share it)
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   asio::strand<asio::io_context::executor_type> accept_strand_{io_.get_executor()};
   tcp::acceptor acceptor_{accept_strand_};
