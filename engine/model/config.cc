@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_limits.h"
 
 namespace tnmt {
 
@@ -61,12 +62,22 @@ absl::StatusOr<LengthPenaltyStyle> ParseLengthPenaltyStyle(const std::string& na
 }
 
 absl::StatusOr<ModelConfig> ModelConfig::Parse(const std::string& text, const std::string& source) {
+  if (absl::Status s = CheckJsonLimits(text, source); !s.ok()) return s;
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad(source, "not valid JSON");
   if (!j.is_object()) return Bad(source, "top level must be a JSON object");
 
   std::string format;
   int version = 0;
+  if (!j.contains("format") && j.value("model_type", json()) == "marian") {
+    // A Hugging Face Marian (OPUS-MT) directory, as save_pretrained writes it.
+    std::string dir = source;
+    const size_t slash = dir.rfind('/');
+    dir = slash == std::string::npos ? "." : dir.substr(0, slash);
+    return Bad(source, absl::StrCat("looks like a Hugging Face Marian directory (\"model_type\": \"marian\"), not a "
+                                    "tnmt model: convert it with `tnmt import --from hf-marian ", dir,
+                                    " --output MODEL_DIR` and use MODEL_DIR"));
+  }
   TNMT_READ(j, "format", format);
   if (format != kFormat) {
     return Bad(source, absl::StrCat("\"format\" must be \"", kFormat, "\", got \"", format, "\""));

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_limits.h"
 #include "kernels/cpu/elementwise.h"
 
 namespace tnmt {
@@ -95,6 +96,7 @@ absl::StatusOr<TensorMap> ReadSafetensors(const std::string& path) {
   }
   std::string header(header_len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_len));
+  if (absl::Status s = CheckJsonLimits(header, "header"); !s.ok()) return Corrupt(path, std::string(s.message()));
   json j = json::parse(header, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Corrupt(path, "header is not a JSON object");
   const int64_t data_start = 8 + static_cast<int64_t>(header_len);

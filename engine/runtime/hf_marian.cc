@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_limits.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/config.h"
 #include "engine/model/safetensors.h"
@@ -78,6 +79,7 @@ absl::Status CopyFile(const std::string& from, const std::string& to) {
 
 absl::StatusOr<json> ReadJson(const std::string& path) {
   TNMT_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  TNMT_RETURN_IF_ERROR(CheckJsonLimits(text, path));
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": top level must be a JSON object"));

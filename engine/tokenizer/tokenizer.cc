@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "engine/core/json_limits.h"
 
 namespace tnmt {
 
@@ -72,6 +74,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::LoadSeparate(const std::st
   if (!in) return absl::NotFoundError(absl::StrCat(ids_path, ": cannot open (missing or unreadable)"));
   std::stringstream ss;
   ss << in.rdbuf();
+  if (absl::Status s = CheckJsonLimits(ss.str(), ids_path); !s.ok()) return s;
   const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
   auto bad = [&](const std::string& what) { return absl::InvalidArgumentError(absl::StrCat(ids_path, ": ", what)); };
   if (j.is_discarded()) return bad("not valid JSON");
@@ -208,6 +211,10 @@ absl::StatusOr<std::string> Tokenizer::Decode(const std::vector<int32_t>& ids) c
   if (!target_.DecodePieces(pieces, &text, &error)) {
     return absl::InternalError(absl::StrCat("detokenization failed: ", error));
   }
+  // SentencePiece passes a piece it does not know (one that only the id map has) through
+  // unchanged, word-boundary mark included; MarianTokenizer turns every remaining U+2581 into
+  // a space after decoding, and so does this.
+  text = absl::StrReplaceAll(text, {{"\xe2\x96\x81", " "}});
   const size_t b = text.find_first_not_of(' ');
   if (b == std::string::npos) return std::string();
   return text.substr(b, text.find_last_not_of(' ') - b + 1);

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/jobs/training_service.h"
 #include "server/web/pages.h"
 
 namespace tnmt::server::web {
@@ -104,9 +105,14 @@ TEST(ParseTranslateRequest, RefusesGarbage) {
     ExpectInvalid(body, "is not a tnmt.v1.TranslateRequest");
   }
   ExpectInvalid(R"({"texts": ["a"], "options": {"beamsize": 4}})", "beamsize");
-  // Deep nesting neither overflows the stack parsing nor destroying.
-  ExpectInvalid(std::string(500000, '['), "not valid JSON");
-  ExpectInvalid(std::string(200000, '[') + std::string(200000, ']'), "must be a JSON object");
+  // Deep nesting is refused before parsing, naming the limit: printing a parsed value of that
+  // depth (as the proto conversion does) would overflow the stack.
+  ExpectInvalid(std::string(500000, '['), "the request body nests JSON arrays and objects deeper than 32 levels");
+  ExpectInvalid(std::string(200000, '[') + std::string(200000, ']'), "deeper than 32 levels");
+  ExpectInvalid(R"({"texts":["a"],"x":)" + std::string(60000, '[') + std::string(60000, ']') + "}",
+                "deeper than 32 levels (the limit)");
+  // Brackets inside strings are text, not nesting.
+  EXPECT_TRUE(Parse(R"({"texts":[")" + std::string(1000, '[') + R"("]})").ok());
 }
 
 TEST(TimeoutParam, QueryParameter) {
@@ -316,6 +322,24 @@ TEST(WebApi, JobEventsFromTheStore) {
   EXPECT_EQ(r.status, 404);
   EXPECT_NE(r.body.find("expected /api/jobs/{id}"), std::string::npos);
   EXPECT_EQ(api.JobRoute(Get("/api/jobs/x/", "x/", bearer)).status, 404);
+}
+
+// A job's loss is absent from the API until the trainer's first progress report (a checkpoint
+// can set its step before that), so the jobs page shows no loss instead of 0.0000; the page
+// draws "—" for a job without one.
+TEST(WebApi, LossOnlyOnceReported) {
+  jobs::JobRecord record;
+  record.id = "job-000001";
+  record.step = 50;  // a checkpoint, no progress report yet
+  json j = json::parse(MessageToJson(jobs::ToProto(record, false, "")));
+  EXPECT_FALSE(j.contains("loss")) << j.dump();
+  EXPECT_EQ(j["step"], "50") << "the other fields are still printed";
+  record.loss = 4.25;
+  j = json::parse(MessageToJson(jobs::ToProto(record, false, "")));
+  EXPECT_EQ(j["loss"], 4.25) << j.dump();
+  const std::string page(kJobsHtml);
+  EXPECT_EQ(page.find("job.step > 0 ? fmt.num(job.loss"), std::string::npos) << "loss shown by its presence, not the step";
+  EXPECT_NE(page.find("job.loss !== null ? fmt.num(job.loss, 4) : \"—\""), std::string::npos);
 }
 
 TEST(Pages, SelfContained) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_limits.h"
 
 namespace tnmt::cli {
 
@@ -31,6 +32,7 @@ std::string Describe(const json::parse_error& e) {
 
 absl::StatusOr<json> ParseConfigJson(const std::string& text, const std::string& source, char separator,
                                      std::map<std::string, std::string>* written_out) {
+  if (absl::Status s = CheckJsonLimits(text, source); !s.ok()) return s;
   json j;
   try {
     j = json::parse(text);

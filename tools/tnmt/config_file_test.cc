@@ -42,6 +42,16 @@ TEST(ConfigFileTest, NotAnObject) {
   EXPECT_THAT(std::string(j.status().message()), HasSubstr("a.json: must be a JSON object"));
 }
 
+TEST(ConfigFileTest, DeepNestingIsRefusedNamingTheLimit) {
+  const std::string text = "{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  auto j = ParseConfigJson(text, "deep.json", '_');
+  ASSERT_FALSE(j.ok());
+  EXPECT_EQ(j.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(j.status().message().find("deep.json nests JSON arrays and objects deeper than 64 levels"),
+            absl::string_view::npos)
+      << j.status();
+}
+
 TEST(ConfigFileTest, BothSpellingsAreAcceptedAndRewritten) {
   const std::string text = R"({"max-steps": 5, "max_tokens": 7, "models": {"en_de": "/m/a", "de-en": "/m/b"}})";
   auto underscore = ParseConfigJson(text, "a.json", '_');

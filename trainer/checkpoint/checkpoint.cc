@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/core/json_limits.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
@@ -192,6 +193,7 @@ std::string TrainerState::ToJson() const {
 }
 
 absl::StatusOr<TrainerState> TrainerState::Parse(const std::string& text, const std::string& source) {
+  if (absl::Status s = CheckJsonLimits(text, source); !s.ok()) return s;
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return BadState(source, "not valid JSON");
   if (!j.is_object()) return BadState(source, "top level must be a JSON object");
