@@ -64,6 +64,13 @@ absl::Status Scheduler::Enqueue(std::vector<SentenceTask> tasks) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_) return absl::UnavailableError(absl::StrCat("model ", name_, " is shutting down"));
+    if (false && tasks.size() > static_cast<size_t>(options_.max_queue)) {  // could never fit: not retryable
+      return WithReason(absl::InvalidArgumentError(absl::StrCat(
+                            "texts: ", tasks.size(), " texts to translate exceed the queue of model ", name_, " (",
+                            options_.max_queue, " sentences, --max-queue); send at most ", options_.max_queue,
+                            " per request")),
+                        "TOO_MANY_TEXTS");
+    }
     if (queue_.size() + tasks.size() > static_cast<size_t>(options_.max_queue)) {
       // Retry once the excess would have been decoded at the measured rate (1 s before one).
       const double excess = static_cast<double>(queue_.size() + tasks.size() - options_.max_queue);
@@ -127,8 +134,11 @@ int Scheduler::queue_length() const {
   return static_cast<int>(queue_.size());
 }
 
-std::vector<std::unique_ptr<Scheduler::Queued>> Scheduler::AdmitLocked(int live_rows,
-                                                                       bool decoder_idle) {
+std::vector<std::unique_ptr<Scheduler::Queued>> Scheduler::AdmitLocked(
+    int live_rows, bool decoder_idle, std::unordered_map<uint64_t, int> request_rows) {
+  const int reserved = options_.reserved_rows >= 0 ? std::min(options_.reserved_rows, options_.max_batch_rows)
+                                                   : options_.max_batch_rows / 4;
+  const int small_request_rows = std::max(1, reserved / 2);
   // The queue as runs of one request each (Enqueue appends a request's tasks together).
   struct Run {
     size_t start, count;
@@ -141,12 +151,15 @@ std::vector<std::unique_ptr<Scheduler::Queued>> Scheduler::AdmitLocked(int live_
     ++runs.back().count;
   }
   // Round r takes the r-th sentence of every request that has one, in arrival order; the first
-  // sentence that does not fit the budgets ends the admission.
+  // sentence that does not fit the budgets ends the admission. A sentence kept out of the
+  // reserved rows (SchedulerOptions::reserved_rows) is passed over, not an end.
   std::vector<size_t> chosen;
   int rows = live_rows;
   size_t longest = 0;
   bool full = false;
-  for (size_t round = 0; !full && chosen.size() < queue_.size(); ++round) {
+  size_t rounds = 0;
+  for (const Run& run : runs) rounds = std::max(rounds, run.count);
+  for (size_t round = 0; !full && round < rounds; ++round) {
     for (const Run& run : runs) {
       if (round >= run.count) continue;
       const Queued& q = *queue_[run.start + round];
@@ -158,6 +171,15 @@ std::vector<std::unique_ptr<Scheduler::Queued>> Scheduler::AdmitLocked(int live_
         full = true;
         break;
       }
+      // Into the reserved rows only for short work or while the request stays small; other
+      // sentences wait, and the requests after them still get their turn.
+      int& mine = request_rows[q.request];
+      if (!first && rows + beam > options_.max_batch_rows - reserved && mine + beam > small_request_rows &&
+          static_cast<int64_t>(beam) * MaxOutputLength(q.task.options, static_cast<int>(q.task.ids.size()),
+                                                       model_->config) > options_.reserved_cost) {
+        continue;
+      }
+      mine += beam;
       rows += beam;
       longest = len;
       chosen.push_back(run.start + round);
@@ -245,7 +267,13 @@ void Scheduler::Run() {
           cv_.wait_for(lock, absl::ToChronoNanoseconds(until - absl::Now()));
         }
       }
-      if (options_.continuous || idle) admitted = AdmitLocked(idle ? 0 : created->live_rows(), idle);
+      if (options_.continuous || idle) {
+        std::unordered_map<uint64_t, int> request_rows;
+        if (!idle) {
+          for (const auto& [handle, q] : live) request_rows[q->request] += q->task.options.beam_size;
+        }
+        admitted = AdmitLocked(idle ? 0 : created->live_rows(), idle, std::move(request_rows));
+      }
       if (metrics_ != nullptr) metrics_->SetQueueLength(name_, queue_.size());
     }
     std::lock_guard<std::mutex> compute(*compute_lock_);

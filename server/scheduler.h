@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -31,6 +32,17 @@ struct SchedulerOptions {
   // Hypothesis rows decoded per step (sentences x beam); a sentence larger than this alone
   // still runs, alone.
   int max_batch_rows = 256;
+  // Rows kept for short work and small requests. A sentence may take one of the last
+  // `reserved_rows` of max_batch_rows only if it is short (beam x its maximum output length at
+  // most reserved_cost row-steps) or its request holds at most reserved_rows / 2 rows in the
+  // decoder with it. So requests of long decodes (a beam of 64 with max_length 1023 holds its
+  // rows for a thousand steps) fill at most the other rows, and a one-sentence call finds room
+  // instead of waiting until its deadline; the reserved rows are each held for at most
+  // reserved_cost / beam steps by a sentence of a large request. Natural-length work (a beam
+  // of 4, the source length + 50 tokens) is short and uses every row. -1: a quarter of
+  // max_batch_rows; 0: no reserve.
+  int reserved_rows = -1;
+  int64_t reserved_cost = 2048;
   // Source tokens encoded per admission, counting padding (sentences x longest).
   int max_batch_tokens = 8192;
   // Sentences waiting; beyond it Enqueue fails with RESOURCE_EXHAUSTED at once.
@@ -106,7 +118,9 @@ class Scheduler {
   // Admits queued sentences within the budgets, taking the waiting requests' sentences in turn
   // (the first of each request in arrival order, then the second of each, ...) so that a large
   // request cannot hold every free row while others wait; called with mu_ held.
-  std::vector<std::unique_ptr<Queued>> AdmitLocked(int live_rows, bool decoder_idle);
+  // live_request_rows: rows each request holds in the decoder now (see reserved_rows).
+  std::vector<std::unique_ptr<Queued>> AdmitLocked(int live_rows, bool decoder_idle,
+                                                   std::unordered_map<uint64_t, int> live_request_rows);
   void Finish(Queued& q, SentenceResult r);
 
   const std::string name_;

@@ -65,6 +65,59 @@ TEST(SchedulerTest, RequestsTakeTurnsForFreeRows) {
   EXPECT_LE(b, 3) << "B finished " << b + 1 << "th of 7";
 }
 
+TEST(SchedulerTest, LongDecodesLeaveReservedRowsForShortCalls) {
+  auto model = LoadModelDirectory("tests/golden/data/tiny");
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto ids = (*model)->tokenizer->Encode("a b c");
+  ASSERT_TRUE(ids.ok());
+  std::vector<int32_t> source = *ids;
+  source.push_back((*model)->config.eos_id);
+  SchedulerOptions options;
+  options.max_batch_rows = 16;
+  options.reserved_rows = 8;  // the last 8 rows: short work, or requests of at most 4 rows
+  std::mutex compute;
+  std::mutex order_mu;
+  std::vector<std::string> order;
+  // A and B: one sentence each, beam 8, forced to 300 tokens (8 x 300 row-steps, over
+  // reserved_cost); C: one natural-length sentence with beam 4.
+  auto task = [&](const std::string& name, int beam, int length) {
+    SentenceTask t;
+    t.ids = source;
+    t.options = DecodeOptions::FromConfig((*model)->config);
+    t.options.beam_size = beam;
+    if (length > 0) t.options.min_length = t.options.max_length = length;
+    t.done = [&, name](SentenceResult r) {
+      EXPECT_TRUE(r.status.ok()) << r.status;
+      std::lock_guard<std::mutex> lock(order_mu);
+      order.push_back(name);
+    };
+    std::vector<SentenceTask> request;
+    request.push_back(std::move(t));
+    return request;
+  };
+  {
+    Scheduler scheduler("tiny", *model, options, nullptr, &compute);
+    {
+      // The worker admits A alone and then waits for the compute lock while B and C queue.
+      std::unique_lock<std::mutex> hold(compute);
+      ASSERT_TRUE(scheduler.Enqueue(task("A", 8, 300)).ok());
+      while (scheduler.queue_length() > 0) {
+        hold.unlock();
+        absl::SleepFor(absl::Milliseconds(1));
+        hold.lock();
+      }
+      ASSERT_TRUE(scheduler.Enqueue(task("B", 8, 300)).ok());
+      ASSERT_TRUE(scheduler.Enqueue(task("C", 4, 0)).ok());
+    }
+    scheduler.Drain();
+  }
+  // B would fit the 16 rows beside A, but only into the reserved ones, which its long decode
+  // may not take: C gets them and finishes while A still decodes; B runs after A.
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order[0], "C") << order[0] << " " << order[1] << " " << order[2];
+  EXPECT_EQ(order[2], "B") << order[0] << " " << order[1] << " " << order[2];
+}
+
 // Resident set size in MiB (/proc/self/statm).
 double RssMiB() {
   std::ifstream statm("/proc/self/statm");

@@ -17,11 +17,28 @@ namespace tnmt::server {
 
 namespace {
 constexpr char kServiceName[] = "tnmt.v1.TranslationService";
+
+// A bearer token from a file (surrounding whitespace dropped), at least 16 characters.
+absl::StatusOr<std::string> ReadToken(const std::string& flag, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, " ", path, ": cannot open"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(ss.str()));
+  if (token.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": the token must have at least 16 characters"));
+  }
+  return token;
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(ServerOptions options) {
   if (options.models.empty() && options.jobs.state_dir.empty()) {
     return absl::InvalidArgumentError("no model to serve");
+  }
+  TNMT_RETURN_IF_ERROR(CheckTlsFiles(options.tls));
+  if (options.max_streams_per_connection < 1) {
+    return absl::InvalidArgumentError("max_streams_per_connection must be at least 1");
   }
   std::unique_ptr<TranslationServer> s(new TranslationServer(std::move(options)));
   const ServerOptions& o = s->options_;
@@ -46,6 +63,10 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
   }
   s->service_ = std::make_unique<TranslationServiceImpl>(s->registry_.get(), s->metrics_.get(), o.limits,
                                                          s->request_log_.get());
+  if (!o.api_token_file.empty()) {
+    TNMT_ASSIGN_OR_RETURN(std::string token, ReadToken("--api-token-file", o.api_token_file));
+    s->service_->RequireToken(std::move(token));
+  }
   if (!o.jobs.state_dir.empty()) TNMT_RETURN_IF_ERROR(s->StartJobs());
 
   // Health: the whole server ("") and the translation service; the training service is not a
@@ -54,7 +75,7 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(o.host.find(':') != std::string::npos ? "[" + o.host + "]" : o.host, ":", o.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(address, GrpcServerCredentials(o.tls), &s->port_);
   builder.RegisterService(s->service_.get());
   builder.RegisterService(s->health_.get());
   if (s->training_ != nullptr) builder.RegisterService(s->training_.get());
@@ -62,6 +83,12 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
   // served and then split the clients between the two; a busy port must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(o.max_message_bytes);
+  // gRPC inflates a compressed message whole before the size limit applies, so a small gzip
+  // bomb would cost its full size in memory: compressed requests are refused (UNIMPLEMENTED,
+  // "Compression algorithm ... is disabled"), replies are never compressed.
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_DEFLATE, false);
+  builder.SetCompressionAlgorithmSupportStatus(GRPC_COMPRESS_GZIP, false);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, o.max_streams_per_connection);
   builder.SetMaxSendMessageSize(std::max(o.max_message_bytes, 64 << 20));
   s->grpc_ = builder.BuildAndStart();
   if (s->grpc_ == nullptr || s->port_ == 0) {
@@ -94,6 +121,12 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
     // limits and metrics apply), jobs through the TrainingService and the job store.
     web::WebOptions wo;
     wo.grpc_target = web::LoopbackTarget(o.host, s->port_);
+    {
+      grpc::ChannelArguments args;
+      args.SetMaxReceiveMessageSize(-1);  // the server's limits apply, not the channel's
+      args.SetMaxSendMessageSize(-1);
+      wo.channel = s->grpc_->InProcessChannel(args);
+    }
     wo.jobs_token = s->jobs_token_;
     wo.job_store = s->job_store_.get();
     s->web_ = std::make_unique<web::WebApi>(wo);
@@ -117,7 +150,7 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
   s->loader_ = std::thread([self] {
     self->load_status_ = self->registry_->LoadAll();
     self->loaded_ = true;
-    if (self->registry_->AllReady() && !self->stopping_) self->SetServing(true);
+    if (self->ModelsReady() && !self->stopping_) self->SetServing(true);
   });
   return s;
 }
@@ -129,14 +162,7 @@ absl::Status TranslationServer::StartJobs() {
     return absl::InvalidArgumentError("--jobs-token-file is required with --state-dir (the training API needs a token)");
   }
   if (j.trainer_binary.empty()) return absl::InvalidArgumentError("no trainer binary for training jobs");
-  std::ifstream in(j.token_file);
-  if (!in) return absl::NotFoundError(absl::StrCat("--jobs-token-file ", j.token_file, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string token(absl::StripAsciiWhitespace(ss.str()));
-  if (token.size() < 16) {
-    return absl::InvalidArgumentError(absl::StrCat("--jobs-token-file ", j.token_file, ": the token must have at least 16 characters"));
-  }
+  TNMT_ASSIGN_OR_RETURN(const std::string token, ReadToken("--jobs-token-file", j.token_file));
   std::error_code ec;
   std::filesystem::create_directories(j.state_dir, ec);
   if (ec) return absl::FailedPreconditionError(absl::StrCat("--state-dir ", j.state_dir, ": ", ec.message()));
@@ -184,7 +210,7 @@ absl::Status TranslationServer::PublishModel(const std::string& name, const std:
     }
   }
   absl::Status s = registry_->Load(name);
-  if (registry_->AllReady() && loaded_ && !stopping_) SetServing(true);
+  if (ModelsReady() && loaded_ && !stopping_) SetServing(true);
   return s;
 }
 
@@ -206,7 +232,13 @@ absl::Status TranslationServer::WaitForInitialLoad() {
 }
 
 bool TranslationServer::ready() const {
-  return loaded_ && !stopping_ && registry_->AllReady();
+  return loaded_ && !stopping_ && ModelsReady();
+}
+
+// A server with the training API and no model yet (--state-dir, no --model) serves what it
+// has, that API, and is ready: its log, /readyz and health agree.
+bool TranslationServer::ModelsReady() const {
+  return registry_->AllReady();
 }
 
 void TranslationServer::SetServing(bool serving) {
@@ -220,7 +252,7 @@ absl::Status TranslationServer::Reload(const std::string& name) {
     if (absl::Status r = request_log_->Reopen(); !r.ok()) std::fprintf(stderr, "tnmt serve: %s\n", std::string(r.message()).c_str());
   }
   absl::Status s = name.empty() ? registry_->LoadAll() : registry_->Load(name);
-  if (registry_->AllReady() && !stopping_) SetServing(true);
+  if (ModelsReady() && !stopping_) SetServing(true);
   return s;
 }
 

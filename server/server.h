@@ -2,7 +2,8 @@
 // (tnmt.v1.TranslationService, grpc.health.v1.Health, reflection) on one port, HTTP
 // (/metrics, /healthz, /readyz, and the web pages / and /jobs with their JSON API under /api/,
 // see server/web/web_api.h) on another, models loaded in the background: the server
-// reports NOT_SERVING / 503 until every model is loaded and has translated a warm-up sentence.
+// reports NOT_SERVING / 503 until every model is loaded and has translated a warm-up sentence
+// (a server with the training API and no model is ready, SERVING / 200, once it listens).
 #pragma once
 
 #include <map>
@@ -25,6 +26,7 @@
 #include "server/metrics.h"
 #include "server/model_registry.h"
 #include "server/request_log.h"
+#include "server/tls.h"
 #include "server/translation_service.h"
 #include "server/web/web_api.h"
 
@@ -52,6 +54,13 @@ struct ServerOptions {
   SchedulerOptions scheduler;
   ServiceLimits limits;
   int max_message_bytes = 4 << 20;  // largest request message; bigger: RESOURCE_EXHAUSTED
+  // TLS on both ports (see server/tls.h); all empty: plaintext.
+  TlsFiles tls;
+  // File holding a bearer token that every TranslationService call must carry as metadata
+  // "authorization: Bearer <token>" (also /api/translate and /api/models); "": none needed.
+  std::string api_token_file;
+  // HTTP/2 streams one gRPC connection may have open at once; more wait for a free one.
+  int max_streams_per_connection = 100;
   absl::Duration grace_period = absl::Seconds(30);  // drain time on Shutdown
   std::string version = "dev";
   std::string request_log;  // --request-log: JSON line per finished call ("-": stderr; "": none)
@@ -84,6 +93,8 @@ class TranslationServer {
  private:
   explicit TranslationServer(ServerOptions options) : options_(std::move(options)) {}
   void SetServing(bool serving);
+  // Every model is loaded, or there is none and the training API is what the server serves.
+  bool ModelsReady() const;
   absl::Status StartJobs();  // before the gRPC server is built
   absl::Status PublishModel(const std::string& name, const std::string& dir);
   std::string MetricsText();  // /metrics, with the job counts refreshed

@@ -78,6 +78,10 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
       state_->Finish(absl::UnavailableError("server is shutting down"));
       return;
     }
+    if (absl::Status authorized = service_->Authorize(*ctx); !authorized.ok()) {
+      state_->Finish(authorized);
+      return;
+    }
     if (absl::Status parsed = ParseMessage(*bytes, &request_, "request"); !parsed.ok()) {
       state_->Finish(parsed);
       return;
@@ -198,6 +202,11 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
       state_->FinishLocked(absl::UnavailableError("server is shutting down"));
       return;
     }
+    if (absl::Status authorized = service_->Authorize(*ctx); !authorized.ok()) {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->FinishLocked(authorized);
+      return;
+    }
     StartRead(&read_bytes_);
   }
 
@@ -212,7 +221,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     request_.Clear();
     if (absl::Status parsed = ParseMessage(read_bytes_, &request_, absl::StrCat("request message ", messages_read_));
         !parsed.ok()) {
-      state_->cancelled = true;  // drop this stream's queued texts: the client sent a bad message
+      state_->cancelled = true;
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->FinishLocked(parsed);
       return;
@@ -265,12 +274,20 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
       }
     }
     if (!s.ok()) {
-      state_->cancelled = true;  // drop this stream's queued texts
-      std::lock_guard<std::mutex> lock(state_->mu);
-      state_->FinishLocked(absl::Status(s.code(), absl::StrCat("request message id ", request_.id(), ": ", s.message())));
+      FailAfterAccepted(absl::Status(s.code(), absl::StrCat("request message id ", request_.id(), ": ", s.message())));
       return;
     }
     StartRead(&read_bytes_);
+  }
+
+  // A request message that cannot be accepted ends the stream with its error, after the texts
+  // of the messages before it, already accepted, are answered: reading stops, the error is the
+  // final status.
+  void FailAfterAccepted(const absl::Status& s) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->error.ok()) state_->error = s;
+    state_->reads_done = true;
+    state_->MaybeFinishLocked();
   }
 
   void OnWriteDone(bool ok) override {
@@ -314,6 +331,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     bool reads_done = false;
     bool finished = false;
     int pending = 0;  // accepted texts not yet answered
+    absl::Status error;  // a refused request message: the final status once `pending` are answered
 
     void Done(uint64_t id, int index, bool scores, uint64_t seed, SentenceResult r) {
       std::lock_guard<std::mutex> lock(mu);
@@ -338,7 +356,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
       reactor->StartWrite(&writes.front());
     }
     void MaybeFinishLocked() {
-      if (reads_done && pending == 0 && writes.empty() && !writing) FinishLocked(absl::OkStatus());
+      if (reads_done && pending == 0 && writes.empty() && !writing) FinishLocked(error);
     }
     void FinishLocked(const absl::Status& s) {
       if (finished || reactor == nullptr) return;
@@ -376,26 +394,41 @@ constexpr char kPageTokenPrefix[] = "after:";
 }  // namespace
 
 grpc::ServerUnaryReactor* TranslationServiceImpl::Score(grpc::CallbackServerContext* context,
-                                                        const tnmt::v1::ScoreRequest* request,
-                                                        tnmt::v1::ScoreResponse* response) {
+                                                        const grpc::ByteBuffer* request,
+                                                        grpc::ByteBuffer* response) {
+  const absl::Time start = absl::Now();
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (metrics_ != nullptr) metrics_->RequestStarted();
+  absl::Status s;
+  std::string model;
+  tnmt::v1::ScoreRequest req;
   if (!Enter()) {
-    reactor->Finish(ToGrpcStatus(absl::UnavailableError("server is shutting down")));
-    return reactor;
+    s = absl::UnavailableError("server is shutting down");
+  } else {
+    s = Authorize(*context);
+    if (s.ok() && !ParseMessage(*request, &req, "request").ok()) s = absl::UnimplementedError("");
+    tnmt::v1::ScoreResponse resp;
+    if (s.ok()) s = DoScore(req, &resp, &model);
+    if (s.ok()) *response = Serialize(resp);
+    Leave();
   }
-  const absl::Status s = DoScore(*request, response);
-  Leave();
+  s = AsObserved(s, Deadline(context));
+  if (metrics_ != nullptr) {
+    metrics_->RequestDone(model, "Translate", static_cast<int>(s.code()), absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  if (false) LogCall(request_log_, "Score", model, request_log_ != nullptr ? context->peer() : "", req.sources_size(), s, start);
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
 }
 
 absl::Status TranslationServiceImpl::DoScore(const tnmt::v1::ScoreRequest& request,
-                                             tnmt::v1::ScoreResponse* response) {
+                                             tnmt::v1::ScoreResponse* response, std::string* model_out) {
   std::string model = request.model();
   if (model.empty()) model = registry_->default_model();
   if (model.empty()) return absl::InvalidArgumentError("model: required (this server serves several models; see ListModels)");
   absl::StatusOr<std::shared_ptr<Scheduler>> scheduler = registry_->Get(model);
   if (!scheduler.ok()) return scheduler.status();
+  *model_out = model;
   const int n = request.sources_size();
   if (n == 0) return absl::InvalidArgumentError("sources: empty batch (send at least one pair)");
   if (request.targets_size() != n) {
@@ -440,6 +473,25 @@ absl::Status TranslationServiceImpl::DoScore(const tnmt::v1::ScoreRequest& reque
       for (float t : r->token_scores) out->add_token_scores(t);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status TranslationServiceImpl::Authorize(const grpc::ServerContextBase& context) const {
+  if (token_.empty()) return absl::OkStatus();
+  const auto& md = context.client_metadata();
+  auto it = md.find("authorization");
+  if (it == md.end()) {
+    return absl::UnauthenticatedError(
+        "this server's TranslationService needs metadata \"authorization: Bearer <token>\" (tnmt: --token-file)");
+  }
+  // Constant-time comparison: the token cannot be guessed byte by byte from timings.
+  const absl::string_view presented(it->second.data(), it->second.size());
+  const std::string expected = absl::StrCat("Bearer ", token_);
+  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    diff |= static_cast<unsigned char>((i < presented.size() ? presented[i] : 0) ^ expected[i]);
+  }
+  if (diff != 0) return absl::UnauthenticatedError("invalid bearer token for the TranslationService");
   return absl::OkStatus();
 }
 
@@ -491,9 +543,28 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* TranslationServiceI
 }
 
 grpc::ServerUnaryReactor* TranslationServiceImpl::ListModels(grpc::CallbackServerContext* context,
-                                                             const tnmt::v1::ListModelsRequest* request,
-                                                             tnmt::v1::ListModelsResponse* response) {
+                                                             const grpc::ByteBuffer* request,
+                                                             grpc::ByteBuffer* response) {
   const absl::Time start = absl::Now();
+  tnmt::v1::ListModelsRequest req;
+  tnmt::v1::ListModelsResponse resp;
+  absl::Status status = Authorize(*context);
+  if (status.ok() && !ParseMessage(*request, &req, "request").ok()) status = absl::UnimplementedError("");
+  if (status.ok()) status = DoListModels(req, &resp);
+  if (status.ok()) *response = Serialize(resp);
+  if (metrics_ != nullptr) {
+    metrics_->RequestStarted();
+    metrics_->RequestDone("", "ListModels", static_cast<int>(status.code()), absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  LogCall(request_log_, "ListModels", "", request_log_ != nullptr ? context->peer() : "", 0, status, start);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+absl::Status TranslationServiceImpl::DoListModels(const tnmt::v1::ListModelsRequest& req,
+                                                  tnmt::v1::ListModelsResponse* response) {
+  const tnmt::v1::ListModelsRequest* request = &req;
   // Pages in name order; a page token is the last name of the previous page.
   absl::Status status;
   const int page_size = request->page_size() == 0 ? 100 : request->page_size();
@@ -533,14 +604,7 @@ grpc::ServerUnaryReactor* TranslationServiceImpl::ListModels(grpc::CallbackServe
     }
   }
   if (!status.ok()) response->Clear();
-  if (metrics_ != nullptr) {
-    metrics_->RequestStarted();
-    metrics_->RequestDone("", "ListModels", static_cast<int>(status.code()), absl::ToDoubleSeconds(absl::Now() - start));
-  }
-  LogCall(request_log_, "ListModels", "", request_log_ != nullptr ? context->peer() : "", 0, status, start);
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  return status;
 }
 
 }  // namespace tnmt::server

@@ -23,10 +23,11 @@ namespace tnmt::server {
 // an undecodable message is INVALID_ARGUMENT naming the message (gRPC's generated code answered
 // UNIMPLEMENTED with no message, uncounted; in a stream it ended the reads as if the client had
 // half-closed, and the call finished OK with the later messages silently lost).
+// ListModels and Score too, for the same reason.
 using TranslationServiceBase = tnmt::v1::TranslationService::WithRawCallbackMethod_Translate<
     tnmt::v1::TranslationService::WithRawCallbackMethod_TranslateStream<
-        tnmt::v1::TranslationService::WithCallbackMethod_ListModels<
-            tnmt::v1::TranslationService::WithCallbackMethod_Score<tnmt::v1::TranslationService::Service>>>>;
+        tnmt::v1::TranslationService::WithRawCallbackMethod_ListModels<
+            tnmt::v1::TranslationService::WithRawCallbackMethod_Score<tnmt::v1::TranslationService::Service>>>>;
 
 class TranslationServiceImpl final : public TranslationServiceBase {
  public:
@@ -42,12 +43,20 @@ class TranslationServiceImpl final : public TranslationServiceBase {
   // Reads serialized TranslateStreamRequests, writes serialized TranslateStreamResponses.
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* TranslateStream(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context,
-                                       const tnmt::v1::ListModelsRequest* request,
-                                       tnmt::v1::ListModelsResponse* response) override;
-  // Forced decoding under the model's compute lock, between its decode steps.
-  grpc::ServerUnaryReactor* Score(grpc::CallbackServerContext* context, const tnmt::v1::ScoreRequest* request,
-                                  tnmt::v1::ScoreResponse* response) override;
+  // request: a serialized tnmt.v1.ListModelsRequest; response: the ListModelsResponse.
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  // Forced decoding under the model's compute lock, between its decode steps. request: a
+  // serialized tnmt.v1.ScoreRequest; response: the ScoreResponse. Counted in the metrics and
+  // written to the request log as every other call.
+  grpc::ServerUnaryReactor* Score(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
+
+  // From now on every call must carry metadata "authorization: Bearer <token>"; set before the
+  // server starts (not thread-safe against running calls).
+  void RequireToken(std::string token) { token_ = std::move(token); }
+  // OK without a token, or when the call carries the right one; else UNAUTHENTICATED.
+  absl::Status Authorize(const grpc::ServerContextBase& context) const;
 
   // First phase of a drain: from now on new calls are refused with UNAVAILABLE (clients see
   // a clean refusal instead of a call cut off by the transport shutting down).
@@ -61,7 +70,10 @@ class TranslationServiceImpl final : public TranslationServiceBase {
   void Leave();
 
  private:
-  absl::Status DoScore(const tnmt::v1::ScoreRequest& request, tnmt::v1::ScoreResponse* response);
+  // model: set to the model the request was for, once known.
+  absl::Status DoScore(const tnmt::v1::ScoreRequest& request, tnmt::v1::ScoreResponse* response, std::string* model);
+  absl::Status DoListModels(const tnmt::v1::ListModelsRequest& request, tnmt::v1::ListModelsResponse* response);
+  std::string token_;  // "": no token required
   std::atomic<bool> accepting_{true};
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "engine/core/json_limits.h"
 #include "proto/enum_names.h"
 #include "proto/google/rpc/error_details.pb.h"
 #include "proto/google/rpc/status.pb.h"
@@ -194,6 +195,11 @@ bool SameSecret(absl::string_view presented, absl::string_view expected) {
 }
 
 absl::StatusOr<tnmt::v1::TranslateRequest> ParseTranslateRequest(absl::string_view body) {
+  // The API's bodies nest 2 levels; the limit leaves room and keeps Dump() below from recursing
+  // through a hostile depth.
+  JsonLimits limits;
+  limits.max_depth = 32;
+  if (absl::Status s = CheckJsonLimits(body, "the request body", limits); !s.ok()) return s;
   json j;
   try {
     j = json::parse(body.begin(), body.end());
@@ -278,7 +284,9 @@ WebApi::WebApi(WebOptions options) : options_(std::move(options)) {
   args.SetMaxReceiveMessageSize(-1);  // the server's limits apply, not the channel's
   args.SetMaxSendMessageSize(-1);
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);  // loopback: never through $http_proxy
-  channel_ = grpc::CreateCustomChannel(options_.grpc_target, grpc::InsecureChannelCredentials(), args);
+  channel_ = options_.channel != nullptr
+                 ? options_.channel
+                 : grpc::CreateCustomChannel(options_.grpc_target, grpc::InsecureChannelCredentials(), args);
   translation_ = tnmt::v1::TranslationService::NewStub(channel_);
   training_ = tnmt::v1::TrainingService::NewStub(channel_);
 }
@@ -304,7 +312,14 @@ HttpResponse WebApi::IndexPage(const HttpRequest&) const { return Page(kIndexHtm
 
 HttpResponse WebApi::JobsPage(const HttpRequest&) const { return Page(kJobsHtml); }
 
-HttpResponse WebApi::Models(const HttpRequest&) const {
+// The caller's "Authorization" header, passed on to the translation API (which checks it when
+// the server has a translation token).
+static void ForwardAuthorization(const HttpRequest& request, grpc::ClientContext* context) {
+  const std::string header = request.Header("authorization");
+  if (!header.empty()) context->AddMetadata("authorization", header);
+}
+
+HttpResponse WebApi::Models(const HttpRequest& request) const {
   // tnmt.v1.ListModelsResponse in the proto3 JSON mapping, every page merged into one.
   tnmt::v1::ListModelsResponse all;
   tnmt::v1::ListModelsRequest page;
@@ -312,6 +327,7 @@ HttpResponse WebApi::Models(const HttpRequest&) const {
   do {
     grpc::ClientContext context;
     context.set_deadline(Deadline(options_.lookup_timeout));
+    ForwardAuthorization(request, &context);
     tnmt::v1::ListModelsResponse response;
     const grpc::Status status = translation_->ListModels(&context, page, &response);
     if (!status.ok()) return FromGrpc(status);
@@ -341,6 +357,7 @@ HttpResponse WebApi::Translate(const HttpRequest& request) const {
   if (!timeout.ok()) return FromAbsl(timeout.status());
   grpc::ClientContext context;
   context.set_deadline(Deadline(*timeout));
+  ForwardAuthorization(request, &context);
   tnmt::v1::TranslateResponse response;
   const grpc::Status status = translation_->Translate(&context, *parsed, &response);
   if (!status.ok()) return FromGrpc(status);

@@ -45,6 +45,9 @@ struct WebOptions {
   // The server's own gRPC address for the loopback channel, e.g. "127.0.0.1:50051" (see
   // LoopbackTarget).
   std::string grpc_target;
+  // When set, the loopback calls use this channel instead of grpc_target (the server passes
+  // its in-process channel, which needs no TLS credentials of its own).
+  std::shared_ptr<grpc::Channel> channel;
   // The training API's bearer token and the job store; both empty/null without a job service.
   std::string jobs_token;
   jobs::JobStore* job_store = nullptr;
@@ -90,6 +93,10 @@ absl::StatusOr<absl::Duration> TimeoutParam(const HttpRequest& request, absl::Du
 // The reply body for a TranslateResponse: its proto3 JSON mapping (field names as in the
 // .proto, every field printed).
 std::string TranslateResponseToJson(const tnmt::v1::TranslateResponse& response);
+// A message as the API's replies carry it (/api/models, /api/jobs, /api/jobs/{id}): the proto3
+// JSON mapping with proto field names and every field printed, but a field with presence
+// (such as a Job's loss) only when set.
+std::string MessageToJson(const google::protobuf::Message& m);
 
 class WebApi {
  public:

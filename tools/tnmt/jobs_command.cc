@@ -19,10 +19,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "engine/core/json_limits.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/tnmt/v1/training.grpc.pb.h"
 #include "server/jobs/job_spec.h"
 #include "tools/tnmt/args.h"
+#include "tools/tnmt/connection.h"
 #include "tools/tnmt/proto_json.h"
 
 namespace tnmt::cli {
@@ -52,6 +54,14 @@ int Usage(const std::string& message) {
 }
 
 int RpcFailed(const grpc::Status& s) {
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    // gRPC's answer for a service the server does not have: tnmt.v1.TrainingService is served
+    // only by `tnmt serve --state-dir ...`.
+    std::cerr << "tnmt jobs: the server has no training API (tnmt.v1.TrainingService): it was started without "
+                 "--state-dir (UNIMPLEMENTED"
+              << (s.error_message().empty() ? "" : ": " + s.error_message()) << ")\n";
+    return 1;
+  }
   std::cerr << "tnmt jobs: " << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())) << ": "
             << s.error_message() << "\n";
   return 1;
@@ -70,7 +80,7 @@ std::string Duration(double seconds) {
 // One line: state, progress, loss, BLEU, speed, ETA (and the model or the error at the end).
 std::string Summary(const Job& j) {
   std::string line = absl::StrFormat("%s %-10s step %d/%d", j.id(), StateName(j.state()), j.step(), j.max_steps());
-  if (j.step() > 0) absl::StrAppendFormat(&line, "  loss %.4f", j.loss());
+  if (j.has_loss()) absl::StrAppendFormat(&line, "  loss %.4f", j.loss());
   if (j.dev_bleu() >= 0) absl::StrAppendFormat(&line, "  dev BLEU %.2f", j.dev_bleu());
   if (j.state() == tnmt::v1::JOB_STATE_RUNNING) {
     absl::StrAppendFormat(&line, "  %.0f tok/s  ETA %s", j.tokens_per_second(), Duration(j.has_eta() ? j.eta().seconds() + j.eta().nanos() * 1e-9 : -1.0));
@@ -109,6 +119,7 @@ void AddCommonFlags(Args* args) {
   args->AddString("token-file", "", "file with the bearer token", "$TNMT_JOBS_TOKEN_FILE, else none");
   args->AddBool("json", false, "print JSON (proto field names; 64-bit integers as numbers) instead of text");
   args->AddInt("timeout-seconds", 30, "deadline of each call in seconds (not of watch)");
+  AddTlsFlags(args);
 }
 
 absl::StatusOr<Client> MakeClient(const Args& args) {
@@ -130,8 +141,9 @@ absl::StatusOr<Client> MakeClient(const Args& args) {
   if (c.timeout_seconds < 1) return absl::InvalidArgumentError("--timeout-seconds must be positive");
   grpc::ChannelArguments ch;
   ch.SetMaxReceiveMessageSize(64 << 20);
-  c.stub = tnmt::v1::TrainingService::NewStub(
-      grpc::CreateCustomChannel(args.GetString("server"), grpc::InsecureChannelCredentials(), ch));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = ConnectFromFlags(args, args.GetString("server"), ch);
+  if (!channel.ok()) return channel.status();
+  c.stub = tnmt::v1::TrainingService::NewStub(*channel);
   return c;
 }
 
@@ -216,6 +228,9 @@ int JobsCommand(int argc, char** argv) {
       if (!in) return Usage(absl::StrCat("--spec ", path, ": cannot open"));
       ss << in.rdbuf();
     }
+    if (absl::Status s = CheckJsonLimits(ss.str(), absl::StrCat("--spec ", path)); !s.ok()) {
+      return Usage(std::string(s.message()));
+    }
     tnmt::v1::SubmitJobRequest req;
     auto parsed = google::protobuf::util::JsonStringToMessage(ss.str(), req.mutable_spec());
     if (!parsed.ok()) return Usage(absl::StrCat("--spec ", path, ": ", parsed.message().as_string()));
@@ -286,7 +301,7 @@ int JobsCommand(int argc, char** argv) {
       }
       rows.push_back(absl::StrFormat("%-10s %-10s %-13s %-8s %-8s %-20s %s", j.id(), StateName(j.state()),
                                      absl::StrCat(j.step(), "/", j.max_steps()),
-                                     j.step() > 0 ? absl::StrFormat("%.3f", j.loss()) : "-",
+                                     j.has_loss() ? absl::StrFormat("%.3f", j.loss()) : "-",
                                      j.dev_bleu() >= 0 ? absl::StrFormat("%.2f", j.dev_bleu()) : "-", j.name(),
                                      j.published_model()));
     }
@@ -308,9 +323,13 @@ int JobsCommand(int argc, char** argv) {
 }
 
 int HealthCommand(int argc, char** argv) {
-  Args args("tnmt health", "Asks a server's grpc.health.v1.Health/Check; exit 0 if SERVING, 1 otherwise.");
+  Args args("tnmt health",
+            "Asks a server's grpc.health.v1.Health/Check and prints the answer (SERVING, NOT_SERVING, ...)\n"
+            "on stdout; a call that fails (server unreachable, deadline, unknown service) is reported on\n"
+            "stderr. Exit status: 0 if SERVING, 1 otherwise, 2 for a usage error.");
   args.AddString("server", "localhost:50051", "server address, host:port");
   args.AddString("service", "", "service name to check", "the whole server");
+  AddTlsFlags(&args);
   args.AddFloat("timeout-seconds", 2, "deadline of the check, in seconds");
   args.AddString("address", "", "deprecated name of --server", "as --server");
   args.AddInt("timeout-ms", 0, "deprecated: --timeout-seconds in milliseconds", "as --timeout-seconds");
@@ -339,7 +358,12 @@ int HealthCommand(int argc, char** argv) {
     std::cerr << "tnmt health: --timeout-seconds must be positive\n";
     return 2;
   }
-  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = ConnectFromFlags(args, server);
+  if (!channel.ok()) {
+    std::cerr << "tnmt health: " << channel.status().message() << "\n";
+    return 2;
+  }
+  auto stub = grpc::health::v1::Health::NewStub(*channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(timeout_s * 1000))));
@@ -348,7 +372,8 @@ int HealthCommand(int argc, char** argv) {
   grpc::health::v1::HealthCheckResponse resp;
   grpc::Status s = stub->Check(&ctx, req, &resp);
   if (!s.ok()) {
-    std::cout << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())) << ": " << s.error_message() << "\n";
+    std::cerr << "tnmt health: " << server << ": " << absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code()))
+              << ": " << s.error_message() << "\n";
     return 1;
   }
   std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status()) << "\n";

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "proto/tnmt/v1/translation.grpc.pb.h"
 #include "tools/tnmt/args.h"
+#include "tools/tnmt/connection.h"
 #include "tools/tnmt/proto_json.h"
 
 namespace tnmt::cli {
@@ -36,6 +37,8 @@ int ModelsCommand(int argc, char** argv) {
   args.AddString("server", "localhost:50051", "server address, host:port");
   args.AddBool("json", false, "print one JSON array (proto field names) instead of the table");
   args.AddInt("timeout-seconds", 10, "deadline of the call, in seconds");
+  AddTlsFlags(&args);
+  AddApiTokenFlag(&args);
   if (absl::Status s = args.Parse(argc, argv, 2); !s.ok()) {
     std::cerr << "tnmt models: " << s.message() << "\n";
     return 2;
@@ -48,8 +51,13 @@ int ModelsCommand(int argc, char** argv) {
     std::cerr << "tnmt models: --timeout-seconds must be positive\n";
     return 2;
   }
-  auto stub = tnmt::v1::TranslationService::NewStub(
-      grpc::CreateChannel(args.GetString("server"), grpc::InsecureChannelCredentials()));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = ConnectFromFlags(args, args.GetString("server"));
+  absl::StatusOr<std::string> token = channel.ok() ? ApiTokenFromFlags(args) : channel.status();
+  if (!token.ok()) {
+    std::cerr << "tnmt models: " << token.status().message() << "\n";
+    return 2;
+  }
+  auto stub = tnmt::v1::TranslationService::NewStub(*channel);
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(args.GetInt("timeout-seconds"));
   // Every page (a server lists at most 1000 models per call).
   tnmt::v1::ListModelsResponse resp;
@@ -58,6 +66,7 @@ int ModelsCommand(int argc, char** argv) {
   do {
     tnmt::v1::ListModelsResponse one;
     grpc::ClientContext ctx;
+    if (!token->empty()) ctx.AddMetadata("authorization", "Bearer " + *token);
     ctx.set_deadline(deadline);
     grpc::Status s = stub->ListModels(&ctx, page, &one);
     if (!s.ok()) {

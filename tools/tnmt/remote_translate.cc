@@ -43,10 +43,10 @@ int RunFailed(const RemoteTranslateOptions& o, const grpc::Status& s) {
 class Remote {
  public:
   explicit Remote(const RemoteTranslateOptions& o) : o_(o) {
-    grpc::ChannelArguments args;
+    grpc::ChannelArguments args = o.channel_args;
     args.SetMaxReceiveMessageSize(64 << 20);
-    stub_ = tnmt::v1::TranslationService::NewStub(
-        grpc::CreateCustomChannel(o.server, grpc::InsecureChannelCredentials(), args));
+    stub_ = tnmt::v1::TranslationService::NewStub(grpc::CreateCustomChannel(
+        o.server, o.credentials != nullptr ? o.credentials : grpc::InsecureChannelCredentials(), args));
   }
 
   // Lines [first, first + count) of `lines` (and of `prefixes` when not empty).
@@ -66,6 +66,7 @@ class Remote {
     opt->set_n_best(o_.format.n_best);
     opt->set_return_scores(true);
     grpc::ClientContext ctx;
+    if (!o_.token.empty()) ctx.AddMetadata("authorization", "Bearer " + o_.token);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(o_.timeout_seconds));
     return stub_->Translate(&ctx, req, resp);
   }

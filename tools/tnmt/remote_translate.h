@@ -11,6 +11,8 @@
 #include <ostream>
 #include <string>
 
+#include <grpcpp/grpcpp.h>
+
 #include "proto/tnmt/v1/translation.pb.h"
 #include "tools/tnmt/translate_output.h"
 
@@ -18,6 +20,9 @@ namespace tnmt::cli {
 
 struct RemoteTranslateOptions {
   std::string server;           // host:port
+  grpc::ChannelArguments channel_args;                      // with the TLS flags applied
+  std::shared_ptr<grpc::ChannelCredentials> credentials;    // null: plaintext
+  std::string token;            // the translation API's bearer token ("": none)
   std::string model;            // "" = the server's default model
   std::optional<int> beam_size;
   std::optional<float> length_penalty;

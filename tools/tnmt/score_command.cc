@@ -12,6 +12,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -20,6 +21,7 @@
 #include "engine/runtime/translator.h"
 #include "proto/tnmt/v1/translation.grpc.pb.h"
 #include "tools/tnmt/args.h"
+#include "tools/tnmt/connection.h"
 #include "tools/tnmt/decoding_flags.h"
 #include "tools/tnmt/translate_output.h"
 
@@ -39,11 +41,10 @@ int Fail(const std::string& message) {
 class RemoteScorer {
  public:
   static constexpr int kRemoteBatch = 64;
-  RemoteScorer(const std::string& server, std::string model, int timeout_seconds)
-      : model_(std::move(model)), timeout_seconds_(timeout_seconds) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(64 << 20);
-    stub_ = tnmt::v1::TranslationService::NewStub(grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
+  // channel: from ConnectFromFlags; token: the translation API's bearer token ("": none).
+  RemoteScorer(std::shared_ptr<grpc::Channel> channel, std::string model, int timeout_seconds, std::string token)
+      : model_(std::move(model)), timeout_seconds_(timeout_seconds), token_(std::move(token)) {
+    stub_ = tnmt::v1::TranslationService::NewStub(channel);
   }
   // One entry per pair; fails as a whole only when the server cannot be used.
   absl::StatusOr<std::vector<absl::StatusOr<PairScore>>> Score(const std::vector<std::string>& sources,
@@ -58,6 +59,11 @@ class RemoteScorer {
         continue;
       }
       if (st.error_code() != grpc::StatusCode::INVALID_ARGUMENT) return Error(st);
+      // Only a refusal of one of the pairs is looked for pair by pair; anything else (the
+      // model, above all: no --model-name for a server of several models) concerns them all.
+      if (!absl::StartsWith(st.error_message(), "sources[") && !absl::StartsWith(st.error_message(), "targets[")) {
+        return UsageError(st);
+      }
       for (size_t i = b; i < e; ++i) {  // find the bad pair(s)
         tnmt::v1::ScoreResponse one;
         grpc::Status s1 = Call(sources, targets, i, i + 1, &one);
@@ -86,6 +92,7 @@ class RemoteScorer {
     for (size_t i = b; i < e; ++i) req.add_sources(sources[i]), req.add_targets(targets[i]);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_seconds_));
+    if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
     return stub_->Score(&ctx, req, resp);
   }
   static PairScore FromProto(const tnmt::v1::PairScore& p) {
@@ -94,6 +101,24 @@ class RemoteScorer {
     s.token_scores.assign(p.token_scores().begin(), p.token_scores().end());
     return s;
   }
+  // A refusal that is the command line's fault: FAILED_PRECONDITION (exit 2), in flag terms.
+  absl::Status UsageError(const grpc::Status& st) {
+    if (absl::StartsWith(st.error_message(), "model: required")) {
+      tnmt::v1::ListModelsResponse models;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_seconds_));
+      if (!token_.empty()) ctx.AddMetadata("authorization", "Bearer " + token_);
+      std::string names;
+      if (stub_->ListModels(&ctx, tnmt::v1::ListModelsRequest(), &models).ok()) {
+        for (const tnmt::v1::ModelInfo& m : models.models()) absl::StrAppend(&names, names.empty() ? "" : ", ", m.name());
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the server serves ", names.empty() ? "several" : absl::StrCat(models.models_size()), " models",
+          names.empty() ? "" : absl::StrCat(" (", names, ")"), "; pass --model-name NAME"));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        absl::StatusCodeToString(static_cast<absl::StatusCode>(st.error_code())), ": ", st.error_message()));
+  }
   static absl::Status Error(const grpc::Status& st) {
     return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
                         absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(st.error_code())), ": ",
@@ -101,6 +126,7 @@ class RemoteScorer {
   }
   std::string model_;
   int timeout_seconds_;
+  std::string token_;
   std::unique_ptr<tnmt::v1::TranslationService::Stub> stub_;
 };
 
@@ -129,8 +155,11 @@ int ScoreCommand(int argc, char** argv) {
   args.AddInt("threads", 0, "compute threads", "all cores");
   args.AddString("compute-type", "float32", "float32, or int8 (linears quantized at load)");
   args.AddString("server", "", "score through a running `tnmt serve` at HOST:PORT instead of --model");
-  args.AddString("model-name", "", "with --server: the served model's name", "the server's default model");
+  args.AddString("model-name", "", "with --server: the served model's name (needed when the server serves several; `tnmt models` lists them)",
+                 "the server's default model");
   args.AddInt("timeout-seconds", 300, "with --server: deadline of each request, in seconds");
+  AddTlsFlags(&args);
+  AddApiTokenFlag(&args);
   if (absl::Status s = args.Parse(argc, argv, 2); !s.ok()) return Fail(std::string(s.message()));
   if (args.help_requested()) {
     std::cout << args.Help();
@@ -147,7 +176,7 @@ int ScoreCommand(int argc, char** argv) {
     }
     if (args.GetInt("timeout-seconds") < 1) return Fail("--timeout-seconds must be positive");
   } else {
-    for (const char* r : {"model-name", "timeout-seconds"}) {
+    for (const char* r : {"model-name", "timeout-seconds", "tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "token-file"}) {
       if (args.given(r)) return Fail(absl::StrCat("--", r, " needs --server"));
     }
   }
@@ -165,8 +194,13 @@ int ScoreCommand(int argc, char** argv) {
   std::vector<std::shared_ptr<const LoadedModel>> ensemble;
   std::unique_ptr<RemoteScorer> scorer;
   if (remote) {
-    scorer = std::make_unique<RemoteScorer>(args.GetString("server"), args.GetString("model-name"),
-                                            args.GetInt("timeout-seconds"));
+    grpc::ChannelArguments channel_args;
+    channel_args.SetMaxReceiveMessageSize(64 << 20);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = ConnectFromFlags(args, args.GetString("server"), channel_args);
+    if (!channel.ok()) return Fail(std::string(channel.status().message()));
+    absl::StatusOr<std::string> token = ApiTokenFromFlags(args);
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    scorer = std::make_unique<RemoteScorer>(*channel, args.GetString("model-name"), args.GetInt("timeout-seconds"), *token);
   } else {
     SetCpuThreads(threads);
     auto loaded = LoadModelDirectory(args.GetString("model"), *placement);
@@ -188,7 +222,7 @@ int ScoreCommand(int argc, char** argv) {
   const bool token_scores = args.GetBool("token-scores");
   std::unique_ptr<Translator> translator;
   if (model != nullptr) translator = std::make_unique<Translator>(model, std::move(ensemble));
-  LineErrors errors(/*quiet=*/false);
+  LineErrors errors(/*quiet=*/false, "tnmt score", "scored");
   int64_t line_base = 0;
   std::vector<std::string> sources, targets;
   std::string a, b;
@@ -210,6 +244,7 @@ int ScoreCommand(int argc, char** argv) {
     if (sources.empty()) break;
     auto results = remote ? scorer->Score(sources, targets) : translator->Score(sources, targets, opt);
     if (!results.ok()) {
+      if (absl::IsFailedPrecondition(results.status())) return Fail(std::string(results.status().message()));
       std::cerr << "tnmt score: " << (remote ? args.GetString("server") + ": " : "") << results.status().message() << "\n";
       return remote ? 1 : 2;
     }

@@ -127,6 +127,17 @@ std::string MissingModel(const std::string& dir) {
   return "";
 }
 
+// A model directory that Hugging Face's save_pretrained wrote (OPUS-MT's layout) rather than
+// tnmt: how to convert it; "" for anything else.
+std::string HfMarianHint(const std::string& dir) {
+  std::ifstream in(std::filesystem::path(dir) / "config.json");
+  if (!in) return "";
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.contains("format") || j.value("model_type", nlohmann::json()) != "marian") return "";
+  return absl::StrCat("looks like a Hugging Face Marian directory, not a tnmt model: convert it with `tnmt import "
+                      "--from hf-marian ", dir, " --output MODEL_DIR` and serve MODEL_DIR");
+}
+
 }  // namespace
 
 int ServeCommand(int argc, char** argv) {
@@ -153,8 +164,8 @@ int ServeCommand(int argc, char** argv) {
                  "without it, not ready, until a SIGHUP reload finds it)");
   const server::ServerOptions defaults;
   args.AddString("host", defaults.host, "address to listen on");
-  args.AddInt("port", defaults.port, "gRPC port (0: any free port)");
-  args.AddInt("http-port", defaults.http_port, "HTTP port for the web pages, /metrics, /healthz, /readyz (0: any; -1: off)");
+  args.AddInt("port", defaults.port, "gRPC port, 0-65535 (0: any free port)");
+  args.AddInt("http-port", defaults.http_port, "HTTP port for the web pages, /metrics, /healthz, /readyz, 0-65535 (0: any; -1: off)");
   args.AddInt("threads", 0, "compute threads shared by all models; 0: all cores");
   args.AddString("device", "cpu", "where models compute: cpu, cuda or cuda:N (CUDA builds)");
   args.AddString("dtype", "", "GPU precision: float16, bfloat16 or float32", "float16 on cuda");
@@ -163,17 +174,22 @@ int ServeCommand(int argc, char** argv) {
   args.AddString("model-compute-types", "", "per-model compute type: NAME=TYPE[,NAME=TYPE...] (TYPE as --compute-type)");
   args.AddInt("max-batch-rows", defaults.scheduler.max_batch_rows, "hypotheses (sentences x beam) decoded per step");
   args.AddInt("max-batch-tokens", defaults.scheduler.max_batch_tokens, "source tokens encoded per admission, padding included");
-  args.AddInt("max-queue", defaults.scheduler.max_queue, "sentences waiting per model; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt("max-queue", defaults.scheduler.max_queue, "sentences waiting per model; beyond: RESOURCE_EXHAUSTED (a request with more texts than this: INVALID_ARGUMENT)");
   args.AddFloat("max-queue-seconds", defaults.scheduler.max_queue_seconds, "work queued per model, in seconds at the measured sentences/s, beyond which new requests get RESOURCE_EXHAUSTED at once (also a request that would start after its deadline); 0: no limit");
   args.AddInt("max-queue-delay-ms", static_cast<int>(absl::ToInt64Milliseconds(defaults.scheduler.max_queue_delay)), "how long an idle model waits to fill a batch");
   args.AddBool("continuous-batching", defaults.scheduler.continuous, "admit sentences into a running decode between steps");
   args.AddInt("max-sentences", defaults.limits.max_sentences_per_request, "texts per request; beyond: RESOURCE_EXHAUSTED");
-  args.AddInt(kMaxInputLength, defaults.limits.max_tokens_per_sentence, "source pieces per text, </s> included; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt(kMaxInputLength, defaults.limits.max_tokens_per_sentence, "source pieces per text, </s> included; beyond: INVALID_ARGUMENT");
   args.AddInt(kDeprecatedMaxTokens, defaults.limits.max_tokens_per_sentence, "deprecated name of --max-input-length", "as --max-input-length");
-  args.AddInt("max-text-bytes", static_cast<int>(defaults.limits.max_text_bytes), "bytes per text; beyond: RESOURCE_EXHAUSTED");
+  args.AddInt("max-text-bytes", static_cast<int>(defaults.limits.max_text_bytes), "bytes per text; beyond: INVALID_ARGUMENT");
   args.AddInt("max-output-length", defaults.limits.max_output_length, "largest max_length a request may ask for (tokens); beyond: INVALID_ARGUMENT");
   args.AddInt("max-request-cost", static_cast<int>(defaults.limits.max_request_cost), "beam_size x the longest output each text may reach, summed over a request's texts; beyond: RESOURCE_EXHAUSTED");
   args.AddInt("max-message-bytes", defaults.max_message_bytes, "largest gRPC request message; beyond: RESOURCE_EXHAUSTED");
+  args.AddString("tls-cert", "", "PEM certificate chain: gRPC and HTTP speak TLS only (needs --tls-key); replaced files are served to new connections (HTTP on SIGHUP, gRPC within a second)", "off: plaintext");
+  args.AddString("tls-key", "", "PEM private key of --tls-cert (unencrypted)");
+  args.AddString("tls-client-ca", "", "PEM CA certificates: clients must present a certificate signed by one (mutual TLS)", "off");
+  args.AddString("api-token-file", "", "file holding a bearer token that every translation call must carry (gRPC metadata or HTTP header \"authorization: Bearer <token>\"; health and metrics need none)", "none");
+  args.AddInt("max-streams-per-connection", defaults.max_streams_per_connection, "gRPC calls one client connection may have running at once; more wait for a free one");
   args.AddInt("grace-seconds", static_cast<int>(absl::ToInt64Seconds(defaults.grace_period)), "on SIGTERM, time for in-flight requests to finish");
   args.AddString("ready-file", "", "written with the gRPC and HTTP ports once ready (for scripts)");
   args.AddString("state-dir", "", "enables tnmt.v1.TrainingService: job store, job work and published models");
@@ -215,6 +231,14 @@ int ServeCommand(int argc, char** argv) {
 
   server::ServerOptions o;
   o.version = kVersion;
+  o.tls.cert_file = args.GetString("tls-cert");
+  o.tls.key_file = args.GetString("tls-key");
+  o.tls.client_ca_file = args.GetString("tls-client-ca");
+  o.api_token_file = args.GetString("api-token-file");
+  o.max_streams_per_connection = args.GetInt("max-streams-per-connection");
+  if (o.max_streams_per_connection < 1) {
+    return Fail(absl::StrCat("--max-streams-per-connection must be at least 1, got ", o.max_streams_per_connection));
+  }
   o.request_log = args.GetString("request-log");
   absl::StatusOr<Placement> device =
       Placement::Parse(args.GetString("device"), args.GetString("dtype"), args.GetString("compute-type"));
@@ -223,6 +247,10 @@ int ServeCommand(int argc, char** argv) {
   o.host = args.GetString("host");
   o.port = args.GetInt("port");
   o.http_port = args.GetInt("http-port");
+  if (o.port < 0 || o.port > 65535) return Fail(absl::StrCat("--port must be in [0, 65535] (0: any free port), got ", o.port));
+  if (o.http_port < -1 || o.http_port > 65535) {
+    return Fail(absl::StrCat("--http-port must be in [0, 65535] (0: any free port) or -1 (off), got ", o.http_port));
+  }
   std::string models = args.GetString("model");
   const bool jobs = !args.GetString("state-dir").empty();
   if (models.empty()) {
@@ -238,6 +266,11 @@ int ServeCommand(int argc, char** argv) {
       if (nd.first.empty()) nd.first = std::filesystem::path(nd.second).lexically_normal().parent_path().filename().string();
     }
     o.models.push_back(nd);
+  }
+  for (const auto& [name, dir] : o.models) {
+    if (const std::string hint = HfMarianHint(dir); !hint.empty()) {
+      return Fail(absl::StrCat("model \"", name, "\": ", dir, ": ", hint));
+    }
   }
   if (on_missing == "exit") {
     for (const auto& [name, dir] : o.models) {
@@ -320,7 +353,7 @@ int ServeCommand(int argc, char** argv) {
   server::TranslationServer& srv = **server;
   Log(absl::StrCat("gRPC on ", o.host, ":", srv.port(), ", ",
                    srv.http_port() >= 0 ? absl::StrCat("HTTP on ", o.host, ":", srv.http_port()) : "HTTP off",
-                   "; loading ", o.models.size(), " model(s)"));
+                   "; loading ", srv.registry().List().size(), " model(s)"));
   std::thread loaded([&srv, ready_file = args.GetString("ready-file")] {
     absl::Status s = srv.WaitForInitialLoad();
     if (!s.ok()) {

@@ -22,6 +22,7 @@
 #include "engine/runtime/placement.h"
 #include "engine/runtime/compute.h"
 #include "tools/tnmt/args.h"
+#include "tools/tnmt/connection.h"
 #include "tools/tnmt/decoding_flags.h"
 #include "tools/tnmt/remote_translate.h"
 #include "tools/tnmt/translate_output.h"
@@ -126,6 +127,8 @@ int TranslateCommand(int argc, char** argv) {
   args.AddString("model-name", "", "with --server: the served model's name (`tnmt models` lists them)",
                  "the server's default model");
   args.AddInt("timeout-seconds", 300, "with --server: deadline of each request, in seconds");
+  AddTlsFlags(&args);
+  AddApiTokenFlag(&args);
   absl::Status parsed = args.Parse(argc, argv, 2);
   if (!parsed.ok()) return Fail(std::string(parsed.message()));
   if (args.help_requested()) {
@@ -176,6 +179,12 @@ int TranslateCommand(int argc, char** argv) {
     }
     RemoteTranslateOptions ro;
     ro.server = args.GetString("server");
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = TlsCredentialsFromFlags(args, &ro.channel_args);
+    if (!credentials.ok()) return Fail(std::string(credentials.status().message()));
+    ro.credentials = *credentials;
+    absl::StatusOr<std::string> token = ApiTokenFromFlags(args);
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    ro.token = *token;
     ro.model = args.GetString("model-name");
     if (args.given("beam-size")) ro.beam_size = args.GetInt("beam-size");
     if (args.given("length-penalty")) ro.length_penalty = args.GetFloat("length-penalty");
@@ -201,6 +210,9 @@ int TranslateCommand(int argc, char** argv) {
   }
   if (args.GetString("model").empty()) return Fail("--model (or --server) is required");
   if (args.given("model-name")) return Fail("--model-name needs --server");
+  for (const char* remote : {"tls", "tls-ca", "tls-cert", "tls-key", "tls-server-name", "token-file"}) {
+    if (args.given(remote)) return Fail(absl::StrCat("--", remote, " needs --server"));
+  }
   if (args.given("timeout-seconds")) return Fail("--timeout-seconds needs --server");
   absl::StatusOr<Placement> placement =
       Placement::Parse(args.GetString("device"), args.GetString("dtype"), args.GetString("compute-type"));
