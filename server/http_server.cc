@@ -925,10 +925,9 @@ class Session : public HttpConnection {
     }
   }
 
-  // An error the server detected while reading: reply, then close (lingering).
+  // An error the server detected while reading: reply, then close.
   void Refuse(int status, const std::string& message) {
     close_after_ = true;
-    refused_ = true;
     Reply(transport_->Error(request_, status, message));
   }
 
@@ -962,33 +961,20 @@ class Session : public HttpConnection {
       }
     }
     if (request_.method != "HEAD") r.body() = std::move(response.body);
-    if (response.status >= 400 && close_after_) refused_ = true;
     Tcp().expires_after(kWriteTimeout);
     http::async_write(stream_, r, [self = Self()](beast::error_code ec, size_t) {
       if (self->shed()) return;
       self->reply_.reset();
       if (ec) return self->CloseNow();
-      if (self->close_after_) return self->refused_ ? self->Linger() : self->Shutdown();
+      if (self->close_after_) return self->Linger();
       self->NextRequest();
     });
   }
 
-  // A close after a reply that asked for it: TLS close_notify, then the socket.
-  void Shutdown() {
-    if (!Enter(State::kClosing)) return;
-    if constexpr (kIsTls<Stream>) {
-      if (tls_active_) {
-        Tcp().expires_after(kLinger);
-        return stream_.async_shutdown([self = Self()](beast::error_code) {
-          if (!self->shed()) self->CloseNow();
-        });
-      }
-    }
-    Linger();
-  }
-
-  // A lingering close: no more writes, and what the client still sends is dropped for a
-  // bounded time, so that it reads the reply instead of a connection reset.
+  // The close after a reply that announced it. TLS: close_notify both ways (bounded). Plain
+  // TCP: a lingering close: no more writes, and what the client still sends is dropped for a
+  // bounded time, so that it reads the reply (a refusal, or the last of several pipelined
+  // ones) instead of a connection reset.
   void Linger() {
     if (!Enter(State::kClosing)) return;
     if constexpr (kIsTls<Stream>) {
@@ -1029,7 +1015,6 @@ class Session : public HttpConnection {
   std::optional<http::response<http::string_body>> reply_;
   int served_ = 0;
   bool close_after_ = false;
-  bool refused_ = false;
   bool tls_active_ = false;
   size_t drained_ = 0;
   char sink_[4096];
