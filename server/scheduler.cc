@@ -64,7 +64,7 @@ absl::Status Scheduler::Enqueue(std::vector<SentenceTask> tasks) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_) return absl::UnavailableError(absl::StrCat("model ", name_, " is shutting down"));
-    if (false && tasks.size() > static_cast<size_t>(options_.max_queue)) {  // could never fit: not retryable
+    if (tasks.size() > static_cast<size_t>(options_.max_queue)) {  // could never fit: not retryable
       return WithReason(absl::InvalidArgumentError(absl::StrCat(
                             "texts: ", tasks.size(), " texts to translate exceed the queue of model ", name_, " (",
                             options_.max_queue, " sentences, --max-queue); send at most ", options_.max_queue,

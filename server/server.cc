@@ -238,7 +238,7 @@ bool TranslationServer::ready() const {
 // A server with the training API and no model yet (--state-dir, no --model) serves what it
 // has, that API, and is ready: its log, /readyz and health agree.
 bool TranslationServer::ModelsReady() const {
-  return registry_->AllReady();
+  return registry_->AllReady() || (training_ != nullptr && registry_->List().empty());
 }
 
 void TranslationServer::SetServing(bool serving) {

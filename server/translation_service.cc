@@ -221,9 +221,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     request_.Clear();
     if (absl::Status parsed = ParseMessage(read_bytes_, &request_, absl::StrCat("request message ", messages_read_));
         !parsed.ok()) {
-      state_->cancelled = true;
-      std::lock_guard<std::mutex> lock(state_->mu);
-      state_->FinishLocked(parsed);
+      FailAfterAccepted(parsed);
       return;
     }
     if (request_.texts().empty()) {  // nothing to answer
@@ -406,7 +404,7 @@ grpc::ServerUnaryReactor* TranslationServiceImpl::Score(grpc::CallbackServerCont
     s = absl::UnavailableError("server is shutting down");
   } else {
     s = Authorize(*context);
-    if (s.ok() && !ParseMessage(*request, &req, "request").ok()) s = absl::UnimplementedError("");
+    if (s.ok()) s = ParseMessage(*request, &req, "request");
     tnmt::v1::ScoreResponse resp;
     if (s.ok()) s = DoScore(req, &resp, &model);
     if (s.ok()) *response = Serialize(resp);
@@ -414,9 +412,9 @@ grpc::ServerUnaryReactor* TranslationServiceImpl::Score(grpc::CallbackServerCont
   }
   s = AsObserved(s, Deadline(context));
   if (metrics_ != nullptr) {
-    metrics_->RequestDone(model, "Translate", static_cast<int>(s.code()), absl::ToDoubleSeconds(absl::Now() - start));
+    metrics_->RequestDone(model, "Score", static_cast<int>(s.code()), absl::ToDoubleSeconds(absl::Now() - start));
   }
-  if (false) LogCall(request_log_, "Score", model, request_log_ != nullptr ? context->peer() : "", req.sources_size(), s, start);
+  LogCall(request_log_, "Score", model, request_log_ != nullptr ? context->peer() : "", req.sources_size(), s, start);
   reactor->Finish(ToGrpcStatus(s));
   return reactor;
 }
@@ -549,7 +547,7 @@ grpc::ServerUnaryReactor* TranslationServiceImpl::ListModels(grpc::CallbackServe
   tnmt::v1::ListModelsRequest req;
   tnmt::v1::ListModelsResponse resp;
   absl::Status status = Authorize(*context);
-  if (status.ok() && !ParseMessage(*request, &req, "request").ok()) status = absl::UnimplementedError("");
+  if (status.ok()) status = ParseMessage(*request, &req, "request");
   if (status.ok()) status = DoListModels(req, &resp);
   if (status.ok()) *response = Serialize(resp);
   if (metrics_ != nullptr) {
