@@ -3,7 +3,8 @@
 a fresh virtual environment and the README's `pip install clients/python`, run from a copy laid
 out as a checkout, with pip's default resolution (whatever PyPI has newest that the package
 admits). The checks then run in that environment: the generated code imports under the
-resolved protobuf and grpcio, py.typed is installed, translate (= `tnmt translate` locally,
+resolved protobuf and grpcio, py.typed is installed and the type hints pass mypy --strict
+(a pinned mypy, from PyPI), translate (= `tnmt translate` locally,
 with options, prefixes, sampling seeds, token scores and alignments; score None unless asked
 for), translate_stream (prefixes too), score (= `tnmt score`), list_models, texts that are not
 valid Unicode refused before sending, the structured errors (code, ErrorInfo reason, field
@@ -81,6 +82,55 @@ def install(work):
     return os.path.join(venv, "bin", "python3")
 
 
+# The type checker of check_types, pinned so that a new release does not change the verdict: mypy in
+# a venv of its own, the stubs of grpcio and protobuf (no dependencies, nothing else changes) in the
+# client's venv, where mypy looks for them.
+TYPE_CHECKER = ["mypy==2.4.1"]
+TYPE_STUBS = ["types-protobuf==6.32.1.20260221", "types-grpcio==1.85.0.20261028"]
+USER_CODE = """from typing import Iterator, List, Optional, Tuple
+from tnmt_client import DEFAULT, Client, TnmtError, Translation, training_pb2, translation_pb2
+
+def use(c: Client) -> None:
+    best: List[Translation] = c.translate(["a"], target_prefixes=["b"], timeout=None, beam_size=4)
+    score: Optional[float] = best[0].hypotheses[0].score
+    stream: Iterator[Tuple[int, Translation]] = c.translate_stream(iter(["a"]), target_prefixes=iter(["b"]), timeout=2.5)
+    job: training_pb2.Job = c.submit_job({"name": "x"}, timeout=DEFAULT)
+    models: List[translation_pb2.ModelInfo] = c.list_models()
+    print(score, stream, job.id, models, [u.job.step for u in c.watch_job(job.id, timeout=None)])
+
+with Client("localhost:1", timeout=None, stream_timeout=60, tls_ca=b"pem", tls_cert="c.pem", tls_key="c.key",
+            token="t", jobs_token_file="j") as c:
+    try:
+        use(c)
+    except TnmtError as e:
+        print(e.code, e.reason, e.retry_delay, e.field_violations)
+"""
+
+
+def check_types(work):
+    """mypy --strict on the installed package and on code that uses it as the README does."""
+    checker = os.path.join(work, "mypy-venv")
+    subprocess.run([sys.executable, "-m", "venv", checker], check=True)
+    r = subprocess.run([os.path.join(checker, "bin", "pip"), "install", "--quiet", *TYPE_CHECKER], capture_output=True,
+                       text=True)
+    if r.returncode == 0:
+        r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", *TYPE_STUBS],
+                           capture_output=True, text=True)
+    if r.returncode != 0:
+        check(False, "types: the type checker installs", r.stdout + r.stderr)
+        return
+    user = os.path.join(work, "typed_use.py")
+    with open(user, "w") as f:
+        f.write(USER_CODE)
+    # The generated gRPC stubs have no annotations (grpcio-tools writes none); the rest must pass --strict.
+    mypy = [os.path.join(checker, "bin", "mypy"), "--strict", "--python-executable", sys.executable,
+            "--cache-dir", os.path.join(work, "mypy-cache"), "--follow-imports", "silent"]
+    for what, args in (("tnmt_client", ["-m", "tnmt_client", "-m", "tnmt_client.client", "-m", "tnmt_client.errors"]),
+                       ("code using it", [user])):
+        r = subprocess.run(mypy + args, capture_output=True, text=True, cwd=work)
+        check(r.returncode == 0, f"types: mypy --strict passes on {what}", r.stdout[-3000:] + r.stderr[-1000:])
+
+
 class Recorder:
     """Wraps a stub method: records the keyword arguments (timeout, metadata) of each call."""
 
@@ -150,6 +200,7 @@ def main():
                           "--in-venv"])
     tnmt, model, work = os.path.abspath(a.tnmt), os.path.abspath(a.model), a.work
     check_installed(work)
+    check_types(work)
     run_checks(tnmt, model, work)
     skipped = run_tls_tests(tnmt, model, work)
     return summary("python_client_test",
