@@ -48,7 +48,8 @@ struct JobRecord {
   int64_t created_ms = 0, started_ms = 0, finished_ms = 0, updated_ms = 0;  // unix ms; 0 = not yet
   int attempts = 0;  // trainer processes started for this job
   int64_t step = 0, max_steps = 0;
-  double loss = 0, dev_bleu = -1, tokens_per_second = 0, eta_seconds = -1;  // -1 = unknown
+  // loss 0: no progress report yet (a training loss is positive); -1 = unknown
+  double loss = 0, dev_bleu = -1, tokens_per_second = 0, eta_seconds = -1;
   std::string dev_bleu_signature;  // which BLEU dev_bleu is (sacreBLEU-style), "" if none
   std::string last_checkpoint;  // path of the newest checkpoint
   std::string published_model;  // model name once published

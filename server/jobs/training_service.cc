@@ -67,7 +67,7 @@ Job ToProto(const JobRecord& job, bool with_spec, const std::string& work_dir) {
   p.set_attempts(job.attempts);
   p.set_step(job.step);
   p.set_max_steps(job.max_steps);
-  p.set_loss(job.loss);
+  if (job.loss != 0) p.set_loss(job.loss);  // 0: no progress report yet
   p.set_dev_bleu(job.dev_bleu);
   p.set_dev_bleu_signature(job.dev_bleu_signature);
   p.set_tokens_per_second(job.tokens_per_second);
