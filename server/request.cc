@@ -15,6 +15,29 @@ std::string TextReason(const absl::Status& tokenize_error) {
   return absl::StrContains(tokenize_error.message(), "UTF-8") ? "INVALID_UTF8" : "INVALID_TEXT";
 }
 
+namespace {
+
+// A DecodeOptions::Validate error ("FIELD must be ...", or a rule between fields) in the
+// request's terms: "options.FIELD: ...", which also names the field in a google.rpc.BadRequest
+// field violation, as every other refused option.
+absl::Status InRequestTerms(const absl::Status& s, const tnmt::v1::DecodingOptions& o) {
+  const absl::string_view message = s.message();
+  const size_t space = message.find(' ');
+  const absl::string_view field = message.substr(0, space);
+  if (space != absl::string_view::npos && absl::StartsWith(message.substr(space), " must ")) {
+    return absl::Status(s.code(), absl::StrCat("options.", field, ": ", message.substr(space + 1)));
+  }
+  // "sampling_topp and sampling_temperature apply to sampling only: ..." and "sampling needs
+  // beam_size 1, ...": the field the request set that the rule refuses.
+  std::string blamed = "options.beam_size";
+  if (absl::StartsWith(message, "sampling_topp and")) {
+    blamed = o.has_sampling_topp() && o.sampling_topp() != 1.0f ? "options.sampling_topp" : "options.sampling_temperature";
+  }
+  return WithFieldViolation(absl::Status(s.code(), absl::StrCat("options.", message)), blamed);
+}
+
+}  // namespace
+
 absl::StatusOr<PreparedRequest> PrepareRequest(
     const ModelRegistry& registry, const ServiceLimits& limits, const std::string& model,
     const tnmt::v1::DecodingOptions& o, const google::protobuf::RepeatedPtrField<std::string>& texts,
@@ -113,9 +136,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
                                                    " is on ", m.device_backend->Describe()));
     }
   }
-  if (absl::Status s = d.Validate(); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("options.", s.message()));
-  }
+  if (absl::Status s = d.Validate(); !s.ok()) return InRequestTerms(s, o);
   p.return_scores = o.return_scores();
 
   p.texts = texts.size();

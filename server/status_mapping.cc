@@ -39,6 +39,14 @@ absl::Status WithRetryDelay(absl::Status s, absl::Duration delay) {
   return Attach(std::move(s), retry);
 }
 
+absl::Status WithFieldViolation(absl::Status s, const std::string& field) {
+  google::rpc::BadRequest bad;
+  google::rpc::BadRequest::FieldViolation* v = bad.add_field_violations();
+  v->set_field(field);
+  v->set_description(std::string(s.message()));
+  return Attach(std::move(s), bad);
+}
+
 std::string ReasonOf(const absl::Status& s) {
   const auto payload = s.GetPayload(TypeUrl(google::rpc::ErrorInfo()));
   google::rpc::ErrorInfo info;

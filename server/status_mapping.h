@@ -24,6 +24,10 @@ absl::Status WithReason(absl::Status s, const std::string& reason);
 // `s` with a google.rpc.RetryInfo{retry_delay} attached (rounded up to whole milliseconds).
 absl::Status WithRetryDelay(absl::Status s, absl::Duration delay);
 
+// `s` with a google.rpc.BadRequest naming `field` (described by the message), for an
+// INVALID_ARGUMENT whose message does not start with the field it concerns.
+absl::Status WithFieldViolation(absl::Status s, const std::string& field);
+
 // The reason attached by WithReason, or "" if none.
 std::string ReasonOf(const absl::Status& s);
 
