@@ -87,22 +87,34 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
     }
     d.length_penalty_style = *style;
   }
-  if (o.max_length() < 0 || o.max_length() >= MaxPositions(m.config)) {
-    return absl::InvalidArgumentError(absl::StrCat("options.max_length: ", o.max_length(),
-                                                   " is outside [0, ", MaxPositions(m.config) - 1, "]"));
+  // The longest output a request may ask for: the server's --max-output-length, or less when
+  // the model has fewer positions. The error names the limit that applies.
+  const int model_max_output = MaxPositions(m.config) - 1;
+  const int max_output = std::min(limits.max_output_length, model_max_output);
+  const std::string limit_source = max_output == limits.max_output_length
+                                       ? absl::StrCat("this server's limit of ", max_output, " tokens (--max-output-length)")
+                                       : absl::StrCat("the model's limit of ", max_output, " tokens (its positions)");
+  if (o.max_length() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("options.max_length: ", o.max_length(), " is outside [0, ", max_output,
+                                                   "] (0: the model's default, the input length + ",
+                                                   d.max_length_offset, ")"));
   }
-  if (o.max_length() > limits.max_output_length) {
-    return absl::InvalidArgumentError(absl::StrCat("options.max_length: ", o.max_length(),
-                                                   " exceeds this server's limit of ", limits.max_output_length,
-                                                   " tokens"));
+  if (o.max_length() > max_output) {
+    return absl::InvalidArgumentError(absl::StrCat("options.max_length: ", o.max_length(), " exceeds ", limit_source));
   }
   if (o.max_length() > 0) d.max_length = o.max_length() + 1;  // the engine counts </s>
-  if (o.min_length() < 0 || (o.max_length() > 0 && o.min_length() > o.max_length()) ||
-      o.min_length() > limits.max_output_length) {
-    return absl::InvalidArgumentError(absl::StrCat("options.min_length: ", o.min_length(), " is outside [0, ",
-                                                   o.max_length() > 0 ? o.max_length() : limits.max_output_length,
-                                                   o.max_length() > 0 ? "] (max_length)" : "]"));
+  if (o.min_length() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("options.min_length: ", o.min_length(), " is negative"));
   }
+  if (o.max_length() > 0 && o.min_length() > o.max_length()) {
+    return absl::InvalidArgumentError(absl::StrCat("options.min_length: ", o.min_length(), " is outside [0, ",
+                                                   o.max_length(), "] (options.max_length is ", o.max_length(), ")"));
+  }
+  if (o.min_length() > max_output) {
+    return absl::InvalidArgumentError(absl::StrCat("options.min_length: ", o.min_length(), " exceeds ", limit_source));
+  }
+  // Without max_length, a min_length beyond a text's default maximum (its length + the
+  // offset) raises that maximum to min_length (MaxOutputLength): it is honoured, not capped.
   if (o.min_length() > 0) d.min_length = o.min_length() + 1;  // </s> is allowed from that position on
   d.no_repeat_ngram_size = o.no_repeat_ngram_size();
   if (o.has_repetition_penalty()) d.repetition_penalty = o.repetition_penalty();
@@ -208,7 +220,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
   int64_t cost = 0;
   int longest = 0;
   for (const std::vector<int32_t>& ids : p.ids) {
-    int max_out = d.max_length > 0 ? d.max_length : static_cast<int>(ids.size()) + d.max_length_offset;
+    int max_out = MaxOutputLength(d, static_cast<int>(ids.size()), m.config);
     max_out = std::min(max_out, limits.max_output_length + 1);
     longest = std::max(longest, max_out);
     cost += static_cast<int64_t>(d.beam_size) * max_out;

@@ -11,7 +11,7 @@
 namespace tnmt {
 
 int MaxOutputLength(const DecodeOptions& o, int source_length, const ModelConfig& c) {
-  const int max_len = o.max_length > 0 ? o.max_length : source_length + o.max_length_offset;
+  const int max_len = o.max_length > 0 ? o.max_length : std::max(source_length + o.max_length_offset, o.min_length);
   return std::max(1, std::min(max_len, MaxPositions(c)));
 }
 

@@ -85,7 +85,8 @@ struct DecodeResult {
 };
 
 // A sentence's maximum output length (</s> included): max_length, else the source length plus
-// max_length_offset; at least 1 and at most the model's positions.
+// max_length_offset, raised to min_length when that is more (a min_length is honoured, not
+// capped); at least 1 and at most the model's positions.
 int MaxOutputLength(const DecodeOptions& o, int source_length, const ModelConfig& c);
 
 // A nonzero sampling seed from the system's random source (for requests that give none).
