@@ -9,7 +9,7 @@
 //   model   a configured model name; "" for a request that named no known model. Beyond
 //           ServerMetricsOptions::max_models distinct names, further ones are recorded as
 //           "other".
-//   method  the RPC's method name: "Translate", "TranslateStream", "ListModels".
+//   method  the RPC's method name: "Translate", "TranslateStream", "ListModels", "Score".
 //   code    the gRPC status code name: "OK", "INVALID_ARGUMENT", ... (absl::StatusCode and
 //           grpc::StatusCode share numbering and names; the int overload converts).
 //

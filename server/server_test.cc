@@ -7,6 +7,9 @@
 #include "proto/google/rpc/status.pb.h"
 
 #include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <set>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -15,6 +18,7 @@
 #include <google/protobuf/dynamic_message.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include "engine/runtime/translator.h"
 #include "proto/grpc/health/v1/health.grpc.pb.h"
@@ -517,7 +521,51 @@ TEST_F(ServerTest, UndecodableMessagesAreInvalidArgument) {
   ASSERT_TRUE(r.Step([&](void* t) { r.call->Finish(&st, t); }));
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
   EXPECT_NE(st.error_message().find("request message 2"), std::string::npos) << st.error_message();
-  EXPECT_LE(responses, 1);
+  EXPECT_EQ(responses, 1) << "the first message's text is answered before the error";
+  // ListModels and Score parse their own requests too: INVALID_ARGUMENT naming the message
+  // type, not gRPC's UNIMPLEMENTED with no message.
+  for (const auto& [method, type] : {std::pair<std::string, std::string>{"ListModels", "tnmt.v1.ListModelsRequest"},
+                                     {"Score", "tnmt.v1.ScoreRequest"}}) {
+    RawStream u;
+    u.call = generic.PrepareCall(&u.ctx, "/tnmt.v1.TranslationService/" + method, &u.cq);
+    ASSERT_TRUE(u.Step([&](void* t) { u.call->StartCall(t); }));
+    ASSERT_TRUE(u.Step([&](void* t) { u.call->WriteLast(Bytes(std::string("\x08", 1)), grpc::WriteOptions(), t); }));
+    grpc::Status us;
+    ASSERT_TRUE(u.Step([&](void* t) { u.call->Finish(&us, t); }));
+    EXPECT_EQ(us.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method << ": " << us.error_message();
+    EXPECT_NE(us.error_message().find("do not parse as " + type), std::string::npos) << us.error_message();
+  }
+  // Stream: [two texts, undecodable]: both accepted texts are answered, then the error.
+  {
+    tnmt::v1::TranslateStreamRequest two;
+    two.set_id(5);
+    two.add_texts("Two dogs play in the snow.");
+    two.add_texts("A man is riding a bicycle down the street.");
+    RawStream r2;
+    r2.call = generic.PrepareCall(&r2.ctx, "/tnmt.v1.TranslationService/TranslateStream", &r2.cq);
+    ASSERT_TRUE(r2.Step([&](void* t) { r2.call->StartCall(t); }));
+    ASSERT_TRUE(r2.Step([&](void* t) { r2.call->Write(Bytes(two.SerializeAsString()), t); }));
+    r2.Step([&](void* t) { r2.call->Write(Bytes(std::string("\x08", 1)), t); });
+    r2.Step([&](void* t) { r2.call->WritesDone(t); });
+    std::set<int> answered;
+    grpc::ByteBuffer b2;
+    while (r2.Step([&](void* t) { r2.call->Read(&b2, t); })) {
+      tnmt::v1::TranslateStreamResponse resp;
+      std::vector<grpc::Slice> slices;
+      ASSERT_TRUE(b2.Dump(&slices).ok());
+      std::string wire;
+      for (const grpc::Slice& sl : slices) wire.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+      ASSERT_TRUE(resp.ParseFromString(wire));
+      EXPECT_EQ(resp.id(), 5u);
+      EXPECT_EQ(resp.translation().hypotheses_size(), 1);
+      answered.insert(resp.index());
+    }
+    grpc::Status s2;
+    ASSERT_TRUE(r2.Step([&](void* t) { r2.call->Finish(&s2, t); }));
+    EXPECT_EQ(s2.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s2.error_message();
+    EXPECT_NE(s2.error_message().find("request message 2"), std::string::npos) << s2.error_message();
+    EXPECT_EQ(answered, (std::set<int>{0, 1})) << "the accepted texts are answered before the error";
+  }
   // The server serves on.
   auto stub = TranslationService::NewStub(channel);
   TranslateRequest req;
@@ -553,7 +601,7 @@ TEST_F(ServerTest, ErrorMatrix) {
       {"NaN length penalty", [](TranslateRequest* r) { r->mutable_options()->set_length_penalty(NAN); }, grpc::INVALID_ARGUMENT, "options.length_penalty"},
       {"negative max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(-5); }, grpc::INVALID_ARGUMENT, "options.max_length"},
       {"unknown length penalty style", [](TranslateRequest* r) { r->mutable_options()->set_length_penalty_style("wu"); }, grpc::INVALID_ARGUMENT, "options.length_penalty_style: expected \"gnmt\""},
-      {"huge max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(1 << 30); }, grpc::INVALID_ARGUMENT, "options.max_length"},
+      {"huge max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(1 << 30); }, grpc::INVALID_ARGUMENT, "options.max_length: 1073741824 exceeds this server's limit of 200 tokens (--max-output-length)"},
       {"max_length beyond the server's limit", [](TranslateRequest* r) { r->mutable_options()->set_max_length(201); }, grpc::INVALID_ARGUMENT, "limit of 200"},
       {"beam 64 x 4 texts x 150 tokens", [](TranslateRequest* r) {
          r->mutable_options()->set_beam_size(64);
@@ -565,7 +613,7 @@ TEST_F(ServerTest, ErrorMatrix) {
       {"too many tokens", [](TranslateRequest* r) { std::string t; for (int i = 0; i < 220; ++i) t += "ab "; r->add_texts(t); }, grpc::INVALID_ARGUMENT, "texts[1]"},
       {"text too many bytes", [](TranslateRequest* r) { r->add_texts(std::string(5000, 'a')); }, grpc::INVALID_ARGUMENT, "texts[1]"},
       {"message too large", [](TranslateRequest* r) { r->add_texts(std::string(200 * 1024, 'a')); }, grpc::RESOURCE_EXHAUSTED, ""},
-      {"min_length over max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(5); r->mutable_options()->set_min_length(6); }, grpc::INVALID_ARGUMENT, "options.min_length: 6 is outside [0, 5]"},
+      {"min_length over max_length", [](TranslateRequest* r) { r->mutable_options()->set_max_length(5); r->mutable_options()->set_min_length(6); }, grpc::INVALID_ARGUMENT, "options.min_length: 6 is outside [0, 5] (options.max_length is 5)"},
       {"negative no_repeat_ngram_size", [](TranslateRequest* r) { r->mutable_options()->set_no_repeat_ngram_size(-2); }, grpc::INVALID_ARGUMENT, "options.no_repeat_ngram_size"},
       {"zero repetition_penalty", [](TranslateRequest* r) { r->mutable_options()->set_repetition_penalty(0); }, grpc::INVALID_ARGUMENT, "options.repetition_penalty"},
       {"sampling with beam 4", [](TranslateRequest* r) { r->mutable_options()->set_beam_size(4); r->mutable_options()->set_sampling_topk(5); }, grpc::INVALID_ARGUMENT, "options.sampling needs beam_size 1"},
@@ -601,6 +649,12 @@ TEST_F(ServerTest, ErrorMatrix) {
         {"beam 1000", "options.beam_size"},
         {"n_best > beam", "options.n_best"},
         {"min_length over max_length", "options.min_length"},
+        {"huge max_length", "options.max_length"},
+        {"negative no_repeat_ngram_size", "options.no_repeat_ngram_size"},
+        {"zero repetition_penalty", "options.repetition_penalty"},
+        {"sampling with beam 4", "options.beam_size"},
+        {"topp without sampling", "options.sampling_topp"},
+        {"temperature 0", "options.sampling_temperature"},
         {"alignment layer 7", "options.alignment_layer"},
         {"prefixes for some texts", "target_prefixes"},
         {"prefix not UTF-8", "target_prefixes[0]"},
@@ -637,6 +691,125 @@ TEST_F(ServerTest, ErrorMatrix) {
   TranslateRequest ok;
   ok.add_texts("still serving");
   EXPECT_TRUE(Call(*stub, ok, &resp).ok());
+}
+
+// A request with more texts than the model's whole queue (--max-queue) could never be queued:
+// INVALID_ARGUMENT naming the limit, with no RetryInfo (a QUEUE_FULL would ask for retries
+// that cannot succeed).
+TEST_F(ServerTest, MoreTextsThanTheQueueIsInvalidArgument) {
+  ServerOptions o;
+  o.scheduler.max_queue = 2;
+  auto server = StartServer(o);
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto stub = TranslationService::NewStub(Channel(*server));
+  TranslateRequest req;
+  for (int i = 0; i < 3; ++i) req.add_texts("a dog runs");
+  TranslateResponse resp;
+  grpc::Status st = Call(*stub, req, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_NE(st.error_message().find("--max-queue"), std::string::npos) << st.error_message();
+  google::rpc::Status details;
+  ASSERT_TRUE(details.ParseFromString(st.error_details()));
+  std::string reason, field;
+  for (const google::protobuf::Any& any : details.details()) {
+    google::rpc::ErrorInfo info;
+    google::rpc::BadRequest bad;
+    if (any.UnpackTo(&info)) reason = info.reason();
+    if (any.UnpackTo(&bad) && bad.field_violations_size() == 1) field = bad.field_violations(0).field();
+    EXPECT_FALSE(any.Is<google::rpc::RetryInfo>()) << "not retryable";
+  }
+  EXPECT_EQ(reason, "TOO_MANY_TEXTS");
+  EXPECT_EQ(field, "texts");
+  req.mutable_texts()->RemoveLast();
+  EXPECT_TRUE(Call(*stub, req, &resp).ok()) << "as many texts as the queue holds fit";
+}
+
+// min_length beyond a text's default maximum (its length + the offset, 50) is honoured, not
+// capped at that maximum.
+TEST_F(ServerTest, MinLengthBeyondTheDefaultMaximumIsHonoured) {
+  auto server = StartServer();
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto stub = TranslationService::NewStub(Channel(*server));
+  TranslateRequest req;
+  req.add_texts("x");
+  req.mutable_options()->set_beam_size(1);
+  req.mutable_options()->set_min_length(60);
+  TranslateResponse resp;
+  grpc::Status st = Call(*stub, req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  ASSERT_EQ(resp.translations(0).hypotheses_size(), 1);
+  EXPECT_GE(resp.translations(0).hypotheses(0).tokens(), 60);
+}
+
+// Score calls are counted in tnmt_requests_total and written to the request log, as the
+// other calls.
+TEST_F(ServerTest, ScoreIsCountedAndLogged) {
+  const std::string log = ::testing::TempDir() + "/score_requests.jsonl";
+  std::remove(log.c_str());
+  ServerOptions o;
+  o.request_log = log;
+  auto server = StartServer(o);
+  ASSERT_TRUE(server->WaitForInitialLoad().ok());
+  auto stub = TranslationService::NewStub(Channel(*server));
+  tnmt::v1::ScoreRequest req;
+  req.add_sources("a dog runs");
+  req.add_targets("a dog runs");
+  tnmt::v1::ScoreResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(stub->Score(&ctx, req, &resp).ok());
+  req.set_model("klingon");
+  grpc::ClientContext ctx2;
+  EXPECT_EQ(stub->Score(&ctx2, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+  const std::string metrics = server->metrics().Serialize();
+  EXPECT_NE(metrics.find("tnmt_requests_total{code=\"OK\",method=\"Score\",model=\"tiny\"} 1"), std::string::npos)
+      << metrics.substr(0, 3000);
+  EXPECT_NE(metrics.find("code=\"NOT_FOUND\",method=\"Score\""), std::string::npos);
+  server->Shutdown();
+  std::ifstream in(log);
+  std::string line, all;
+  int score_lines = 0;
+  while (std::getline(in, line)) {
+    all += line + "\n";
+    if (line.find("\"method\":\"Score\"") != std::string::npos) ++score_lines;
+  }
+  EXPECT_EQ(score_lines, 2) << all;
+  EXPECT_NE(all.find("\"texts\":1"), std::string::npos) << all;
+}
+
+// A server with the training API and no model (`tnmt serve --state-dir ...` alone) serves that
+// API: ready, health SERVING and /readyz 200, all three agreeing.
+TEST_F(ServerTest, JobsOnlyServerIsReady) {
+  const std::string dir = ::testing::TempDir() + "/jobs_only";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/data");
+  std::ofstream(dir + "/token") << "0123456789abcdef0123\n";
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.http_port = 0;
+  o.jobs.state_dir = dir + "/state";
+  o.jobs.data_root = dir + "/data";
+  o.jobs.token_file = dir + "/token";
+  o.jobs.trainer_binary = "/bin/false";
+  auto started = TranslationServer::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  TranslationServer& server = **started;
+  ASSERT_TRUE(server.WaitForInitialLoad().ok());
+  EXPECT_TRUE(server.ready());
+  auto health = grpc::health::v1::Health::NewStub(Channel(server));
+  for (const std::string service : {"", "tnmt.v1.TranslationService"}) {
+    grpc::ClientContext hc;
+    grpc::health::v1::HealthCheckRequest hreq;
+    hreq.set_service(service);
+    grpc::health::v1::HealthCheckResponse hs;
+    ASSERT_TRUE(health->Check(&hc, hreq, &hs).ok());
+    EXPECT_EQ(hs.status(), grpc::health::v1::HealthCheckResponse::SERVING) << "service \"" << service << "\"";
+  }
+  httplib::Client http("127.0.0.1", server.http_port());
+  auto readyz = http.Get("/readyz");
+  ASSERT_TRUE(readyz);
+  EXPECT_EQ(readyz->status, 200) << readyz->body;
+  server.Shutdown();
 }
 
 int64_t RssKiB() {
