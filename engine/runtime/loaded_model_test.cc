@@ -206,6 +206,25 @@ TEST_F(BrokenModelTest, SeparateVocabularies) {
   }
   EXPECT_FALSE(t.Encode("\xff").ok());
 
+  // A piece that the id map has and target.spm lacks (OPUS-MT's vocab.json also holds the
+  // source side's pieces) reads as a word after a space, as MarianTokenizer.decode gives it,
+  // not with a literal U+2581.
+  Write("vocab.json", ids.substr(0, ids.size() - 1) + ", \"\xe2\x96\x81zqxstand\": " +
+                          std::to_string((*joint)->vocab_size()) + "}");
+  auto extra = Tokenizer::LoadSeparate(Path("source.spm"), Path("target.spm"), Path("vocab.json"));
+  ASSERT_TRUE(extra.ok()) << extra.status();
+  auto mit = (*joint)->Encode("a man");
+  ASSERT_TRUE(mit.ok());
+  std::vector<int32_t> with_extra = *mit;
+  with_extra.push_back((*joint)->vocab_size());
+  auto decoded = (*extra)->Decode(with_extra);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, *(*joint)->Decode(*mit) + " zqxstand");
+  auto alone = (*extra)->Decode({(*joint)->vocab_size()});
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(*alone, "zqxstand");
+  Write("vocab.json", ids);
+
   // Broken id maps: each error names vocab.json and the problem.
   Write("vocab.json", "{\"</s>\": 0, \"<unk>\": 0}");
   ExpectError({"vocab.json", "more than one piece"});

@@ -3,8 +3,9 @@
 //   separate  a SentencePiece model for the source and one for the target, and a JSON object
 //             mapping every piece to the model's id (OPUS-MT / Hugging Face Marian). A source
 //             text may start with a language code `>>xx<<`, which is one token; pieces not in
-//             the map are `<unk>`; decoding drops `</s>`, `<pad>` and `<unk>` and trims spaces,
-//             as MarianTokenizer.decode(..., skip_special_tokens=True,
+//             the map are `<unk>`; decoding drops `</s>`, `<pad>` and `<unk>`, turns every
+//             U+2581 left after SentencePiece (a piece of the map that target.spm lacks keeps
+//             its mark) into a space and trims spaces, as MarianTokenizer.decode(..., skip_special_tokens=True,
 //             clean_up_tokenization_spaces=False) does.
 // Input must be valid UTF-8; anything else is an INVALID_ARGUMENT naming the byte offset.
 // Thread-safe for concurrent Encode/Decode after Load.
