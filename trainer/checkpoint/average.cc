@@ -70,28 +70,38 @@ absl::Status AverageCheckpoints(const std::vector<std::string>& dirs, const std:
   }
 
   ModelConfig config;
-  std::string config_json, spm_bytes;
+  std::string config_json;
+  // The vocabulary files as config.json names them (spm.model; or source.spm, target.spm and
+  // vocab.json for an imported Marian model), with the first input's bytes.
+  std::vector<std::pair<std::string, std::string>> vocabulary;
   std::map<std::string, Sum> sums;
   const std::string first = dirs[0];
   for (size_t i = 0; i < dirs.size(); ++i) {
     const std::string config_path = dirs[i] + "/config.json";
     const std::string model_path = dirs[i] + "/model.safetensors";
-    const std::string spm_path = dirs[i] + "/spm.model";
     TNMT_ASSIGN_OR_RETURN(ModelConfig c, ModelConfig::Load(config_path));
-    TNMT_ASSIGN_OR_RETURN(std::string spm, ReadFileToString(spm_path));
     if (i == 0) {
       config = c;
       config_json = c.ToJson();
-      spm_bytes = std::move(spm);
+      const VocabularyFiles& v = c.vocabulary;
+      const std::vector<std::string> names =
+          v.separate() ? std::vector<std::string>{v.source_spm, v.target_spm, v.ids} : std::vector<std::string>{v.joint_spm};
+      for (const std::string& name : names) {
+        TNMT_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(dirs[i] + "/" + name));
+        vocabulary.emplace_back(name, std::move(bytes));
+      }
     } else {
       if (c.ToJson() != config_json) {
         return absl::InvalidArgumentError(absl::StrCat(
             config_path, ": differs from ", first, "/config.json (key \"",
             FirstDifferentKey(c.ToJson(), config_json), "\"); only checkpoints of one model average"));
       }
-      if (spm != spm_bytes) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(spm_path, ": differs from ", first, "/spm.model"));
+      for (const auto& [name, bytes] : vocabulary) {
+        const std::string path = dirs[i] + "/" + name;
+        TNMT_ASSIGN_OR_RETURN(std::string other, ReadFileToString(path));
+        if (other != bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(path, ": differs from ", first, "/", name));
+        }
       }
     }
     TNMT_ASSIGN_OR_RETURN(TensorMap tensors, ReadSafetensors(model_path));
@@ -150,9 +160,16 @@ absl::Status AverageCheckpoints(const std::vector<std::string>& dirs, const std:
   if (!fs::create_directory(tmp_dir, ec) || ec) {
     return absl::InternalError(absl::StrCat(tmp_dir, ": cannot create: ", ec.message()));
   }
+  if (!options.source_language.empty() || !options.target_language.empty()) {
+    if (!options.source_language.empty()) config.source_language = options.source_language;
+    if (!options.target_language.empty()) config.target_language = options.target_language;
+    config_json = config.ToJson();
+  }
   absl::Status s = WriteFileSynced(tmp_dir + "/config.json", config_json);
   if (s.ok()) s = WriteSafetensors(tmp_dir + "/model.safetensors", mean, options.stored_dtype);
-  if (s.ok()) s = WriteFileSynced(tmp_dir + "/spm.model", spm_bytes);
+  for (const auto& [name, bytes] : vocabulary) {
+    if (s.ok()) s = WriteFileSynced(tmp_dir + "/" + name, bytes);
+  }
   if (s.ok()) s = InstallDirectory(tmp_dir, out_dir, options.overwrite);
   if (!s.ok()) fs::remove_all(tmp_dir, ec);
   return s;

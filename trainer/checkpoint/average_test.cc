@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/model/safetensors.h"
 #include "engine/runtime/loaded_model.h"
@@ -185,6 +186,54 @@ TEST_F(AverageTest, ExistingOutputNeedsOverwrite) {
   const double sum = static_cast<double>(p0.f32()[5]) + saved_[1].params.at(name).f32()[5] +
                      saved_[2].params.at(name).f32()[5];
   EXPECT_EQ(ReadOut(out).at(name).value.f32()[5], static_cast<float>(sum / 3.0));
+}
+
+// A model directory with separate vocabularies, as `tnmt import --from hf-marian` writes it
+// (source.spm, target.spm, vocab.json; no spm.model): averaged, in float16, into a directory
+// that has them too and loads; the languages given in the options reach its config.json.
+TEST_F(AverageTest, SeparateVocabulariesAsImportedAndLanguages) {
+  const std::string tiny = "tests/golden/data/tiny";
+  auto joint = Tokenizer::Load(tiny + "/spm.model");
+  ASSERT_TRUE(joint.ok()) << joint.status();
+  nlohmann::json ids = nlohmann::json::object();
+  for (int i = 0; i < (*joint)->vocab_size(); ++i) ids[(*joint)->Piece(i)] = i;
+  std::vector<std::string> dirs;
+  for (int k = 0; k < 2; ++k) {
+    const std::string dir = work_ + "/imported-" + std::to_string(k);
+    fs::create_directories(dir);
+    fs::copy_file(dirs_[k] + "/model.safetensors", dir + "/model.safetensors");
+    fs::copy_file(tiny + "/spm.model", dir + "/source.spm");
+    fs::copy_file(tiny + "/spm.model", dir + "/target.spm");
+    WriteFileForTest(dir + "/vocab.json", ids.dump());
+    std::string config = ReadFileForTest(dirs_[k] + "/config.json");
+    config.replace(config.find("\"format_version\": 1"), 19, "\"format_version\": 2");
+    config.insert(config.find("\"d_model\""),
+                  "\"vocabulary\": {\"source_spm\": \"source.spm\", \"target_spm\": \"target.spm\", \"ids\": \"vocab.json\"}, ");
+    WriteFileForTest(dir + "/config.json", config);
+    dirs.push_back(dir);
+  }
+  ASSERT_TRUE(LoadModelDirectory(dirs[0]).ok());
+  const std::string out = work_ + "/averaged-imported";
+  AverageOptions options;
+  options.stored_dtype = DType::kFloat16;
+  options.source_language = "en";
+  options.target_language = "de";
+  absl::Status s = AverageCheckpoints(dirs, out, options);
+  ASSERT_TRUE(s.ok()) << s;
+  for (const char* f : {"source.spm", "target.spm", "vocab.json"}) {
+    EXPECT_EQ(ReadFileForTest(out + "/" + f), ReadFileForTest(dirs[0] + "/" + f)) << f;
+  }
+  EXPECT_FALSE(fs::exists(out + "/spm.model"));
+  auto loaded = LoadModelDirectory(out);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE((*loaded)->tokenizer->separate());
+  EXPECT_EQ((*loaded)->config.source_language, "en");
+  EXPECT_EQ((*loaded)->config.target_language, "de");
+
+  WriteFileForTest(dirs[1] + "/vocab.json", "{}");
+  s = AverageCheckpoints(dirs, work_ + "/mismatch");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find(dirs[1] + "/vocab.json"), std::string::npos) << s;
 }
 
 }  // namespace
