@@ -145,6 +145,8 @@ check "the server translates with the published model" \
 printf 'the man runs\n' | "$TNMT" translate --model "$STATE/models/a" > "$TMP/a.out" 2> /dev/null
 check "the published directory translates offline" test -s "$TMP/a.out"
 check "the published model records its job" grep -q "\"job_id\": \"$A\"" "$STATE/models/a/job.json"
+"$TNMT" models --server "127.0.0.1:$PORT" > "$TMP/models-a.txt"
+check "ListModels reports the spec's languages for the published model (en-de)" grep -qE '^a +ready +en-de ' "$TMP/models-a.txt"
 printf 'the man runs\n' | "$TNMT" translate --server "127.0.0.1:$PORT" > "$TMP/default.out" 2> "$TMP/default.err"
 check "a request naming no model still gets the configured one after a job published another" \
   bash -c "[[ \$? -eq 0 && -s $TMP/default.out ]] || { cat $TMP/default.err; false; }"
@@ -227,6 +229,7 @@ check "the open watch ends with UNAVAILABLE" grep -q UNAVAILABLE "$TMP/watch-d.e
 check "the trainer was stopped" bash -c "! pgrep -f '[j]obs/$D/train_config.json' > /dev/null"
 start_server server3.log
 check "server ready after the drain" test -n "$PORT"
+check "  its log counts the published models it loads (tiny, a, c: 3)" grep -q 'loading 3 model(s)' "$TMP/server3.log"
 check "job d runs again, on its second attempt" wait_field "$D" attempts 2 30
 check "  (state RUNNING)" test "$(field "$D" state)" = JOB_STATE_RUNNING
 jobs_cmd cancel "$D" > /dev/null

@@ -432,6 +432,9 @@ void JobRunner::Publish(JobRecord* job, const JobSpec& spec) {
   o.overwrite = true;
   const std::string& dtype = spec.publish().dtype();
   o.stored_dtype = dtype == "float16" ? DType::kFloat16 : dtype == "bfloat16" ? DType::kBFloat16 : DType::kFloat32;
+  // The spec's languages go into the model's config.json, so ListModels reports them.
+  o.source_language = spec.data().source_language();
+  o.target_language = spec.data().target_language();
   absl::Status s = AverageLastCheckpoints(TrainDir(job->id), std::min<int>(want, checkpoints->size()), dir, o);
   if (s.ok()) {
     nlohmann::json provenance = {{"job_id", job->id},
