@@ -72,12 +72,12 @@ bool IsBlankLine(const std::string& line) { return absl::StripAsciiWhitespace(li
 
 void LineErrors::Report(int64_t line_no, const std::string& message) {
   if (count_++ == 0) first_line_ = line_no;
-  if (!quiet_) std::cerr << "tnmt translate: input line " << line_no << ": " << message << "\n";
+  if (!quiet_) std::cerr << command_ << ": input line " << line_no << ": " << message << "\n";
 }
 
 int LineErrors::Finish() const {
   if (count_ == 0) return 0;
-  std::cerr << "tnmt translate: " << count_ << " line(s) could not be translated";
+  std::cerr << command_ << ": " << count_ << " line(s) could not be " << verb_;
   if (quiet_) std::cerr << " (the first: input line " << first_line_ << ")";
   std::cerr << "\n";
   return 1;

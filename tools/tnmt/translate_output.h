@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tnmt::cli {
@@ -59,13 +60,16 @@ bool IsBlankLine(const std::string& line);
 // `quiet` only their number at the end (Finish).
 class LineErrors {
  public:
-  explicit LineErrors(bool quiet) : quiet_(quiet) {}
+  // command: the prefix of each message ("tnmt translate"); verb: what failed ("translated").
+  explicit LineErrors(bool quiet, std::string command = "tnmt translate", std::string verb = "translated")
+      : quiet_(quiet), command_(std::move(command)), verb_(std::move(verb)) {}
   void Report(int64_t line_no, const std::string& message);
   // Prints the count of failed lines; returns the exit status (0, or 1 if some lines failed).
   int Finish() const;
 
  private:
   bool quiet_;
+  std::string command_, verb_;
   int64_t count_ = 0;
   int64_t first_line_ = 0;
 };
