@@ -13,6 +13,8 @@
 #   DEADLINE_MS=30000   INPUT=FILE (default: DATA's test_2016_flickr.en.gz, else serve_load's
 #   built-in sentences)   DATA=data/multi30k   SERVE_ARGS=... (extra `tnmt serve` flags)
 #   WORK=DIR (default: a new temp dir)
+#   TLS=1: serve over TLS (a CA and a certificate for localhost made with openssl in WORK/tls;
+#   the load connects with --tls-ca)
 # Exit status 1 if a bad request was answered OK, a good one failed with a code other than
 # DEADLINE_EXCEEDED or RESOURCE_EXHAUSTED (overload answers), or the server did not exit 0.
 set -euo pipefail
@@ -28,6 +30,20 @@ DATA="${DATA:-data/multi30k}"
 SERVE_ARGS="${SERVE_ARGS:-}"
 WORK="${WORK:-$(mktemp -d /tmp/tnmt_soak.XXXXXX)}"
 mkdir -p "$WORK"
+SERVE_TLS=() LOAD_TLS=() CURL_TLS=() scheme=http
+if [[ "${TLS:-0}" == 1 ]]; then
+  T="$WORK/tls"
+  mkdir -p "$T"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=tnmt-soak-ca -keyout "$T/ca.key" -out "$T/ca.pem" 2> /dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=localhost -keyout "$T/server.key" -out "$T/server.csr" 2> /dev/null
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > "$T/san.ext"
+  openssl x509 -req -days 2 -in "$T/server.csr" -CA "$T/ca.pem" -CAkey "$T/ca.key" -CAcreateserial \
+      -extfile "$T/san.ext" -out "$T/server.pem" 2> /dev/null
+  SERVE_TLS=(--tls-cert "$T/server.pem" --tls-key "$T/server.key")
+  LOAD_TLS=(--tls-ca "$T/ca.pem")
+  CURL_TLS=(--cacert "$T/ca.pem")
+  scheme=https
+fi
 
 bazel build //tools/tnmt //bench:serve_load > /dev/null 2>&1 || bazel build //tools/tnmt //bench:serve_load
 BIN="$(bazel info bazel-bin 2>/dev/null)"
@@ -43,7 +59,7 @@ rss_mib() { awk '/^VmRSS:/ { printf "%.0f", $2 / 1024 }' "/proc/$1/status" 2> /d
 
 # shellcheck disable=SC2086
 "$TNMT" serve --model "soak=$MODEL" --port 0 --http-port 0 --threads "$THREADS" \
-    --ready-file "$WORK/ready" $SERVE_ARGS 2> "$WORK/server.log" &
+    --ready-file "$WORK/ready" "${SERVE_TLS[@]}" $SERVE_ARGS 2> "$WORK/server.log" &
 server=$!
 trap 'kill -KILL $server 2> /dev/null || true' EXIT
 for _ in $(seq 600); do
@@ -53,7 +69,7 @@ for _ in $(seq 600); do
 done
 read -r grpc_port http_port < "$WORK/ready"
 # One warm-up request, then the starting memory.
-"$LOAD" --target "localhost:$grpc_port" --clients 1 --requests 1 > /dev/null
+"$LOAD" --target "localhost:$grpc_port" "${LOAD_TLS[@]}" --clients 1 --requests 1 > /dev/null
 rss_start=$(rss_mib $server)
 echo "== server pid $server, gRPC :$grpc_port; RSS at start ${rss_start} MiB; ${CLIENTS} clients for ${DURATION} s, ${BAD} bad"
 ( peak=0
@@ -65,24 +81,25 @@ echo "== server pid $server, gRPC :$grpc_port; RSS at start ${rss_start} MiB; ${
 sampler=$!
 rc=0
 # shellcheck disable=SC2086
-"$LOAD" --target "localhost:$grpc_port" --clients "$CLIENTS" --channels 4 --seconds "$DURATION" \
+"$LOAD" --target "localhost:$grpc_port" "${LOAD_TLS[@]}" --clients "$CLIENTS" --channels 4 --seconds "$DURATION" \
     --deadline-ms "$DEADLINE_MS" --bad-fraction "$BAD" --allow-codes DEADLINE_EXCEEDED,RESOURCE_EXHAUSTED \
     ${INPUT:+--input "$INPUT"} --json > "$WORK/load.json" || rc=$?
 sleep 6  # the scheduler gives back what the load grew once idle
 rss_end=$(rss_mib $server)
 rss_peak=$(tail -1 "$WORK/rss.txt" | cut -d' ' -f3)
-curl -s "http://localhost:$http_port/metrics" > "$WORK/metrics.txt" || true
+curl -s "${CURL_TLS[@]}" "$scheme://localhost:$http_port/metrics" > "$WORK/metrics.txt" || true
 kill -TERM $server
 server_rc=0
 wait $server || server_rc=$?
 kill $sampler 2> /dev/null || true
-python3 - "$WORK/load.json" "$rss_start" "$rss_peak" "$rss_end" "$server_rc" "$CLIENTS" "$DURATION" "$BAD" "$MODEL" << 'PY'
+python3 - "$WORK/load.json" "$rss_start" "$rss_peak" "$rss_end" "$server_rc" "$CLIENTS" "$DURATION" "$BAD" "$MODEL" "$scheme" << 'PY'
 import json, sys
-path, rss_start, rss_peak, rss_end, server_rc, clients, duration, bad, model = sys.argv[1:]
+path, rss_start, rss_peak, rss_end, server_rc, clients, duration, bad, model, scheme = sys.argv[1:]
 r = json.load(open(path))
 lat = r["latency_ms"]
 print()
-print(f"Soak: {model}, {clients} closed-loop clients, {duration} s, {float(bad):.0%} bad requests, deadline per request")
+print(f"Soak: {model}, {clients} closed-loop clients, {duration} s, {float(bad):.0%} bad requests, deadline per request"
+      + (", over TLS" if scheme == "https" else ""))
 print()
 print("| requests | good OK | good failures | OK req/s | sentences/s | p50 ms | p99 ms | RSS MiB start / peak / end | server exit |")
 print("|---|---|---|---|---|---|---|---|---|")

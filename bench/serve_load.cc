@@ -27,6 +27,9 @@
 // do not count as OK requests or failures, and one answered OK is a BAD_RESPONSE failure (the
 // server accepted what it must refuse).
 //
+// --tls, --tls-ca, --tls-cert/--tls-key, --tls-server-name and --token-file connect as the tnmt
+// client commands do (tools/tnmt/connection.h).
+//
 // --health: no load; one grpc.health.v1.Health/Check for --health-service (default "", the
 // whole server); prints the serving status (SERVING, NOT_SERVING, ...) and exits 0 only if it is
 // SERVING, 1 otherwise (an RPC error prints "ERROR <CODE>: message").
@@ -54,6 +57,7 @@
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/tnmt/v1/translation.grpc.pb.h"
 #include "tools/tnmt/args.h"
+#include "tools/tnmt/connection.h"
 
 namespace tnmt::bench {
 namespace {
@@ -119,6 +123,9 @@ bool FileExists(const std::string& path) {
 
 struct Flags {
   std::string target;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;  // from the TLS flags (tools/tnmt/connection.h)
+  std::string tls_server_name;
+  std::string token;  // --token-file: the translation API's bearer token
   int clients = 1;
   int channels = 1;
   double seconds = 10;
@@ -199,6 +206,8 @@ Flags ParseFlags(int argc, char** argv) {
   args.AddString("stop-file", "", "stop sending new requests once this file exists");
   args.AddBool("stop-on-unavailable", false, "a client stops after its first UNAVAILABLE (as one that fails over to another replica)");
   args.AddString("allow-codes", "", "comma-separated status codes that do not fail the run (e.g. UNAVAILABLE)");
+  cli::AddTlsFlags(&args);
+  cli::AddApiTokenFlag(&args);
   args.AddFloat("bad-fraction", 0, "share of requests replaced by bad ones (see bench/serve_load.cc), 0 to 1");
   const absl::Status parsed = args.Parse(argc, argv, 1);
   if (!parsed.ok()) Usage(std::string(parsed.message()));
@@ -207,6 +216,16 @@ Flags ParseFlags(int argc, char** argv) {
     std::exit(0);
   }
   f.target = args.GetString("target");
+  {
+    grpc::ChannelArguments unused;
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = cli::TlsCredentialsFromFlags(args, &unused);
+    if (!credentials.ok()) Usage(std::string(credentials.status().message()));
+    f.credentials = *credentials;
+    f.tls_server_name = args.GetString("tls-server-name");
+    absl::StatusOr<std::string> token = cli::ApiTokenFromFlags(args);
+    if (!token.ok()) Usage(std::string(token.status().message()));
+    f.token = *token;
+  }
   f.clients = args.GetInt("clients");
   f.channels = args.GetInt("channels");
   f.seconds = args.GetFloat("seconds");
@@ -275,7 +294,8 @@ std::shared_ptr<grpc::Channel> MakeChannel(const Flags& f, int index) {
   ca.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   ca.SetInt("tnmt.serve_load.channel", index);
   ca.SetMaxReceiveMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(f.target, grpc::InsecureChannelCredentials(), ca);
+  if (!f.tls_server_name.empty()) ca.SetSslTargetNameOverride(f.tls_server_name);
+  return grpc::CreateCustomChannel(f.target, f.credentials, ca);
 }
 
 bool Connect(const std::vector<std::shared_ptr<grpc::Channel>>& channels, double timeout_s) {
@@ -344,6 +364,7 @@ void Client(const Flags& f, int id, tnmt::v1::TranslationService::Stub* stub,
     if (bad) MakeBad(bad_kind, request.texts(0), &request);
     tnmt::v1::TranslateResponse response;
     grpc::ClientContext ctx;
+    if (!f.token.empty()) ctx.AddMetadata("authorization", "Bearer " + f.token);
     if (f.deadline_ms > 0) {
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(f.deadline_ms));
     }

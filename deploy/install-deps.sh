@@ -30,7 +30,7 @@ image_build_pkgs=(
 build_pkgs=(
   "${image_build_pkgs[@]}"
   sentencepiece libgtest-dev libgmock-dev openmpi-bin
-  libcpp-httplib-dev openssl
+  libcpp-httplib-dev openssl curl
   prometheus
   chromium
   buildah debootstrap

@@ -63,6 +63,7 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
   }
   s->service_ = std::make_unique<TranslationServiceImpl>(s->registry_.get(), s->metrics_.get(), o.limits,
                                                          s->request_log_.get());
+  s->service_->LimitCallsPerPeer(o.max_calls_per_peer);
   if (!o.api_token_file.empty()) {
     TNMT_ASSIGN_OR_RETURN(std::string token, ReadToken("--api-token-file", o.api_token_file));
     s->service_->RequireToken(std::move(token));
@@ -101,10 +102,12 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
     HttpServerOptions ho;
     ho.host = o.host;
     ho.port = o.http_port;
-    // Each connection has its own thread while it lasts: slow or idle clients (and web
-    // translations, which hold theirs for as long as they take) leave room for the probes and
-    // the metrics scrape up to this many at once.
-    ho.threads = 256;
+    // Web translations hold a worker for as long as they take; the probes and the metrics
+    // scrape are answered on the I/O threads and never wait for one.
+    ho.threads = 32;
+    ho.tls_cert_file = o.tls.cert_file;
+    ho.tls_key_file = o.tls.key_file;
+    ho.tls_client_ca_file = o.tls.client_ca_file;
     ho.error_formatter = web::FormatHttpError;
     TranslationServer* self = s.get();
     s->http_ = std::make_unique<HttpServer>(
@@ -243,6 +246,14 @@ bool TranslationServer::ModelsReady() const {
 
 void TranslationServer::SetServing(bool serving) {
   if (health_ != nullptr) health_->SetServing(serving);
+}
+
+absl::Status TranslationServer::ReloadTls() {
+  if (!options_.tls.enabled()) return absl::OkStatus();
+  // The gRPC side watches the files itself; a bad set is reported here either way.
+  TNMT_RETURN_IF_ERROR(CheckTlsFiles(options_.tls));
+  if (http_ != nullptr) return http_->ReloadTls();
+  return absl::OkStatus();
 }
 
 absl::Status TranslationServer::Reload(const std::string& name) {

@@ -61,6 +61,9 @@ struct ServerOptions {
   std::string api_token_file;
   // HTTP/2 streams one gRPC connection may have open at once; more wait for a free one.
   int max_streams_per_connection = 100;
+  // Translation calls one client address may have running at once (0: no limit; behind a
+  // proxy or ingress every call comes from its address).
+  int max_calls_per_peer = 0;
   absl::Duration grace_period = absl::Seconds(30);  // drain time on Shutdown
   std::string version = "dev";
   std::string request_log;  // --request-log: JSON line per finished call ("-": stderr; "": none)
@@ -78,6 +81,10 @@ class TranslationServer {
   // Blocks until the initial loads finished; their first error, if any.
   absl::Status WaitForInitialLoad();
   bool ready() const;
+
+  // Re-reads the TLS files (SIGHUP): the HTTP side serves them to new connections at once;
+  // the gRPC side watches them (tls.h). On error the previous certificates stay in use.
+  absl::Status ReloadTls();
 
   // Reloads one model (or all, if name is empty) from its directory, with no failed request.
   absl::Status Reload(const std::string& name);

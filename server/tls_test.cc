@@ -328,5 +328,66 @@ TEST(GrpcAdmission, StreamsPerConnectionAreCapped) {
   EXPECT_EQ(finished_ok.load(), kStreams);
 }
 
+TEST(GrpcAdmission, CallsPerPeerAreCapped) {
+  ServerOptions o = Options();
+  o.max_calls_per_peer = 2;
+  auto server = TranslationServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE((*server)->WaitForInitialLoad().ok());
+  const std::string target = absl::StrCat("127.0.0.1:", (*server)->port());
+  // Two streams held open on two connections of the same address: a third call is refused at
+  // once, on any connection; once one stream ends, calls are accepted again.
+  auto stream_on = [&](std::shared_ptr<grpc::Channel> channel, grpc::ClientContext* ctx,
+                       std::unique_ptr<TranslationService::Stub>* stub) {
+    *stub = TranslationService::NewStub(channel);
+    auto stream = (*stub)->TranslateStream(ctx);
+    tnmt::v1::TranslateStreamRequest req;
+    req.add_texts("Hello, world.");
+    tnmt::v1::TranslateStreamResponse r;
+    EXPECT_TRUE(stream->Write(req) && stream->Read(&r));
+    return stream;
+  };
+  auto fresh = [&] {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  };
+  grpc::ClientContext c1, c2;
+  std::unique_ptr<TranslationService::Stub> s1, s2;
+  auto first = stream_on(fresh(), &c1, &s1);
+  auto second = stream_on(fresh(), &c2, &s2);
+  auto stub = TranslationService::NewStub(fresh());
+  tnmt::v1::TranslateRequest req;
+  req.add_texts("Hello, world.");
+  {
+    grpc::ClientContext ctx;
+    tnmt::v1::TranslateResponse resp;
+    const grpc::Status s = stub->Translate(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_NE(s.error_message().find("already has 2 calls running (--max-calls-per-peer)"), std::string::npos)
+        << s.error_message();
+  }
+  first->WritesDone();
+  tnmt::v1::TranslateStreamResponse r;
+  while (first->Read(&r)) {
+  }
+  EXPECT_TRUE(first->Finish().ok());
+  // The server counts the stream out when its reactor is done, a moment after the client saw
+  // the end: a refusal in that window is retried.
+  grpc::Status accepted;
+  for (int i = 0; i < 100; ++i) {
+    grpc::ClientContext ctx;
+    tnmt::v1::TranslateResponse resp;
+    accepted = stub->Translate(&ctx, req, &resp);
+    if (accepted.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(accepted.ok()) << accepted.error_message();
+  second->WritesDone();
+  while (second->Read(&r)) {
+  }
+  EXPECT_TRUE(second->Finish().ok());
+}
+
 }  // namespace
 }  // namespace tnmt::server

@@ -73,9 +73,10 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
     if (state_->log != nullptr) state_->peer = ctx->peer();
     state_->deadline = Deadline(ctx);
     if (metrics != nullptr) metrics->RequestStarted();
-    entered_ = service_->Enter();
+    const absl::Status admitted = service_->Enter(*ctx, &peer_);
+    entered_ = admitted.ok();
     if (!entered_) {
-      state_->Finish(absl::UnavailableError("server is shutting down"));
+      state_->Finish(admitted);
       return;
     }
     if (absl::Status authorized = service_->Authorize(*ctx); !authorized.ok()) {
@@ -121,7 +122,7 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
 
   void OnCancel() override { state_->cancelled = true; }
   void OnDone() override {
-    if (entered_) service_->Leave();
+    if (entered_) service_->Leave(peer_);
     delete this;
   }
 
@@ -178,6 +179,7 @@ class TranslateCall final : public grpc::ServerUnaryReactor {
   };
   TranslationServiceImpl* const service_;
   bool entered_ = false;
+  std::string peer_;  // the client's address, for the per-peer count
   tnmt::v1::TranslateRequest request_;
   std::shared_ptr<State> state_;
 };
@@ -196,10 +198,11 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     if (state_->log != nullptr) state_->peer = ctx->peer();
     state_->deadline = Deadline(ctx);
     if (metrics != nullptr) metrics->RequestStarted();
-    entered_ = service_->Enter();
+    const absl::Status admitted = service_->Enter(*ctx, &peer_);
+    entered_ = admitted.ok();
     if (!entered_) {
       std::lock_guard<std::mutex> lock(state_->mu);
-      state_->FinishLocked(absl::UnavailableError("server is shutting down"));
+      state_->FinishLocked(admitted);
       return;
     }
     if (absl::Status authorized = service_->Authorize(*ctx); !authorized.ok()) {
@@ -308,7 +311,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->reactor = nullptr;  // late scheduler callbacks must not touch this object
     }
-    if (entered_) service_->Leave();
+    if (entered_) service_->Leave(peer_);
     delete this;
   }
 
@@ -371,6 +374,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
 
   TranslationServiceImpl* const service_;
   bool entered_ = false;
+  std::string peer_;  // the client's address, for the per-peer count
   ModelRegistry* const registry_;
   const ServiceLimits limits_;
   grpc::CallbackServerContext* const ctx_;
@@ -400,15 +404,14 @@ grpc::ServerUnaryReactor* TranslationServiceImpl::Score(grpc::CallbackServerCont
   absl::Status s;
   std::string model;
   tnmt::v1::ScoreRequest req;
-  if (!Enter()) {
-    s = absl::UnavailableError("server is shutting down");
-  } else {
+  std::string peer;
+  if (s = Enter(*context, &peer); s.ok()) {
     s = Authorize(*context);
     if (s.ok()) s = ParseMessage(*request, &req, "request");
     tnmt::v1::ScoreResponse resp;
     if (s.ok()) s = DoScore(req, &resp, &model);
     if (s.ok()) *response = Serialize(resp);
-    Leave();
+    Leave(peer);
   }
   s = AsObserved(s, Deadline(context));
   if (metrics_ != nullptr) {
@@ -494,18 +497,41 @@ absl::Status TranslationServiceImpl::Authorize(const grpc::ServerContextBase& co
 }
 
 // Counts accepted calls only: refused ones neither Enter nor Leave.
-bool TranslationServiceImpl::Enter() {
+absl::Status TranslationServiceImpl::Enter(const grpc::ServerContextBase& context, std::string* peer) {
+  peer->clear();
+  if (max_calls_per_peer_ > 0) {
+    // "ipv4:10.1.2.3:51234" -> "ipv4:10.1.2.3": one count per address, whatever the port.
+    *peer = context.peer();
+    const size_t colon = peer->rfind(':');
+    if (colon != std::string::npos && colon > peer->find(':')) peer->resize(colon);
+  }
   std::lock_guard<std::mutex> lock(idle_mu_);
   if (!accepting_) {
     last_activity_ = absl::Now();
-    return false;
+    peer->clear();
+    return absl::UnavailableError("server is shutting down");
+  }
+  if (!peer->empty()) {
+    int& calls = peer_calls_[*peer];
+    if (calls >= max_calls_per_peer_) {
+      const std::string who = *peer;
+      peer->clear();
+      if (calls == 0) peer_calls_.erase(who);
+      return absl::ResourceExhaustedError(absl::StrCat("the client ", who, " already has ", max_calls_per_peer_,
+                                                       " calls running (--max-calls-per-peer)"));
+    }
+    ++calls;
   }
   ++inflight_;
-  return true;
+  return absl::OkStatus();
 }
 
-void TranslationServiceImpl::Leave() {
+void TranslationServiceImpl::Leave(const std::string& peer) {
   std::lock_guard<std::mutex> lock(idle_mu_);
+  if (!peer.empty()) {
+    auto it = peer_calls_.find(peer);
+    if (it != peer_calls_.end() && --it->second <= 0) peer_calls_.erase(it);
+  }
   last_activity_ = absl::Now();  // its client may send the next call soon
   if (--inflight_ == 0) idle_cv_.notify_all();
 }

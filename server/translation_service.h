@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -64,10 +65,15 @@ class TranslationServiceImpl final : public TranslationServiceBase {
   // Waits until no accepted call is in flight, or until `deadline`; true if idle.
   bool WaitIdle(absl::Time deadline);
 
-  // Counts accepted calls: a call object calls Enter when created (false: refuse the call)
-  // and, if it entered, Leave when done.
-  bool Enter();
-  void Leave();
+  // At most n calls running at once per client address (0: no limit); set before the server
+  // starts. Behind a proxy every call has the proxy's address: leave it off there.
+  void LimitCallsPerPeer(int n) { max_calls_per_peer_ = n; }
+
+  // Counts accepted calls: a call object calls Enter when created (not OK: refuse the call
+  // with that status: UNAVAILABLE while draining, RESOURCE_EXHAUSTED for a peer at its limit)
+  // and, if it entered, Leave with the `peer` Enter set when done.
+  absl::Status Enter(const grpc::ServerContextBase& context, std::string* peer);
+  void Leave(const std::string& peer);
 
  private:
   // model: set to the model the request was for, once known.
@@ -78,6 +84,8 @@ class TranslationServiceImpl final : public TranslationServiceBase {
   std::mutex idle_mu_;
   std::condition_variable idle_cv_;
   int inflight_ = 0;
+  int max_calls_per_peer_ = 0;
+  std::map<std::string, int> peer_calls_;  // running calls per client address (with a limit)
   absl::Time last_activity_ = absl::InfinitePast();  // last call finished or refused
   ModelRegistry* const registry_;
   ServerMetrics* const metrics_;

@@ -155,7 +155,7 @@ int ServeCommand(int argc, char** argv) {
             "Serves translation over gRPC (tnmt.v1.TranslationService, grpc.health.v1.Health,\n"
             "reflection; with --state-dir also tnmt.v1.TrainingService) and HTTP (the web page /,\n"
             "/jobs, its JSON API /api/..., /metrics, /healthz, /readyz). SIGTERM drains and exits 0;\n"
-            "SIGHUP reloads every model from its directory (and reopens --request-log).");
+            "SIGHUP reloads every model from its directory (and reopens --request-log and the TLS files).");
   args.AddString("config", "", "JSON file with any of these flags as keys, '-' or '_' (\"models\": {name: dir})");
   args.AddString("model", "", "models: DIR (named after its last component), or NAME=DIR[,NAME=DIR...]",
                  "the bundled demo model, named demo");
@@ -190,6 +190,7 @@ int ServeCommand(int argc, char** argv) {
   args.AddString("tls-client-ca", "", "PEM CA certificates: clients must present a certificate signed by one (mutual TLS)", "off");
   args.AddString("api-token-file", "", "file holding a bearer token that every translation call must carry (gRPC metadata or HTTP header \"authorization: Bearer <token>\"; health and metrics need none)", "none");
   args.AddInt("max-streams-per-connection", defaults.max_streams_per_connection, "gRPC calls one client connection may have running at once; more wait for a free one");
+  args.AddInt("max-calls-per-peer", defaults.max_calls_per_peer, "translation calls one client address may have running at once; beyond: RESOURCE_EXHAUSTED (0: no limit; keep 0 behind a proxy or ingress, whose address every call has)");
   args.AddInt("grace-seconds", static_cast<int>(absl::ToInt64Seconds(defaults.grace_period)), "on SIGTERM, time for in-flight requests to finish");
   args.AddString("ready-file", "", "written with the gRPC and HTTP ports once ready (for scripts)");
   args.AddString("state-dir", "", "enables tnmt.v1.TrainingService: job store, job work and published models");
@@ -236,6 +237,8 @@ int ServeCommand(int argc, char** argv) {
   o.tls.client_ca_file = args.GetString("tls-client-ca");
   o.api_token_file = args.GetString("api-token-file");
   o.max_streams_per_connection = args.GetInt("max-streams-per-connection");
+  o.max_calls_per_peer = args.GetInt("max-calls-per-peer");
+  if (o.max_calls_per_peer < 0) return Fail(absl::StrCat("--max-calls-per-peer must be 0 or more, got ", o.max_calls_per_peer));
   if (o.max_streams_per_connection < 1) {
     return Fail(absl::StrCat("--max-streams-per-connection must be at least 1, got ", o.max_streams_per_connection));
   }
@@ -373,6 +376,9 @@ int ServeCommand(int argc, char** argv) {
       Log("SIGHUP: reloading models");
       absl::Status s = srv.Reload("");
       Log(s.ok() ? "reload done" : absl::StrCat("reload failed (previous generation keeps serving): ", s.message()));
+      if (absl::Status t = srv.ReloadTls(); !t.ok()) {
+        Log(absl::StrCat("TLS reload failed (the previous certificates stay in use): ", t.message()));
+      }
       continue;
     }
     Log(absl::StrCat(sig == SIGTERM ? "SIGTERM" : "SIGINT", ": draining (grace ", args.GetInt("grace-seconds"), " s)"));
