@@ -4,7 +4,8 @@
 #   b. serve --config: keys spelled with '_' or '-' (http_port works), an unknown key or a bad
 #      value names the file and the key, invalid JSON its line and column; --http-port -1 logs
 #      "HTTP off"; --max-tokens is a deprecated name of --max-input-length (a warning, the
-#      value is used); a missing --model directory exits 2 naming the model and the directory;
+#      value is used); a missing --model directory exits 2 naming the model and the directory,
+#      a raw Hugging Face Marian directory exits 2 saying how to convert it;
 #   c. train: a bad --preset/--dropout is blamed on the flag, not on the --config file; a bad
 #      key of the file names the file and the key as spelled; invalid JSON gives line and
 #      column; a file with '-' keys trains; each validation is a readable line of its own
@@ -93,6 +94,15 @@ check "--max-tokens and --max-input-length together: refused" \
   refused both "give --max-input-length only" "$TNMT" serve --model "tiny=$MODEL" --max-tokens 5 --max-input-length 6
 check "a missing model directory exits 2 naming the model and the directory" \
   refused missing 'model "x": /nonexistent: no such directory' "$TNMT" serve --model x=/nonexistent --port 0 --http-port -1
+mkdir -p "$TMP/hf"
+printf '{"model_type": "marian", "architectures": ["MarianMTModel"], "d_model": 64}\n' > "$TMP/hf/config.json"
+check "a raw Hugging Face Marian directory: exit 2 with how to convert it" \
+  refused hf "looks like a Hugging Face Marian directory, not a tnmt model: convert it with \`tnmt import --from hf-marian $TMP/hf --output MODEL_DIR\`" \
+  "$TNMT" serve --model "opus=$TMP/hf" --port 0 --http-port -1
+check "  also with --on-missing-model=wait (the directory is there; waiting cannot help)" \
+  refused hf2 "looks like a Hugging Face Marian directory" "$TNMT" serve --model "opus=$TMP/hf" --on-missing-model=wait --port 0 --http-port -1
+printf 'x\n' | "$TNMT" translate --model "$TMP/hf" > /dev/null 2> "$TMP/hf3.err"
+check "  and tnmt translate says the same" grep -q "looks like a Hugging Face Marian directory" "$TMP/hf3.err"
 check "--on-missing-model takes exit or wait" \
   refused onmissing "--on-missing-model must be exit or wait" "$TNMT" serve --model "tiny=$MODEL" --on-missing-model=maybe
 check "serve --compute-type int16: refused naming the flag and the values" \

@@ -34,11 +34,14 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std:
   }
   const std::string config_path = dir + "/config.json";
   const std::string weights_path = dir + "/model.safetensors";
-  for (const std::string& p : {config_path, weights_path}) TNMT_RETURN_IF_ERROR(CheckFile(p));
+  TNMT_RETURN_IF_ERROR(CheckFile(config_path));
 
   auto m = std::make_shared<LoadedModel>();
   m->directory = dir;
+  // config.json first: it says what else the directory should hold (and tells a Hugging Face
+  // directory, which may have no model.safetensors, from a tnmt one).
   TNMT_ASSIGN_OR_RETURN(m->config, ModelConfig::Load(config_path));
+  TNMT_RETURN_IF_ERROR(CheckFile(weights_path));
   const ModelConfig& c = m->config;
   const VocabularyFiles& v = c.vocabulary;
   // The file the vocabulary checks below name.
