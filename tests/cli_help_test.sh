@@ -2,7 +2,8 @@
 # Every `tnmt` command's --help states exactly one default per flag and never an internal
 # placeholder; boolean flags are listed with their --no- form; errors name the flag or the
 # environment variable as the user wrote it; `tnmt jobs` takes flags before or after the job
-# id and prints nothing but the error when a call fails. Needs no model and no server.
+# id and prints nothing but the error when a call fails; `tnmt health` reports a failed call
+# on stderr; `tnmt serve` refuses out-of-range ports. Needs no model and no server.
 # Usage: cli_help_test.sh TNMT
 set -u
 TNMT="$1"
@@ -98,6 +99,23 @@ check "  and prints no table header" test ! -s "$TMP/l1"
 "$TNMT" models --server 127.0.0.1:1 --timeout-seconds 2 > "$TMP/m1" 2> "$TMP/m1.err"
 check "models: a failed call exits 1 naming the server, nothing on stdout" \
   bash -c "[[ $? -eq 1 && ! -s '$TMP/m1' ]] && grep -q '127.0.0.1:1: UNAVAILABLE' '$TMP/m1.err'"
+"$TNMT" health --server 127.0.0.1:1 --timeout-seconds 2 > "$TMP/h1" 2> "$TMP/h1.err"
+check "health: a failed call exits non-zero" test $? -ne 0
+check "  with nothing on stdout (the error is not a status word)" test ! -s "$TMP/h1"
+check "  and the error on stderr, naming the server" grep -q '^tnmt health: 127.0.0.1:1: UNAVAILABLE' "$TMP/h1.err"
+
+# serve: ports out of range are refused naming the flag (not wrapped modulo 65536).
+for bad in "--port 99999" "--port -1" "--http-port 131073" "--http-port -2"; do
+  flag="${bad%% *}"
+  # shellcheck disable=SC2086
+  timeout 30 "$TNMT" serve $bad > /dev/null 2> "$TMP/port.err"
+  rc=$?
+  check "serve $bad: exit 2 naming $flag and the range" \
+    bash -c "[[ $rc -eq 2 ]] && grep -qF -- '$flag must be in [0, 65535]' '$TMP/port.err'"
+done
+check "serve --help gives the port ranges" grep -qE -- '^  --http-port .*0-65535 \(0: any; -1: off\)' "$TMP/serve.help"
+check "serve --help: a text too long is INVALID_ARGUMENT, as the server answers" \
+  bash -c "grep -E -- '^  --(max-input-length|max-text-bytes) ' '$TMP/serve.help' | grep -c 'beyond: INVALID_ARGUMENT' | grep -qx 2"
 
 echo "$fails failure(s)"
 test "$fails" -eq 0
