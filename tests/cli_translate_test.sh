@@ -2,7 +2,9 @@
 # End-to-end `tnmt translate` on the tiny golden model: stdin/stdout and files, empty lines,
 # invalid UTF-8 and a 10,000-token line (per-line errors naming the line, alignment kept,
 # exit 1), n-best and scores formats, bad flags and a missing model (exit 2, clear message),
-# progress and --quiet; then the same through `tnmt serve` (--server), and `tnmt models`.
+# progress and --quiet; then the same through `tnmt serve` (--server), and `tnmt models`;
+# `tnmt score` errors in its own name, one usage error naming --model-name for a server of
+# two models; `tnmt jobs` against a server without --state-dir says it has no training API.
 set -u
 TNMT="$1"
 MODEL="$2"
@@ -190,11 +192,16 @@ printf 'Das Haus ist rot.\n\xff\nZo\n' > "$TMP/bad-tgt.txt"
 "$TNMT" score --server "$SERVER" --source "$TMP/good.txt" --target "$TMP/bad-tgt.txt" > "$TMP/r-bad.txt" 2> "$TMP/r-bad.err"
 check "score --server with an invalid target: exit 1" test $? -eq 1
 check "  names the line and the target" grep -q "input line 2: target: invalid UTF-8" "$TMP/r-bad.err"
+check "  as tnmt score, never tnmt translate" bash -c "grep -q '^tnmt score: input line 2: ' '$TMP/r-bad.err' && grep -q '^tnmt score: 1 line(s) could not be scored' '$TMP/r-bad.err' && ! grep -q 'tnmt translate' '$TMP/r-bad.err'"
 check "  the other pairs scored in place" bash -c "[[ \$(wc -l < '$TMP/r-bad.txt') -eq 3 && -z \$(sed -n 2p '$TMP/r-bad.txt') && -n \$(sed -n 3p '$TMP/r-bad.txt') ]]"
 head -2 "$TMP/good.txt" > "$TMP/two.txt"
 "$TNMT" score --model "$MODEL" --source "$TMP/good.txt" --target "$TMP/two.txt" > /dev/null 2> "$TMP/len.err"
 check "score with files of different lengths: exit 2" test $? -eq 2
 check "  says which file is longer" grep -q "line 3 is only in --source" "$TMP/len.err"
+"$TNMT" jobs list --server "$SERVER" > "$TMP/nojobs.out" 2> "$TMP/nojobs.err"
+check "tnmt jobs against a server without --state-dir: exit 1" test $? -eq 1
+check "  says the server has no training API (started without --state-dir)" \
+  grep -q '^tnmt jobs: the server has no training API .*started without --state-dir' "$TMP/nojobs.err"
 "$TNMT" models --server "$SERVER" > "$TMP/models.txt"
 check "tnmt models lists the served model by its directory's name" grep -qE '^tiny +ready ' "$TMP/models.txt"
 "$TNMT" models --server "$SERVER" --json > "$TMP/models.json"
@@ -203,6 +210,25 @@ check "  64-bit integers as numbers" grep -qE '"parameters":[0-9]+' "$TMP/models
 kill -TERM $SERVER_PID
 wait $SERVER_PID
 check "server stopped cleanly" test $? -eq 0
+
+# A server of two models: `tnmt score --server` without --model-name is one usage error naming
+# the flag (not a failure per pair); with it, it scores.
+rm -f "$TMP/ready"
+"$TNMT" serve --model "tiny=$MODEL,prenorm=$(dirname "$MODEL")/tiny_prenorm" --port 0 --http-port -1 --threads 1 \
+  --ready-file "$TMP/ready" 2> "$TMP/serve2.log" &
+SERVER_PID=$!
+for _ in $(seq 300); do [[ -s "$TMP/ready" ]] || ! kill -0 $SERVER_PID 2> /dev/null && break; sleep 0.1; done
+check "two-model server ready" test -s "$TMP/ready"
+SERVER="127.0.0.1:$(cut -d' ' -f1 "$TMP/ready" 2> /dev/null)"
+"$TNMT" score --server "$SERVER" --source "$TMP/good.txt" --target "$TMP/greedy.txt" > "$TMP/s2.out" 2> "$TMP/s2.err"
+check "score --server of two models without --model-name: exit 2" test $? -eq 2
+check "  one line: the server serves 2 models; pass --model-name" \
+  bash -c "[[ \$(wc -l < '$TMP/s2.err') -eq 1 ]] && grep -q '^tnmt score: the server serves 2 models (prenorm, tiny); pass --model-name NAME' '$TMP/s2.err'"
+"$TNMT" score --server "$SERVER" --model-name tiny --source "$TMP/good.txt" --target "$TMP/greedy.txt" > "$TMP/s3.out"
+check "  with --model-name tiny it scores as before" cmp -s "$TMP/s3.out" <(cut -d' ' -f1 "$TMP/score.txt")
+kill -TERM $SERVER_PID
+wait $SERVER_PID
+check "two-model server stopped cleanly" test $? -eq 0
 
 # --compute-type int8: local and served translations agree (a sentence's result does not depend
 # on its batch), `tnmt models` names the compute type; a bad type is one usage error.
