@@ -13,7 +13,8 @@
 # the HTTP server test's certificates; prometheus only for promtool, which the server tests
 # run on /metrics;
 # chromium for the web page tests; buildah and debootstrap for deploy/build-image.sh and
-# //tests/deploy:image_test (OCI images built without a container registry).
+# //tests/deploy:image_test (OCI images built without a container registry); clang-14, lld-14
+# and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) for the fuzz tests (tests/fuzz).
 set -euo pipefail
 
 runtime_pkgs=(
@@ -34,6 +35,7 @@ build_pkgs=(
   prometheus
   chromium
   buildah debootstrap
+  clang-14 lld-14 libclang-rt-14-dev
 )
 dev_pkgs=(python3-torch python3-sentencepiece python3-numpy)
 

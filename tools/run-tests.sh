@@ -2,8 +2,8 @@
 # Runs the whole tnmt test suite on a fresh Debian machine: installs what is missing (apt),
 # builds everything, runs every test, and ends with one line "N passed, N failed, N skipped"
 # (Bazel test targets; with nvcc present the CUDA build and its tests count too, and a CUDA test
-# that found no GPU counts as skipped). Exits non-zero if any
-# test failed or did not build. TNMT_NO_CUDA_BUILD=1 skips the CUDA build.
+# that found no GPU counts as skipped; the fuzz tests count as skipped without clang/libFuzzer).
+# Exits non-zero if any test failed or did not build. TNMT_NO_CUDA_BUILD=1 skips the CUDA build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deploy/install-deps.sh
@@ -25,6 +25,20 @@ if [[ -x /usr/local/cuda/bin/nvcc && -z "${TNMT_NO_CUDA_BUILD:-}" ]]; then
   cuda_rc=${PIPESTATUS[0]}
   ((rc == 0)) && rc=$cuda_rc
 fi
+# The fuzz tests (tests/fuzz, ~30 s each) build only with clang's libFuzzer, in an output base
+# of their own (tests/fuzz/bazel-fuzz.sh); the gcc build above skips them. Without clang,
+# lld and libclang-rt they count as skipped.
+mapfile -t fuzz_tests < <(bazel query 'tests(//tests/fuzz:all)' 2>/dev/null)
+fuzz_skipped=0
+if fuzz_why=$(tests/fuzz/bazel-fuzz.sh check); then
+  tests/fuzz/bazel-fuzz.sh test --test_summary=short --keep_going "${fuzz_tests[@]}" 2>&1 | tee -a "$log"
+  fuzz_rc=${PIPESTATUS[0]}
+  ((rc == 0)) && rc=$fuzz_rc
+  tests/fuzz/bazel-fuzz.sh shutdown
+else
+  echo "tests/fuzz: ${#fuzz_tests[@]} tests $fuzz_why"
+  fuzz_skipped=${#fuzz_tests[@]}
+fi
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 # A CUDA test that ran without a GPU skipped every case (GTEST_SKIP "SKIPPED: no CUDA device"):
 # Bazel calls it PASSED, but a skipped test is not a passed one.
@@ -37,6 +51,7 @@ for t in "${cuda_tests[@]}"; do
   fi
 done
 passed=$((passed - skipped))
+skipped=$((skipped + fuzz_skipped))
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE)' "$log")
 if [[ $rc -ne 0 && $failed -eq 0 ]]; then failed=1; fi  # e.g. a build error before any test ran
 rm -f "$log"

@@ -200,6 +200,12 @@ absl::StatusOr<tnmt::v1::TranslateRequest> ParseTranslateRequest(absl::string_vi
   JsonLimits limits;
   limits.max_depth = 32;
   if (absl::Status s = CheckJsonLimits(body, "the request body", limits); !s.ok()) return s;
+  // nlohmann::json takes a NUL byte for the end of the text, so `{...}<NUL>anything` would
+  // parse; JSON text never holds one (strings must escape it as \u0000).
+  if (const size_t nul = body.find('\0'); nul != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON: a NUL byte at byte ", nul));
+  }
   json j;
   try {
     j = json::parse(body.begin(), body.end());

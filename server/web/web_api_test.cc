@@ -86,6 +86,9 @@ TEST(ParseTranslateRequest, RefusesGarbage) {
   ExpectInvalid(R"({"texts": ["a"],})", "not valid JSON");
   ExpectInvalid("\"\xff\xfe\"", "not valid JSON");  // invalid UTF-8
   ExpectInvalid(R"({"texts": ["\ud800"]})", "not valid JSON");  // a lone surrogate
+  // The JSON parser stops at a NUL byte; what follows it must not be ignored.
+  ExpectInvalid(std::string("{\"texts\": [\"a\"]}\0{\"x\": 1}", 25), "a NUL byte at byte 16");
+  ExpectInvalid(std::string("{\"texts\": [\"a\0b\"]}", 18), "a NUL byte at byte 13");
   ExpectInvalid(R"(["a", "b"])", "must be a JSON object, got array");
   ExpectInvalid("42", "must be a JSON object, got number");
   ExpectInvalid(R"({"texts": "a"})", "texts must be an array of strings, got string");
