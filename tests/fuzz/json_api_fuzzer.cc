@@ -33,17 +33,38 @@ namespace {
   std::abort();
 }
 
-// Nesting depth of a parsed value as CheckJsonLimits counts it (a scalar 0, `[1]` 1). Only
-// called on values CheckJsonLimits already bounded, so the recursion is shallow.
-int Depth(const nlohmann::json& j) {
-  if (!j.is_structured()) return 0;
-  int deepest = 0;
-  for (const auto& child : j) {
-    const int d = Depth(child);
-    if (d > deepest) deepest = d;
+// Deepest nesting of arrays and objects in JSON text, as CheckJsonLimits counts it (a scalar 0,
+// `[1]` 1), from the parser's events rather than the parsed value: with duplicate keys the value
+// keeps only the last one, which may be shallower than the text.
+class DepthCounter : public nlohmann::json::json_sax_t {
+ public:
+  int deepest() const { return deepest_; }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return Open(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(); }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception&) override { return false; }
+
+ private:
+  bool Open() {
+    if (++depth_ > deepest_) deepest_ = depth_;
+    return true;
   }
-  return deepest + 1;
-}
+  bool Close() {
+    --depth_;
+    return true;
+  }
+  int depth_ = 0;
+  int deepest_ = 0;
+};
 
 void CheckLimitsProperties(absl::string_view text) {
   tnmt::JsonLimits limits;
@@ -62,13 +83,14 @@ void CheckLimitsProperties(absl::string_view text) {
   // nlohmann::json stops at a NUL byte as if the text ended there, so its depth would be that
   // of a prefix.
   if (!status.ok() || text.find('\0') != absl::string_view::npos) return;
-  nlohmann::json parsed;
+  DepthCounter counter;
+  bool valid = false;
   try {
-    parsed = nlohmann::json::parse(text.begin(), text.end());
+    valid = nlohmann::json::sax_parse(text.begin(), text.end(), &counter);
   } catch (const nlohmann::json::exception&) {
-    return;  // malformed JSON: the depth count is only defined for valid text
   }
-  const int depth = Depth(parsed);
+  if (!valid) return;  // malformed JSON: the depth count is only defined for valid text
+  const int depth = counter.deepest();
   tnmt::JsonLimits exact;
   exact.max_depth = depth;
   if (const absl::Status s = tnmt::CheckJsonLimits(text, "the input", exact); !s.ok()) {
