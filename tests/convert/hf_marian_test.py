@@ -22,7 +22,8 @@ c. Each is imported with `tnmt import --from hf-marian`; 100 sentences translate
    give the same text, and tnmt's score equals HF's forced-decoding log-probability of that
    output (log-softmax over the whole vocabulary, final_logits_bias included, the final </s>
    counted) within 1e-4. HF's ids become text by tnmt's rule for a separate vocabulary
-   (docs/model-format.md: leave out </s>, <pad>, <unk>, join with target.spm, trim spaces).
+   (docs/model-format.md: leave out </s>, <pad>, <unk>, join with target.spm, U+2581 to a
+   space, trim spaces), checked equal to MarianTokenizer.decode on every greedy output.
    The same for 4 sources with >>xx<< language codes (MarianTokenizer keeps a leading code as
    one token and cuts the span from the first >> to the last <<), and for model A's weights
    with activation_function "gelu" (exact, erf) and "gelu_new" (tanh approximation) on 30.
@@ -268,7 +269,13 @@ class HfSide:
         if self.rule == "joint":
             return self.tgt_sp.decode_pieces([self.id_to_piece[i] for i in ids])
         ids = [i for i in ids if i not in (self.eos, self.pad, self.unk)]
-        return self.tgt_sp.decode_pieces([self.id_to_piece[i] for i in ids]).strip(" ")
+        # target.spm passes a piece it lacks (vocab.json also holds the source side's pieces)
+        # through with its U+2581; MarianTokenizer then turns every U+2581 into a space.
+        return self.tgt_sp.decode_pieces([self.id_to_piece[i] for i in ids]).replace("\u2581", " ").strip(" ")
+
+    def hf_text(self, gen):
+        """The same ids as MarianTokenizer.decode gives them (whitespace stripped as it does)."""
+        return self.tok.decode(list(gen), skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
     def generate(self, src, **kw):
         with torch.no_grad():
@@ -407,6 +414,11 @@ def which_rules(hf, src, tnmt_rule_gen):
             if hf.reference_beam(src, BEAM, 1.0, hf_rules=(r,))[0] != tnmt_rule_gen]
 
 
+def hf_text_ws(text):
+    """MarianTokenizer strips every whitespace character at the ends; tnmt trims spaces."""
+    return text.strip(" ")
+
+
 def compare_model(a, w, name, hf_dir, lines):
     hf = HfSide(hf_dir)
     srcs = [hf.encode(line) for line in lines]
@@ -414,6 +426,15 @@ def compare_model(a, w, name, hf_dir, lines):
     greedy = [hf.generate(s, num_beams=1) for s in srcs]
     g_text = [hf.text(g) for g, _ in greedy]
     g_score = [hf.forced_logprob(s, g) for s, (g, _) in zip(srcs, greedy)]
+    # The text rule tnmt is held to is MarianTokenizer's own, also for pieces that target.spm
+    # lacks (they once kept a literal U+2581: 'mit\u2581stand' for 'mit stand').
+    odd = [i for i, (g, _) in enumerate(greedy)
+           if any(hf.tgt_sp.piece_to_id(hf.id_to_piece[t]) == hf.tgt_sp.unk_id() and hf.id_to_piece[t] != "<unk>"
+                  for t in g if t not in (hf.eos, hf.pad, hf.unk))]
+    differ = [i for i, (g, _) in enumerate(greedy) if hf.text(g) != hf_text_ws(hf.hf_text(g))]
+    check(not differ, f"{name}: the text rule equals MarianTokenizer.decode on every greedy output "
+          f"({len(odd)} with pieces target.spm lacks)",
+          "; ".join(f"{lines[i]!r}: {g_text[i]!r} vs {hf.hf_text(greedy[i][0])!r}" for i in differ[:3]))
     at_limit = sum(len(g) == len(s) + OFFSET for s, (g, _) in zip(srcs, greedy))
     info(f"HF greedy: {len(set(g_text))} distinct outputs, {at_limit} at the length limit "
          f"(</s> forced), e.g. {lines[0]!r} -> {g_text[0]!r}")
