@@ -13,7 +13,8 @@
 #      lines in, 3 rows out), an unknown model shows NOT_FOUND; the jobs page
 #      (/jobs?token=...&job=...) draws the loss curve (SVG polyline) of the job and names it,
 #      without a token prompts for one (no error banner), with a wrong one shows
-#      UNAUTHENTICATED; screenshots of both pages are PNGs (kept in
+#      UNAUTHENTICATED; a job without a progress report yet (step 50 from a checkpoint) has no
+#      loss in the API and "—" on the page; screenshots of both pages are PNGs (kept in
 #      $TEST_UNDECLARED_OUTPUTS_DIR with the DOM dumps);
 #   d. a server without --state-dir: /api/jobs 501 and the jobs page says there is no job
 #      service; both servers stay healthy and exit 0 on SIGTERM.
@@ -285,6 +286,32 @@ sys.exit(0 if svg and len(points) == progress >= 20 else 1)
 EOF
 check "  naming the job" grep -q "Job $JOB" "$TMP/jobs.dom.html"
 check "  and listing it" grep -q "<td class=\"id\">$JOB</td>" "$TMP/jobs.dom.html"
+# A job whose checkpoint set its step before any progress report (no loss yet): written into
+# the store beside the real one (terminal, so the runner leaves it alone). The API leaves its
+# loss out and the page shows "—", not 0.0000.
+/usr/bin/python3 - "$STATE/jobs.db" "$JOB" << 'EOF'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=10)
+state = db.execute("SELECT state FROM jobs WHERE id = ?", (sys.argv[2],)).fetchone()[0]
+db.execute("INSERT INTO jobs (id, name, spec_json, state, created_ms, updated_ms, attempts, step, max_steps, loss) "
+           "SELECT 'job-900001', 'checkpointed', spec_json, ?, created_ms, updated_ms, 1, 50, max_steps, 0 "
+           "FROM jobs WHERE id = ?", (state.replace("SUCCEEDED", "CANCELLED"), sys.argv[2]))
+db.commit()
+EOF
+http GET /api/jobs/job-900001 "$TMP/noloss.json" -H "Authorization: Bearer $TOKEN" > /dev/null
+check "a job at step 50 with no progress report: the API gives no loss" \
+  json_get "$TMP/noloss.json" '("loss" not in r and r["step"] == "50") or sys.exit(1)'
+chrome --dump-dom "http://127.0.0.1:$HTTP/jobs?token=$TOKEN&job=job-900001" > "$TMP/jobs-noloss.dom.html"
+check "  and the jobs page shows its loss as —, in the list and the details, never 0.0000" \
+  /usr/bin/python3 - "$TMP/jobs-noloss.dom.html" << 'EOF'
+import re, sys
+dom = open(sys.argv[1], encoding="utf-8").read()
+row = re.search(r'<tr[^>]*data-id="job-900001".*?</tr>', dom, re.S)
+cells = re.findall(r'<td class="num">([^<]*)', row.group(0)) if row else []
+detail = re.search(r'<span>loss</span>([^<]*)', dom)
+print("  list cells: %s, detail loss: %r" % (cells, detail.group(1) if detail else None))
+sys.exit(0 if cells[1:2] == ["—"] and detail and detail.group(1) == "—" and "0.0000" not in dom else 1)
+EOF
 chrome --screenshot="$TMP/jobs.png" --window-size=1200,900 "http://127.0.0.1:$HTTP$JOBS_PAGE" > /dev/null
 check "jobs page screenshot is a 1200x900 PNG" is_png "$TMP/jobs.png"
 chrome --dump-dom "http://127.0.0.1:$HTTP/jobs" > "$TMP/jobs-notoken.dom.html"
