@@ -6,15 +6,18 @@
 #   deploy/install-deps.sh --runtime     only the shared libraries the tnmt binary needs
 #   deploy/install-deps.sh --image-build only what `bazel build //tools/tnmt` needs (the build
 #                                        stage of the Docker images: no test, browser or image tools)
-#   deploy/install-deps.sh --dev         also the Python tools that regenerate golden files
-#                                        (python3-torch, python3-sentencepiece; the Hugging Face
-#                                        import test gets them through deploy/install-py-tools.sh)
+#   deploy/install-deps.sh --dev         the same as the default (the Python tools that
+#                                        regenerate the golden files are test dependencies)
 # libcpp-httplib-dev is in the build set only for the tests' HTTP clients, openssl (the CLI) for
 # the HTTP server test's certificates; prometheus only for promtool, which the server tests
 # run on /metrics;
 # chromium for the web page tests; buildah and debootstrap for deploy/build-image.sh and
 # //tests/deploy:image_test (OCI images built without a container registry); clang-14, lld-14
-# and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) for the fuzz tests (tests/fuzz).
+# and libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) for the fuzz tests (tests/fuzz);
+# python3-torch, python3-numpy and python3-sentencepiece (Debian's; ~140 MiB to download,
+# ~600 MiB installed with their dependencies) for //tests/golden:golden_drift_test
+# (make_golden.py) and, through build/py-hf (deploy/install-py-tools.sh), the fairseq .pt and
+# Hugging Face import tests.
 set -euo pipefail
 
 runtime_pkgs=(
@@ -36,8 +39,9 @@ build_pkgs=(
   chromium
   buildah debootstrap
   clang-14 lld-14 libclang-rt-14-dev
+  python3-torch python3-numpy python3-sentencepiece
 )
-dev_pkgs=(python3-torch python3-sentencepiece python3-numpy)
+dev_pkgs=()
 
 pkgs=("${build_pkgs[@]}")
 case "${1:-}" in

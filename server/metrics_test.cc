@@ -3,6 +3,7 @@
 #include "server/metrics.h"
 
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -231,17 +232,35 @@ TEST(ServerMetrics, BuildInfoAndStartTime) {
   EXPECT_LE(start, before + 60);
 }
 
+// The CPU time used by the whole process so far (all threads), by its CPU clock.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 TEST(ServerMetrics, ProcessCpuMemoryAndFiles) {
   ServerMetrics metrics;
+  const double clock0 = ProcessCpuSeconds();
   const double cpu0 = Value(Parse(metrics.Serialize()), "process_cpu_seconds_total");
-  volatile double sink = 0;  // ~0.2 s of CPU
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-  while (std::chrono::steady_clock::now() < until) sink = sink + 1;
+  // Busy until the process has used 0.2 s of CPU by its own CPU clock, however long that takes
+  // on a loaded machine (at most 30 s of wall time, half the small test's timeout).
+  volatile double sink = 0;
+  const auto cap = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ProcessCpuSeconds() < clock0 + 0.2 && std::chrono::steady_clock::now() < cap) {
+    for (int i = 0; i < 10000; ++i) sink = sink + 1;
+  }
+  ASSERT_GE(ProcessCpuSeconds(), clock0 + 0.2) << "the process got under 0.2 s of CPU in 30 s";
   std::vector<std::ifstream> files;
   for (int i = 0; i < 5; ++i) files.emplace_back("/proc/self/status");
   std::vector<char> memory(64 << 20, 1);  // 64 MiB, touched
   const auto s = Parse(metrics.Serialize());
-  EXPECT_GE(Value(s, "process_cpu_seconds_total"), cpu0 + 0.1);
+  const double clock1 = ProcessCpuSeconds();
+  // /proc/self/stat counts whole clock ticks (1/100 s), utime and stime each rounded down:
+  // each reading is under two ticks short of the CPU clock.
+  const double cpu = Value(s, "process_cpu_seconds_total") - cpu0;
+  EXPECT_GE(cpu, 0.2 - 0.05) << "CPU clock: " << clock1 - clock0 << " s";
+  EXPECT_LE(cpu, clock1 - clock0 + 0.05);
   EXPECT_GE(Value(s, "process_resident_memory_bytes"), 64.0 * (1 << 20));
   EXPECT_GE(Value(s, "process_open_fds"), 5 + 3);  // the files above and stdin/out/err
   EXPECT_EQ(memory[12345], 1);

@@ -23,7 +23,11 @@ CTranslate2 settings that make it follow tnmt: min_decoding_length=0 (its defaul
 an empty output and renormalizes the first step without </s>), max_decoding_length = max_len - 1
 (tnmt's max_len counts </s>), max_input_length=0, CPU, float32. The empty line is skipped: tnmt
 returns an empty translation for it without running the model.
-Exit status 0 when all checks pass, 1 otherwise (--report-only: 0 whenever it ran).
+--max-token-diff / --mean-token-diff (quantized models): both engines score the pieces of tnmt's
+greedy and beam translations (forced decoding, tnmt's --token-scores against CTranslate2's
+score_batch), and the per-token log-probability differences must stay within the bounds.
+Exit status 0 when all checks pass, 1 otherwise (--report-only: the translations are only
+reported; the forced-decoding bounds still count).
 """
 
 import argparse
@@ -44,6 +48,21 @@ def tnmt_translate(tnmt, model, sentences, extra):
     return rows
 
 
+def tnmt_token_scores(tnmt, model, sentences, extra):
+    """{line number from 1: (pieces, per-token log-probabilities with </s> last)}"""
+    out = subprocess.run([tnmt, "translate", "--model", model, "--input", sentences,
+                          "--token-scores", "--threads", "1"] + extra, check=True,
+                         capture_output=True, text=True).stdout
+    rows = {}
+    for line in out.split("\n")[:-1]:
+        fields = line.split(" ||| ")
+        if len(fields) != 5:
+            continue
+        pieces = fields[3].split()
+        rows[int(fields[0])] = (pieces, [float(x) for x in fields[4].split()])
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tnmt", required=True)
@@ -53,7 +72,15 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--compute-type", default="float32")
     ap.add_argument("--report-only", action="store_true",
-                    help="print the agreement, exit 0 whatever it is (quantized models)")
+                    help="print the agreement of the translations, exit 0 whatever it is "
+                    "(quantized models; the --max-token-diff checks still count)")
+    ap.add_argument("--max-token-diff", type=float,
+                    help="also force CTranslate2 along tnmt's greedy and beam translations "
+                    "(the pieces tnmt wrote) and fail if any token's log-probability differs "
+                    "from tnmt's by more than this")
+    ap.add_argument("--mean-token-diff", type=float,
+                    help="the same forced decoding: fail if the mean absolute difference over "
+                    "all those tokens exceeds this")
     args = ap.parse_args()
 
     import ctranslate2
@@ -152,9 +179,56 @@ def main():
         msg += (f"; {at_limit} CTranslate2 1-best(s) at the length limit; max relative score "
                 f"difference {worst:.2e}")
         print(msg)
+    # Forced decoding: the same pieces scored by both engines, token by token. Unlike the
+    # translations above this does not hinge on near-ties, so it bounds a quantized model's
+    # error on any machine.
+    forced_failures = 0
+    if args.max_token_diff is not None or args.mean_token_diff is not None:
+        diffs = []
+        worst = (0.0, "")
+        for name, extra in (("greedy", ["--beam-size", "1"]), ("beam", [])):
+            rows = tnmt_token_scores(args.tnmt, args.model, args.sentences, extra)
+            for i, line in enumerate(lines):
+                if not line:
+                    continue
+                if i + 1 not in rows:
+                    forced_failures += 1
+                    print(f"FAIL forced: tnmt wrote no token scores for line {i + 1}")
+                    continue
+                pieces, t_lp = rows[i + 1]
+                src = sp.encode(line, out_type=str)
+                c_lp = list(tr.score_batch([src], [pieces])[0].log_probs)
+                if len(c_lp) != len(t_lp):
+                    forced_failures += 1
+                    print(f"FAIL forced {name} line {i + 1}: CTranslate2 scored {len(c_lp)} "
+                          f"tokens, tnmt {len(t_lp)}")
+                    continue
+                for j, (c, t) in enumerate(zip(c_lp, t_lp)):
+                    d = abs(c - t)
+                    diffs.append(d)
+                    if d > worst[0]:
+                        tok = pieces[j] if j < len(pieces) else "</s>"
+                        worst = (d, f"{name} line {i + 1} token {j} {tok!r}: tnmt {t:.6f}, "
+                                 f"CTranslate2 {c:.6f}")
+        mean = sum(diffs) / max(1, len(diffs))
+        max_bound = "none" if args.max_token_diff is None else args.max_token_diff
+        print(f"forced decoding along tnmt's greedy and beam translations: {len(diffs)} tokens, "
+              f"|log-probability difference| mean {mean:.2e} (bound {args.mean_token_diff}), "
+              f"max {worst[0]:.2e} (bound {max_bound}; {worst[1]})")
+        if args.max_token_diff is not None and worst[0] > args.max_token_diff:
+            forced_failures += 1
+            print(f"FAIL forced: max difference {worst[0]:.3e} > {args.max_token_diff}")
+        if args.mean_token_diff is not None and mean > args.mean_token_diff:
+            forced_failures += 1
+            print(f"FAIL forced: mean difference {mean:.3e} > {args.mean_token_diff}")
+        if not diffs:
+            forced_failures += 1
+            print("FAIL forced: no tokens compared")
     if args.report_only:
-        print(f"ct2_compare: {failures} difference(s) beyond --tol {args.tol} (report only)")
-        return 0
+        print(f"ct2_compare: {failures} difference(s) beyond --tol {args.tol} (report only), "
+              f"{forced_failures} forced-decoding failure(s)")
+        return 1 if forced_failures else 0
+    failures += forced_failures
     print(f"ct2_compare: {failures} failure(s)")
     return 1 if failures else 0
 

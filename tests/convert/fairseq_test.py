@@ -22,6 +22,11 @@ models that fairseq can hold are those with epsilon 1e-5 and position tables:
             are checked unchanged by that.
 Also: fairseq's sinusoid against values computed by torch (data/fairseq_sinusoid_d32.json),
 a share_all_embeddings model, the madeupword padding, and refused settings.
+
+Real fairseq checkpoints: both models saved with torch.save as fairseq does (the "args" layout
+of older fairseq and the "cfg" layout of newer) must import bit for bit too; a file that is
+not a checkpoint and a .pt without torch (its import blocked) are refused. The test runs in
+build/py-hf (Debian's python3-torch; deploy/install-py-tools.sh) and fails without torch.
 """
 
 import argparse
@@ -148,6 +153,26 @@ def to_fairseq(model_dir, out_path, dict_path, seed=7, args_update=None, share_a
     args.update(args_update or {})
     tnmt_model.write_safetensors(out_path, state, {"fairseq_args": json.dumps(args)})
     return args
+
+
+def write_pt(torch, safetensors_path, pt_path, layout):
+    """The state dict written by to_fairseq, saved as fairseq saves a checkpoint."""
+    tensors, meta = tnmt_model.read_safetensors(safetensors_path)
+    args = json.loads(meta["fairseq_args"])
+    state = {}
+    for name, t in tensors.items():
+        if t.dtype == "BF16":
+            state[name] = torch.from_numpy(t.data.view(np.int16).copy()).view(torch.bfloat16)
+        else:
+            state[name] = torch.from_numpy(t.data.copy())
+    if layout == "args":
+        ckpt = {"args": argparse.Namespace(**args), "model": state}
+    else:
+        smoothing = args.pop("label_smoothing")
+        ckpt = {"args": None, "cfg": {"model": argparse.Namespace(**args),
+                                      "criterion": {"label_smoothing": smoothing}},
+                "model": state}
+    torch.save(ckpt, pt_path)
 
 
 # ------------------------------------------------------------------------------------------
@@ -378,16 +403,45 @@ def main():
     ok, detail = (same_model(tiny_fs, os.path.join(w, "from_args"), a.compare_models)
                   if r.returncode == 0 else (False, r.stderr))
     check(ok, "--args FILE.json stands in for the metadata", detail)
+    # fairseq checkpoints as fairseq writes them (torch.save): the older layout with
+    # "args" (an argparse.Namespace) and the newer with "cfg" (model settings under "model",
+    # label smoothing under "criterion"); each must import bit for bit like the state dict.
+    try:
+        import torch
+    except ImportError as e:
+        torch = None
+        check(False, "torch imports (the .pt checks need it: run the test in build/py-hf, "
+              "deploy/install-py-tools.sh)", str(e))
+    if torch is not None:
+        for name, src in (("tiny_fs", tiny_fs), ("prenorm", prenorm)):
+            ckpt = os.path.join(w, f"{name}.fairseq.safetensors")
+            dict_path = os.path.join(w, f"{name}.dict.txt")
+            to_fairseq(src, ckpt, dict_path)
+            for layout in ("args", "cfg"):
+                pt = os.path.join(w, f"{name}.{layout}.pt")
+                write_pt(torch, ckpt, pt, layout)
+                out = os.path.join(w, f"{name}.{layout}.imported")
+                r = run_import(pt, out, dict_path)
+                ok, detail = (same_model(src, out, a.compare_models) if r.returncode == 0
+                              else (False, r.stderr.strip()))
+                ok = ok and dtypes(src) == dtypes(out)
+                check(ok, f"{name}: fairseq .pt checkpoint (torch {torch.__version__}, "
+                      f"\"{layout}\" layout) imports bit-identical, dtypes kept", detail)
     fake_pt = os.path.join(w, "model.pt")
     with open(fake_pt, "wb") as f:
         f.write(b"not a checkpoint")
     r = run_import(fake_pt, os.path.join(w, "refused"), dict_path)
-    try:
-        import torch  # noqa: F401
-        want = "cannot load with torch"
-    except ImportError:
-        want = "needs torch"
-    check(r.returncode == 1 and want in r.stderr, f".pt: {r.stderr.strip()[:150]}", r.stderr)
+    check(r.returncode == 1 and "cannot load with torch" in r.stderr,
+          f".pt that is not a checkpoint: {r.stderr.strip()[:150]}", r.stderr)
+    # Without torch (its import blocked), a .pt is refused with the way out.
+    blocked = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = sys.argv[1:]; "
+               "runpy.run_path(sys.argv[0], run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", blocked, IMPORT, os.path.join(w, "tiny_fs.args.pt"),
+                        os.path.join(w, "refused"), "--spm", os.path.join(TINY, "spm.model"),
+                        "--dict", os.path.join(w, "tiny_fs.dict.txt")],
+                       capture_output=True, text=True)
+    check(r.returncode == 1 and "needs torch" in r.stderr and ".safetensors" in r.stderr,
+          f".pt without torch: {r.stderr.strip()[:150]}", r.stderr)
 
     return summary("fairseq_test")
 
