@@ -389,5 +389,36 @@ TEST(GrpcAdmission, CallsPerPeerAreCapped) {
   EXPECT_TRUE(second->Finish().ok());
 }
 
+TEST(GrpcAdmission, TheHttpApiIsNotOnePeer) {
+  ServerOptions o = Options();
+  o.http_port = 0;
+  o.max_calls_per_peer = 1;
+  auto server = TranslationServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_TRUE((*server)->WaitForInitialLoad().ok());
+  // Eight web translations at once, each forced to 400 tokens so that they overlap, all pass
+  // though they share the in-process channel.
+  std::atomic<int> ok{0}, ready{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 8; ++i) {
+    clients.emplace_back([&] {
+      httplib::Client http("127.0.0.1", (*server)->http_port());
+      http.set_read_timeout(60, 0);
+      ++ready;
+      while (ready < 8) std::this_thread::yield();
+      auto r = http.Post("/api/translate",
+                         R"({"texts": ["Hello, world."], "options": {"min_length": 400, "max_length": 400}})",
+                         "application/json");
+      if (r && r->status == 200) {
+        ++ok;
+      } else {
+        ADD_FAILURE() << (r ? r->body : "no reply");
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(ok.load(), 8);
+}
+
 }  // namespace
 }  // namespace tnmt::server

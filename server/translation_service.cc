@@ -9,6 +9,7 @@
 #include <mutex>
 
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -504,6 +505,9 @@ absl::Status TranslationServiceImpl::Enter(const grpc::ServerContextBase& contex
     *peer = context.peer();
     const size_t colon = peer->rfind(':');
     if (colon != std::string::npos && colon > peer->find(':')) peer->resize(colon);
+    // Only network clients are counted: the HTTP API's calls arrive on the in-process channel
+    // (peer "unknown"), all alike; its own worker pool bounds them.
+    if (!absl::StartsWith(*peer, "ipv4:") && !absl::StartsWith(*peer, "ipv6:")) peer->clear();
   }
   std::lock_guard<std::mutex> lock(idle_mu_);
   if (!accepting_) {
