@@ -18,13 +18,21 @@
 namespace tnmt::server {
 namespace {
 
-TEST(SchedulerTest, RequestsTakeTurnsForFreeRows) {
-  auto model = LoadModelDirectory("tests/golden/data/tiny");
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto ids = (*model)->tokenizer->Encode("a b c");
+// The tiny test model and the pieces of "a b c" with </s>.
+void LoadTiny(absl::StatusOr<std::shared_ptr<const LoadedModel>>* model, std::vector<int32_t>* source) {
+  *model = LoadModelDirectory("tests/golden/data/tiny");
+  ASSERT_TRUE(model->ok()) << model->status();
+  auto ids = (**model)->tokenizer->Encode("a b c");
   ASSERT_TRUE(ids.ok());
-  std::vector<int32_t> source = *ids;
-  source.push_back((*model)->config.eos_id);
+  *source = *ids;
+  source->push_back((**model)->config.eos_id);
+}
+
+TEST(SchedulerTest, RequestsTakeTurnsForFreeRows) {
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> model;
+  std::vector<int32_t> source;
+  LoadTiny(&model, &source);
+  ASSERT_TRUE(model.ok()) << model.status();
   SchedulerOptions options;
   options.max_batch_rows = 2;  // two greedy sentences at a time
   std::mutex compute;
@@ -66,12 +74,10 @@ TEST(SchedulerTest, RequestsTakeTurnsForFreeRows) {
 }
 
 TEST(SchedulerTest, LongDecodesLeaveReservedRowsForShortCalls) {
-  auto model = LoadModelDirectory("tests/golden/data/tiny");
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> model;
+  std::vector<int32_t> source;
+  LoadTiny(&model, &source);
   ASSERT_TRUE(model.ok()) << model.status();
-  auto ids = (*model)->tokenizer->Encode("a b c");
-  ASSERT_TRUE(ids.ok());
-  std::vector<int32_t> source = *ids;
-  source.push_back((*model)->config.eos_id);
   SchedulerOptions options;
   options.max_batch_rows = 16;
   options.reserved_rows = 8;  // the last 8 rows: short work, or requests of at most 4 rows
