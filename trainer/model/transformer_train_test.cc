@@ -102,15 +102,27 @@ void ExpectGradientsMatchFiniteDifferences(const ModelConfig& config_, ModelWeig
     for (float& x : u) x /= std::sqrt(norm);
     double analytic = 0;
     for (int64_t i = 0; i < n; ++i) analytic += static_cast<double>(gs[p].tensor->f32()[i]) * u[i];
-    const float h = 3e-3f;
     std::vector<float> saved(w.f32(), w.f32() + n);
-    for (int64_t i = 0; i < n; ++i) w.f32()[i] = saved[i] + h * u[i];
-    const double plus = ForwardBackward(config_, params_, batch, opt, 1.0f, nullptr)->loss_sum;
-    for (int64_t i = 0; i < n; ++i) w.f32()[i] = saved[i] - h * u[i];
-    const double minus = ForwardBackward(config_, params_, batch, opt, 1.0f, nullptr)->loss_sum;
-    std::copy(saved.begin(), saved.end(), w.f32());
-    const double numeric = (plus - minus) / (2 * h);
-    EXPECT_NEAR(analytic, numeric, 3e-3 + 2e-2 * std::fabs(numeric)) << params[p].name;
+    auto central_difference = [&](float h) {
+      for (int64_t i = 0; i < n; ++i) w.f32()[i] = saved[i] + h * u[i];
+      const double plus = ForwardBackward(config_, params_, batch, opt, 1.0f, nullptr)->loss_sum;
+      for (int64_t i = 0; i < n; ++i) w.f32()[i] = saved[i] - h * u[i];
+      const double minus = ForwardBackward(config_, params_, batch, opt, 1.0f, nullptr)->loss_sum;
+      std::copy(saved.begin(), saved.end(), w.f32());
+      return (plus - minus) / (2 * h);
+    };
+    auto close = [&](double numeric) { return std::fabs(analytic - numeric) <= 3e-3 + 2e-2 * std::fabs(numeric); };
+    // A ReLU input within the step of its kink (or a rounding accident of the float32 loss)
+    // spoils one step size, and which inputs lie that close depends on the CPU's rounding; it
+    // does not spoil two. A wrong gradient disagrees at both.
+    const double numeric = central_difference(3e-3f);
+    if (close(numeric)) {
+      ++checked;
+      continue;
+    }
+    const double numeric_half = central_difference(1.5e-3f);
+    EXPECT_TRUE(close(numeric_half)) << params[p].name << ": analytic " << analytic << ", central differences "
+                                     << numeric << " (step 3e-3) and " << numeric_half << " (step 1.5e-3)";
     ++checked;
   }
   EXPECT_GT(checked, 30);
@@ -138,10 +150,14 @@ TEST_P(TrainGradTest, RDropMatchesFiniteDifferences) {
   opt.attention_dropout = 0.1f;
   // alpha 1: at larger alphas the float32 loss's own rounding shows in the differences; the
   // term's gradient itself is checked at alpha 3 against double differences in backward_test.
-  // The doubled batch has other masks than the single one: seed 12 is one without ReLU kinks.
+  // With ReLU, the doubled batch's masks put some ReLU input within either step of its kink
+  // on some CPUs (AVX2) and not on others, so the model's feed-forward runs on GELU here (a
+  // smooth activation; the GELU model of the second parameter needs no change).
+  ModelConfig smooth = config_;
+  smooth.activation = kernels::Activation::kGelu;
   opt.rdrop_alpha = 1.0f;
   opt.dropout_seed = 12;
-  ExpectGradientsMatchFiniteDifferences(config_, params_, opt);
+  ExpectGradientsMatchFiniteDifferences(smooth, params_, opt);
 }
 
 // R-Drop's term: the doubled batch's loss is the two halves' smoothed cross-entropies plus
