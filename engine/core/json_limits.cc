@@ -14,6 +14,10 @@ absl::Status CheckJsonLimits(absl::string_view text, absl::string_view what, con
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
+    if (c == '\0') {
+      // nlohmann::json stops at a NUL byte and ignores the rest; valid JSON never holds one.
+      return absl::InvalidArgumentError(absl::StrCat(what, " holds a NUL byte at byte ", i, ", which JSON never has"));
+    }
     if (in_string) {
       if (c == '\\') {
         ++i;  // the escaped character, whatever it is, cannot end the string

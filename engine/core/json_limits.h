@@ -23,7 +23,8 @@ struct JsonLimits {
 // OK when `text` is within `limits`; otherwise INVALID_ARGUMENT "<what> is 104857 bytes of JSON;
 // the limit is ..." or "<what> nests JSON deeper than 64 levels (the limit)". `what` names the
 // input for the message ("the request body", "config.json"). Malformed JSON is not an error
-// here (the parser reports it); brackets inside strings do not count.
+// here (the parser reports it), except a NUL byte, which the parser would take for the end of
+// the text; brackets inside strings do not count.
 absl::Status CheckJsonLimits(absl::string_view text, absl::string_view what, const JsonLimits& limits = {});
 
 }  // namespace tnmt

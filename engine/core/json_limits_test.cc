@@ -51,6 +51,14 @@ TEST(JsonLimitsTest, Size) {
   EXPECT_EQ(s.message(), "config.json is 11 bytes of JSON; the limit is 10 bytes");
 }
 
+TEST(JsonLimitsTest, ANulByteIsRefusedWhereverItStands) {
+  const std::string tail = std::string(R"({"a": 1})") + '\0' + R"({"model": 7})";
+  const absl::Status s = CheckJsonLimits(tail, "config.json");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "config.json holds a NUL byte at byte 8, which JSON never has");
+  EXPECT_FALSE(CheckJsonLimits(std::string("[\"a") + '\0' + "b\"]", "x").ok());
+}
+
 TEST(JsonLimitsTest, MalformedTextIsLeftToTheParser) {
   EXPECT_TRUE(CheckJsonLimits("]]]}}{", "x").ok());
   EXPECT_TRUE(CheckJsonLimits("\"unterminated [[[[", "x").ok());
