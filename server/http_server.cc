@@ -593,13 +593,23 @@ class HttpTransport {
 
   // Registers a new connection, closing the oldest idle or unfinished one while at the cap;
   // false if every open connection is busy.
-  bool Admit(const std::shared_ptr<HttpConnection>& connection) {
+  // false also if `peer` (the client's address; "" when not counted) already has
+  // max_connections_per_peer open.
+  bool Admit(const std::shared_ptr<HttpConnection>& connection, const std::string& peer) {
     std::vector<std::shared_ptr<HttpConnection>> seen;  // released after the lock
     std::lock_guard<std::mutex> lock(mu_);
+    if (!peer.empty()) {
+      auto it = peer_connections_.find(peer);
+      if (it != peer_connections_.end() && it->second >= options_.max_connections_per_peer) return false;
+    }
     while (open_.size() >= std::max<size_t>(options_.max_connections, 1)) {
       if (!ShedOldestLocked(&seen)) return false;
     }
     open_.emplace(connection->id(), connection);
+    if (!peer.empty()) {
+      ++peer_connections_[peer];
+      peer_of_.emplace(connection->id(), peer);
+    }
     return true;
   }
   void Created() {
@@ -609,6 +619,11 @@ class HttpTransport {
   void Destroyed(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     open_.erase(id);
+    if (auto p = peer_of_.find(id); p != peer_of_.end()) {
+      auto it = peer_connections_.find(p->second);
+      if (it != peer_connections_.end() && --it->second == 0) peer_connections_.erase(it);
+      peer_of_.erase(p);
+    }
     --live_;
     all_closed_.notify_all();
   }
@@ -659,6 +674,9 @@ class HttpTransport {
   std::mutex mu_;
   std::condition_variable all_closed_;
   std::map<uint64_t, std::weak_ptr<HttpConnection>> open_;  // in accept order
+  // With max_connections_per_peer: admitted connections per client address, and each one's address.
+  std::map<std::string, size_t> peer_connections_;
+  std::map<uint64_t, std::string> peer_of_;
   size_t live_ = 0;  // connection objects not yet destroyed (open_ omits shed ones)
 };
 
@@ -1108,14 +1126,21 @@ void HttpTransport::OnAccept(const boost::system::error_code& ec, tcp::socket so
     tls = tls_;
   }
   const uint64_t id = next_id_++;
+  std::string peer;
+  if (options_.max_connections_per_peer > 0) {
+    boost::system::error_code endpoint_error;
+    const tcp::endpoint remote = socket.remote_endpoint(endpoint_error);
+    if (!endpoint_error) peer = remote.address().to_string();
+  }
   if (tls != nullptr) {
     auto session = std::make_shared<TlsSession>(this, id, std::move(socket), std::move(tls));
-    if (Admit(session)) session->Start();
+    if (Admit(session, peer)) session->Start();
   } else {
     auto session = std::make_shared<PlainSession>(this, id, std::move(socket), nullptr);
-    if (Admit(session)) session->Start();
+    if (Admit(session, peer)) session->Start();
   }
-  // Not admitted: every open connection is busy; dropping `connection` closes the socket.
+  // Not admitted (every open connection busy, or the client's address at its cap): dropping
+  // the session closes the socket.
   Accept();
 }
 

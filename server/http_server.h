@@ -133,6 +133,10 @@ struct HttpServerOptions {
   // (see the header comment). Each costs a file descriptor, a read buffer of at most 80 KiB
   // and, while it lasts, its request body.
   size_t max_connections = 4096;
+  // Connections one client address may have open at once; a further one from it is closed as
+  // soon as it is accepted, without a reply. 0: no limit (behind a proxy every connection has
+  // the proxy's address).
+  size_t max_connections_per_peer = 0;
   // A request's head and body must both have arrived within this long of its first byte (of
   // the connection's accept for a connection's first request, TLS handshake included); else 408.
   absl::Duration request_timeout = absl::Seconds(10);

@@ -886,6 +886,33 @@ TEST(HttpServer, TricklingRequestsMeetATotalDeadline) {
   }
 }
 
+TEST(HttpServer, ConnectionsPerClientAddressAreCapped) {
+  HttpServerOptions options = Loopback();
+  options.max_connections_per_peer = 3;
+  HttpServer server(options, nullptr, nullptr);
+  ASSERT_TRUE(server.Start().ok());
+  // Three idle connections from 127.0.0.1 are its share: a fourth is closed unanswered.
+  std::vector<int> idle = OpenIdle(server.port(), 3);
+  ASSERT_EQ(idle.size(), 3u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const int extra = Connect(server.port());
+  ASSERT_GE(extra, 0);
+  SendAll(extra, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(ReadToEnd(extra), "") << "a fourth connection from the same address was served";
+  close(extra);
+  // Once one of them is gone, the address may connect again (its slot frees when the server
+  // has seen the close: retried for a while).
+  close(idle.back());
+  idle.pop_back();
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    status = ProbeGet(server.port(), "/healthz").status;
+  }
+  EXPECT_EQ(status, 200);
+  for (int sock : idle) close(sock);
+}
+
 TEST(HttpServer, AtTheConnectionCapTheOldestIdleConnectionMakesRoom) {
   HttpServerOptions options = Loopback();
   options.max_connections = 8;

@@ -105,6 +105,7 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
     // Web translations hold a worker for as long as they take; the probes and the metrics
     // scrape are answered on the I/O threads and never wait for one.
     ho.threads = 32;
+    ho.max_connections_per_peer = static_cast<size_t>(o.max_http_connections_per_peer);
     ho.tls_cert_file = o.tls.cert_file;
     ho.tls_key_file = o.tls.key_file;
     ho.tls_client_ca_file = o.tls.client_ca_file;

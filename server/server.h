@@ -64,6 +64,8 @@ struct ServerOptions {
   // Translation calls one client address may have running at once (0: no limit; behind a
   // proxy or ingress every call comes from its address).
   int max_calls_per_peer = 0;
+  // HTTP connections one client address may have open at once (0: no limit).
+  int max_http_connections_per_peer = 0;
   absl::Duration grace_period = absl::Seconds(30);  // drain time on Shutdown
   std::string version = "dev";
   std::string request_log;  // --request-log: JSON line per finished call ("-": stderr; "": none)

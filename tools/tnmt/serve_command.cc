@@ -190,6 +190,7 @@ int ServeCommand(int argc, char** argv) {
   args.AddString("tls-client-ca", "", "PEM CA certificates: clients must present a certificate signed by one (mutual TLS)", "off");
   args.AddString("api-token-file", "", "file holding a bearer token that every translation call must carry (gRPC metadata or HTTP header \"authorization: Bearer <token>\"; health and metrics need none)", "none");
   args.AddInt("max-streams-per-connection", defaults.max_streams_per_connection, "gRPC calls one client connection may have running at once; more wait for a free one");
+  args.AddInt("max-http-connections-per-peer", defaults.max_http_connections_per_peer, "HTTP connections one client address may have open at once; a further one is closed unanswered (0: no limit; keep 0 behind a proxy)");
   args.AddInt("max-calls-per-peer", defaults.max_calls_per_peer, "translation calls one client address may have running at once; beyond: RESOURCE_EXHAUSTED (0: no limit; keep 0 behind a proxy or ingress, whose address every call has)");
   args.AddInt("grace-seconds", static_cast<int>(absl::ToInt64Seconds(defaults.grace_period)), "on SIGTERM, time for in-flight requests to finish");
   args.AddString("ready-file", "", "written with the gRPC and HTTP ports once ready (for scripts)");
@@ -238,6 +239,10 @@ int ServeCommand(int argc, char** argv) {
   o.api_token_file = args.GetString("api-token-file");
   o.max_streams_per_connection = args.GetInt("max-streams-per-connection");
   o.max_calls_per_peer = args.GetInt("max-calls-per-peer");
+  o.max_http_connections_per_peer = args.GetInt("max-http-connections-per-peer");
+  if (o.max_http_connections_per_peer < 0) {
+    return Fail(absl::StrCat("--max-http-connections-per-peer must be 0 or more, got ", o.max_http_connections_per_peer));
+  }
   if (o.max_calls_per_peer < 0) return Fail(absl::StrCat("--max-calls-per-peer must be 0 or more, got ", o.max_calls_per_peer));
   if (o.max_streams_per_connection < 1) {
     return Fail(absl::StrCat("--max-streams-per-connection must be at least 1, got ", o.max_streams_per_connection));
