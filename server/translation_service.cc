@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "server/raw_message.h"
+#include "server/secret.h"
 
 namespace tnmt::server {
 
@@ -486,14 +487,9 @@ absl::Status TranslationServiceImpl::Authorize(const grpc::ServerContextBase& co
     return absl::UnauthenticatedError(
         "this server's TranslationService needs metadata \"authorization: Bearer <token>\" (tnmt: --token-file)");
   }
-  // Constant-time comparison: the token cannot be guessed byte by byte from timings.
-  const absl::string_view presented(it->second.data(), it->second.size());
-  const std::string expected = absl::StrCat("Bearer ", token_);
-  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    diff |= static_cast<unsigned char>((i < presented.size() ? presented[i] : 0) ^ expected[i]);
+  if (!SameSecret(absl::string_view(it->second.data(), it->second.size()), absl::StrCat("Bearer ", token_))) {
+    return absl::UnauthenticatedError("invalid bearer token for the TranslationService");
   }
-  if (diff != 0) return absl::UnauthenticatedError("invalid bearer token for the TranslationService");
   return absl::OkStatus();
 }
 

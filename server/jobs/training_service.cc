@@ -1,6 +1,7 @@
 // TrainingService; see training_service.h.
 #include "server/jobs/training_service.h"
 #include "server/proto_time.h"
+#include "server/secret.h"
 #include "server/status_mapping.h"
 
 #include <deque>
@@ -32,16 +33,6 @@ JobUpdate::Kind ToKind(const std::string& kind) {
   if (kind == "validation") return JobUpdate::KIND_VALIDATION;
   if (kind == "checkpoint") return JobUpdate::KIND_CHECKPOINT;
   return JobUpdate::KIND_UNSPECIFIED;
-}
-
-// Constant-time comparison, so the token cannot be guessed byte by byte from timings.
-bool SameSecret(absl::string_view a, absl::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  const size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    diff |= static_cast<unsigned char>((i < a.size() ? a[i] : 0) ^ (i < b.size() ? b[i] : 0));
-  }
-  return diff == 0;
 }
 
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context, const absl::Status& s) {

@@ -185,15 +185,6 @@ HttpResponse FormatHttpError(const HttpRequest& request, int status, const std::
                    status);
 }
 
-bool SameSecret(absl::string_view presented, absl::string_view expected) {
-  unsigned char diff = presented.size() == expected.size() ? 0 : 1;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const char p = i < presented.size() ? presented[i] : 0;
-    diff |= static_cast<unsigned char>(p ^ expected[i]);
-  }
-  return diff == 0;
-}
-
 absl::StatusOr<tnmt::v1::TranslateRequest> ParseTranslateRequest(absl::string_view body) {
   // The API's bodies nest 2 levels; the limit leaves room and keeps Dump() below from recursing
   // through a hostile depth.

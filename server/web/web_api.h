@@ -37,6 +37,7 @@
 #include "proto/tnmt/v1/training.grpc.pb.h"
 #include "proto/tnmt/v1/translation.grpc.pb.h"
 #include "server/http_server.h"
+#include "server/secret.h"
 #include "server/jobs/job_store.h"
 
 namespace tnmt::server::web {
@@ -75,8 +76,6 @@ HttpResponse JsonError(grpc::StatusCode code, const std::string& message, int ht
 // code means, METHOD_NOT_ALLOWED), text otherwise.
 HttpResponse FormatHttpError(const HttpRequest& request, int status, const std::string& message);
 
-// Compares a presented secret with the expected one in time independent of where they differ.
-bool SameSecret(absl::string_view presented, absl::string_view expected);
 
 // The JSON body of POST /api/translate as a TranslateRequest (return_scores defaults to true)
 // and its deadline (timeout_ms, else `default_timeout`; at most `max_timeout`).
