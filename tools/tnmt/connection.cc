@@ -64,12 +64,12 @@ void AddApiTokenFlag(Args* args) {
                   "$TNMT_API_TOKEN_FILE, else none");
 }
 
-absl::StatusOr<std::string> ApiTokenFromFlags(const Args& args) {
-  std::string path = args.GetString("token-file");
-  std::string source = "--token-file ";
-  if (!args.given("token-file") && std::getenv("TNMT_API_TOKEN_FILE") != nullptr) {
-    path = std::getenv("TNMT_API_TOKEN_FILE");
-    source = "TNMT_API_TOKEN_FILE=";
+absl::StatusOr<std::string> TokenFromFlag(const Args& args, const std::string& flag, const char* env, bool required_nonempty) {
+  std::string path = args.GetString(flag);
+  std::string source = absl::StrCat("--", flag, " ");  // where the file's name came from, for errors
+  if (!args.given(flag) && std::getenv(env) != nullptr) {
+    path = std::getenv(env);
+    source = absl::StrCat(env, "=");
   }
   if (path.empty()) return std::string();
   std::ifstream in(path);
@@ -77,8 +77,14 @@ absl::StatusOr<std::string> ApiTokenFromFlags(const Args& args) {
   std::stringstream ss;
   ss << in.rdbuf();
   std::string token(absl::StripAsciiWhitespace(ss.str()));
-  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(source, path, ": the file is empty"));
+  if (token.empty() && required_nonempty) {
+    return absl::InvalidArgumentError(absl::StrCat(source, path, ": the file is empty"));
+  }
   return token;
+}
+
+absl::StatusOr<std::string> ApiTokenFromFlags(const Args& args) {
+  return TokenFromFlag(args, "token-file", "TNMT_API_TOKEN_FILE", /*required_nonempty=*/true);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ConnectFromFlags(const Args& args, const std::string& target,

@@ -26,6 +26,13 @@ void AddTlsFlags(Args* args);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> TlsCredentialsFromFlags(const Args& args,
                                                                                    grpc::ChannelArguments* channel_args);
 
+// A bearer token read from the file that --`flag` names, else from the file $`env` names
+// (surrounding whitespace dropped); "" when neither is given. An unreadable file is NOT_FOUND
+// naming where its name came from; an empty one is "" or, with required_nonempty,
+// INVALID_ARGUMENT.
+absl::StatusOr<std::string> TokenFromFlag(const Args& args, const std::string& flag, const char* env,
+                                          bool required_nonempty);
+
 // The translation API's token flag: --token-file FILE (else $TNMT_API_TOKEN_FILE).
 void AddApiTokenFlag(Args* args);
 // The token read from that file, or "" when neither is given.

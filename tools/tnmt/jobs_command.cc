@@ -124,19 +124,9 @@ void AddCommonFlags(Args* args) {
 
 absl::StatusOr<Client> MakeClient(const Args& args) {
   Client c;
-  std::string token_file = args.GetString("token-file");
-  std::string source = "--token-file ";  // where the file's name came from, for errors
-  if (!args.given("token-file") && std::getenv("TNMT_JOBS_TOKEN_FILE") != nullptr) {
-    token_file = std::getenv("TNMT_JOBS_TOKEN_FILE");
-    source = "TNMT_JOBS_TOKEN_FILE=";
-  }
-  if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in) return absl::NotFoundError(absl::StrCat(source, token_file, ": cannot open"));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    c.token = std::string(absl::StripAsciiWhitespace(ss.str()));
-  }
+  absl::StatusOr<std::string> token = TokenFromFlag(args, "token-file", "TNMT_JOBS_TOKEN_FILE", /*required_nonempty=*/false);
+  if (!token.ok()) return token.status();
+  c.token = *std::move(token);
   c.timeout_seconds = args.GetInt("timeout-seconds");
   if (c.timeout_seconds < 1) return absl::InvalidArgumentError("--timeout-seconds must be positive");
   grpc::ChannelArguments ch;
