@@ -191,11 +191,10 @@ PostReply Send(int port, const std::string& method, const std::string& path,
   return reply;
 }
 
-// Writes `request` on a fresh connection (then half-closes it when `half_close`) and reads until
-// the server closes it (or 5 s).
-std::string RawExchange(int port, const std::string& request, bool half_close = false) {
+// A connection on 127.0.0.1:port with a 5 s receive timeout; -1 on failure.
+int Connect(int port) {
   int sock = socket(AF_INET, SOCK_STREAM, 0);
-  if (sock < 0) return "socket failed";
+  if (sock < 0) return -1;
   timeval timeout{5, 0};
   setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   sockaddr_in addr{};
@@ -204,18 +203,36 @@ std::string RawExchange(int port, const std::string& request, bool half_close = 
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(sock);
-    return "connect failed";
+    return -1;
   }
+  return sock;
+}
+
+void SendAll(int sock, const std::string& data) {
   size_t sent = 0;
-  while (sent < request.size()) {
-    ssize_t n = send(sock, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) break;  // the server may close early
+  while (sent < data.size()) {
+    const ssize_t n = send(sock, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return;
     sent += n;
   }
-  if (half_close) shutdown(sock, SHUT_WR);
+}
+
+// Reads until the server closes the connection (or the 5 s receive timeout).
+std::string ReadToEnd(int sock) {
   std::string answer;
-  char buffer[4096];
+  char buffer[16384];
   for (ssize_t n; (n = read(sock, buffer, sizeof(buffer))) > 0;) answer.append(buffer, n);
+  return answer;
+}
+
+// Writes `request` on a fresh connection (then half-closes it when `half_close`) and reads until
+// the server closes it (or 5 s).
+std::string RawExchange(int port, const std::string& request, bool half_close = false) {
+  const int sock = Connect(port);
+  if (sock < 0) return "connect failed";
+  SendAll(sock, request);  // stops early if the server closes
+  if (half_close) shutdown(sock, SHUT_WR);
+  std::string answer = ReadToEnd(sock);
   close(sock);
   return answer;
 }
@@ -527,40 +544,6 @@ TEST(HttpServer, SlowClientsDoNotBlockProbes) {
 }
 
 // --- Strict framing: the shapes of request smuggling and the limits that must not wrap. ---
-
-// A connection on 127.0.0.1:port with a 5 s receive timeout; -1 on failure.
-int Connect(int port) {
-  int sock = socket(AF_INET, SOCK_STREAM, 0);
-  if (sock < 0) return -1;
-  timeval timeout{5, 0};
-  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(sock);
-    return -1;
-  }
-  return sock;
-}
-
-void SendAll(int sock, const std::string& data) {
-  size_t sent = 0;
-  while (sent < data.size()) {
-    const ssize_t n = send(sock, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    sent += n;
-  }
-}
-
-// Reads until the server closes the connection (or the 5 s receive timeout).
-std::string ReadToEnd(int sock) {
-  std::string answer;
-  char buffer[16384];
-  for (ssize_t n; (n = read(sock, buffer, sizeof(buffer))) > 0;) answer.append(buffer, n);
-  return answer;
-}
 
 TEST(HttpServer, SmugglingShapesAreRefusedAndCloseTheConnection) {
   HttpServerOptions options = Loopback();
