@@ -15,8 +15,11 @@ Per target, from the status Bazel printed for it:
           that did not run (gtest's GTEST_SKIP: result="skipped" and <skipped>, a DISABLED_
           test: status="notrun") is skipped; the others passed. A test Bazel calls failed
           whose cases all passed (a crash after the last case, a flaky retry) counts one
-          failure more. A shell or Python test has the one case Bazel writes for it; when the
-          last line of its test.log starts with "SKIPPED:" that case is skipped.
+          failure more. A shell or Python test (Bazel writes its test.xml: one case) counts
+          the checks its test.log reports: each line "ok: ..." passed, "FAIL: ..." failed,
+          "skip: ..." skipped (Python's "ok    ..." and "FAIL  ..." too); a log whose last line
+          starts with "SKIPPED:" adds one skipped case (the test ran none of its checks); a
+          failed test counts at least one failure; a log with no such lines, one case.
   SKIPPED (a target incompatible with this build, e.g. the CUDA tests without nvcc)
           one skipped case.
   anything else (FAILED TO BUILD, NO STATUS, INCOMPLETE, ...)  one failed case; its test.xml,
@@ -54,15 +57,6 @@ def target_dir(testlogs, label):
     return os.path.join(testlogs, pkg, name)
 
 
-def last_line(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = [line.strip() for line in f if line.strip()]
-    except OSError:
-        return ""
-    return lines[-1] if lines else ""
-
-
 def count_xml(xml_path, log_path):
     """(passed, failed, skipped, first skip message) of one test.xml."""
     root = ET.parse(xml_path).getroot()
@@ -83,13 +77,50 @@ def count_xml(xml_path, log_path):
                 message = (lines[1] if len(lines) > 1 else lines[0] if lines else "").strip()
         else:
             passed += 1
-    # Bazel's own test.xml for a test that wrote none (sh_test, a crashed binary): one case, no
-    # gtest attributes. A passing one whose log ends in "SKIPPED: ..." did not run its checks.
+    # Bazel's own test.xml for a test that wrote none (sh_test, py_test, a crashed binary): one
+    # case, no gtest attributes. Its log says more: see log_cases.
     generated = root.tag == "testsuites" and "name" not in root.attrib
-    if generated and len(cases) == 1 and passed == 1:
-        line = last_line(log_path)
-        if line.startswith("SKIPPED:"):
-            passed, skipped, message = 0, 1, line
+    if generated and len(cases) == 1:
+        return log_cases(log_path, passed == 1)
+    return passed, failed, skipped, message
+
+
+CASE_LINE = re.compile(r"^(ok|FAIL|skip)(?::|\s)\s*(.*)$")
+
+
+def log_cases(log_path, bazel_passed):
+    """(passed, failed, skipped, first skip message) of a shell or Python test from its log.
+
+    The tests print one line per check: "ok: what" (or "ok    what"), "FAIL: what", and
+    "skip: what and why" for a check that did not run (a missing tool, a CPU feature). Each
+    such line is one case. A passing test whose last line starts with "SKIPPED:" ran none of
+    its checks: one skipped case. A test Bazel failed counts at least one failure (it may have
+    crashed before printing one); a test with no such lines counts as one case."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            lines = [line.rstrip("\n") for line in f]
+    except OSError:
+        lines = []
+    passed = failed = skipped = 0
+    message = ""
+    for line in lines:
+        m = CASE_LINE.match(line)
+        if not m:
+            continue
+        if m.group(1) == "ok":
+            passed += 1
+        elif m.group(1) == "FAIL":
+            failed += 1
+        else:
+            skipped += 1
+            message = message or "skip: " + m.group(2).strip()
+    last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    if bazel_passed and last.startswith("SKIPPED:"):
+        return passed, failed, skipped + 1, message or last
+    if not bazel_passed and failed == 0:
+        failed = 1
+    if passed + failed + skipped == 0:
+        passed = 1
     return passed, failed, skipped, message
 
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole tnmt test suite on a fresh Debian machine: installs what is missing (apt),
 # builds everything, runs every test, and ends with one line "N passed, N failed, N skipped"
-# counting test cases (tools/count_tests.py: each gtest case, one case per shell or Python
-# test) over every run below; skipped means "did not run": a case that called GTEST_SKIP (a
-# CUDA test without a GPU), a shell/Python test whose last line is "SKIPPED: ...", a target
+# counting test cases (tools/count_tests.py: each gtest case, each "ok:"/"FAIL:"/"skip:" check
+# a shell or Python test prints) over every run below; skipped means "did not run": a case that
+# called GTEST_SKIP (a CUDA test without a GPU), a "skip:" check (a missing tool, a CPU feature),
+# a shell/Python test whose last line is "SKIPPED: ...", a target
 # Bazel skipped as incompatible (the CUDA tests without nvcc, the fuzz tests without
 # clang/libFuzzer). Before that line it lists the targets that skipped every case and those that
 # skipped some. Stops at once, with a message, if an install step fails. Exits non-zero if any

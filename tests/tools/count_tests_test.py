@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/count_tests.py on recorded `bazel test` outputs and test.xml files (count_tests/):
 real gtest 1.12 files (passed, failed, GTEST_SKIP in a test and in SetUp, DISABLED_), Bazel's
-own test.xml of shell tests (passed, exited 1, and one whose log ends "SKIPPED: ..."), the
+own test.xml of shell and Python tests (passed, exited 1, crashed, one whose log ends
+"SKIPPED: ...", each "ok:", "FAIL:" and "skip:" line of a log one case), the
 CUDA tests SKIPPED by the default build and then run without a GPU by the CUDA build, the fuzz
 tests from another output base, shards, FLAKY, FAILED TO BUILD with a stale test.xml, NO STATUS,
 and a test Bazel failed after all its cases passed."""
@@ -36,27 +37,31 @@ ALL = (("main.log", "main-testlogs"), ("cuda.log", "cuda-testlogs"),
 rc, out, err = count(*ALL)
 lines = out.splitlines()
 check(rc == 0, "count_tests.py exits 0", err)
-# passed: mixed 1, sharded 8+1, metrics 8, crashed 3, web 1, flaky 8, cuda context 1, fuzz 1
+# passed: mixed 1, sharded 8+1, metrics 8, crashed 3, web 1, flaky 8, cuda context 1, fuzz 1,
+#         train_resume 3 ("ok:" lines), serve_lifecycle 2, hf_marian 2 ("ok    " lines)
 # failed: mixed 1, sharded 1, scheduler 1, crashed 1 (Bazel FAILED, cases passed), stale 1,
-#         no status 1, cli_help 1 (exited 1), flaky 1
+#         no status 1, cli_help 1 (exited 1, no log), flaky 1, serve_lifecycle 1 (crashed after
+#         its "ok:" lines, no "FAIL:"), hf_marian 1 ("FAIL  " line)
 # skipped: mixed 4 (GTEST_SKIP, DISABLED_, 2 in SetUp), sharded 4, json_api_fuzz 1 (SKIPPED),
-#          golden_drift 1 (log ends SKIPPED:), cuda context 2, cuda gemm 3
-check(lines[-1:] == ["32 passed, 8 failed, 15 skipped"], "closing line: test cases",
+#          golden_drift 1 (log ends SKIPPED:), cuda context 2, cuda gemm 3, train_resume 2
+#          ("skip:" lines)
+check(lines[-1:] == ["39 passed, 10 failed, 17 skipped"], "closing line: test cases",
       out)
 want_all = """3 target(s) skipped every case:
   //tests/fuzz:json_api_fuzz_test: 1 case(s) skipped (Bazel: SKIPPED (incompatible with this build))
   //tests/golden:golden_drift_test: 1 case(s) skipped (SKIPPED: no torch (deploy/install-deps.sh installs Debian's python3-torch))
   //kernels/cuda:gemm_test: 3 case(s) skipped (SKIPPED: no CUDA device)"""
 check(want_all in out, "targets that skipped every case are listed with the reason", out)
-want_some = """3 target(s) skipped some cases:
+want_some = """4 target(s) skipped some cases:
   //engine:mixed_test: 4 of 6 cases skipped (SKIPPED: no CUDA device)
   //engine:sharded_test: 4 of 14 cases skipped (SKIPPED: no CUDA device)
+  //tests:train_resume_test: 2 of 5 cases skipped (skip: mpirun not installed (two MPI ranks vs one process))
   //kernels/cuda:context_test: 2 of 3 cases skipped (SKIPPED: no CUDA device)"""
 check(want_some in out, "targets that skipped some cases are listed", out)
 
 # Without the CUDA and fuzz runs those targets stay Bazel's SKIPPED: one case each.
 rc, out, err = count(ALL[0])
-check(out.splitlines()[-1:] == ["30 passed, 8 failed, 13 skipped"]
+check(out.splitlines()[-1:] == ["37 passed, 10 failed, 15 skipped"]
       and "5 target(s) skipped every case" in out,
       "default build only: the 4 SKIPPED targets count 1 skipped case each", out)
 
