@@ -121,9 +121,15 @@ assert ok and nf and lm and all(r['peer'] and r['seconds'] >= 0 and r['time'].en
 "
 # Calls whose client deadline passes are counted as DEADLINE_EXCEEDED (what the client saw),
 # never as CANCELLED, so the documented deadline alert can fire.
-"$LOAD" --target "$TARGET" --clients 8 --requests 30 --deadline-ms 3 --json > "$TMP/dl.json" 2> /dev/null
+# 64 sentences a request with a 1 ms deadline: no machine translates them in time.
+"$LOAD" --target "$TARGET" --clients 8 --requests 30 --texts-per-request 64 --deadline-ms 1 --json \
+  > "$TMP/dl.json" 2> /dev/null
 http /metrics "$TMP/metrics.dl" > /dev/null
-check "client deadline misses are not counted as CANCELLED ($(grep -o 'code="DEADLINE_EXCEEDED"} [0-9]*' "$TMP/metrics.dl" | head -1))" \
+deadline_count=$(sed -n 's/^tnmt_requests_total{.*code="DEADLINE_EXCEEDED".*} \([0-9.e+]*\)$/\1/p' "$TMP/metrics.dl" |
+  awk '{ n += $1 } END { print n + 0 }')
+check "missed client deadlines are counted as DEADLINE_EXCEEDED ($deadline_count)" \
+  awk -v n="$deadline_count" 'BEGIN { exit !(n >= 1) }'
+check "  and never as CANCELLED" \
   bash -c "! grep -q 'tnmt_requests_total{.*code=\"CANCELLED\"' $TMP/metrics.dl"
 check "ListModels adds no model series with an empty name" bash -c "! grep -q 'tnmt_model_loaded{model=\"\"}' $TMP/metrics.dl"
 # Slow and idle HTTP clients (24 sending a header line every 0.3 s, 24 sending nothing, for
@@ -136,12 +142,12 @@ done
 probe_fail=0
 for round in 1 2 3 4 5 6; do
   for fd in "${slow_fds[@]:0:24}"; do printf 'X-Slow-%d: 1\r\n' "$round" >&"$fd" 2> /dev/null; done
-  curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$HTTP_PORT/healthz" || probe_fail=$((probe_fail + 1))
-  curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$HTTP_PORT/metrics" || probe_fail=$((probe_fail + 1))
+  curl -s -o /dev/null --max-time 5 "http://127.0.0.1:$HTTP_PORT/healthz" || probe_fail=$((probe_fail + 1))
+  curl -s -o /dev/null --max-time 5 "http://127.0.0.1:$HTTP_PORT/metrics" || probe_fail=$((probe_fail + 1))
   sleep 0.3
 done
 for fd in "${slow_fds[@]}"; do exec {fd}>&-; done
-check "/healthz and /metrics answer within 1 s while 48 slow or idle clients hold connections ($probe_fail misses)" test "$probe_fail" -eq 0
+check "/healthz and /metrics answer within 5 s while 48 slow or idle clients hold connections ($probe_fail misses)" test "$probe_fail" -eq 0
 # A second server on the busy gRPC port must fail naming the port, not share it (with
 # SO_REUSEPORT both would listen and clients would be split between them).
 timeout 30 "$TNMT" serve --model "tiny=$MODEL" --host 127.0.0.1 --port "$GRPC_PORT" --http-port 0 --threads 1 \

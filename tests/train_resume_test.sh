@@ -46,10 +46,17 @@ check "resumed run equals straight run bit for bit" "$COMPARE" "$TMP/straight/st
 # kill -9 at a random moment, resume, same result.
 "$TNMT" train "${common[@]}" --save-dir "$TMP/killed" --max-steps 8 --save-every-steps 1 2> "$TMP/killed1.log" &
 pid=$!
-for _ in $(seq 100); do ls "$TMP/killed" 2>/dev/null | grep -q step-00000003 && break; sleep 0.1; done
+for _ in $(seq 600); do ls "$TMP/killed" 2>/dev/null | grep -q step-00000003 && break; sleep 0.05; done
 kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+killed_rc=$?
+# The kill must land before training ends, or the resume below tests nothing.
+check "kill -9 stopped the run before it finished (exit $killed_rc, 137 = SIGKILL)" \
+  bash -c "test $killed_rc -eq 137 && ! test -e $TMP/killed/step-00000008"
 "$TNMT" train "${common[@]}" --save-dir "$TMP/killed" --max-steps 8 --save-every-steps 1 2> "$TMP/killed2.log"
 check "run resumed after kill -9 finishes" test $? -eq 0
+resumed_at=$(sed -n 's/.*resumed from step \([0-9]*\).*/\1/p' "$TMP/killed2.log" | head -1)
+check "the killed run resumed from a step before the last (step ${resumed_at:-none})" \
+  bash -c "test -n '$resumed_at' && test '${resumed_at:-0}' -ge 1 && test '${resumed_at:-9}' -lt 8"
 check "after kill -9 + resume equals straight run" "$COMPARE" "$TMP/straight/step-00000008" "$TMP/killed/step-00000008" 0
 
 # SIGTERM: final checkpoint, exit 0.
@@ -130,7 +137,7 @@ if "$TNMT" --version | grep -qE "bfloat16 training: avx512-(bf16|amx)"; then
   check "a float32 checkpoint resumes in bfloat16" \
     bash -c "test $? -eq 0 && grep -q 'resumed from step 4' $TMP/bf16-resume.log && test -f $TMP/bf16-resume/step-00000008/model.safetensors"
 else
-  echo "note: this CPU has no AVX-512 BF16; bfloat16 training runs not checked"
+  echo "skip: bfloat16 training runs (3 checks): this CPU has no AVX-512 BF16 ($("$TNMT" --version | grep -o 'bfloat16 training: [^,;)]*' || echo 'tnmt --version names none'))"
 fi
 
 # Bad input.
@@ -153,7 +160,7 @@ if command -v mpirun > /dev/null; then
   check "two MPI ranks equal one process with both batches (fp32 tolerance)" \
     "$COMPARE" "$TMP/single/step-00000004" "$TMP/mpi/step-00000004" 1e-5
 else
-  echo "skip: mpirun not installed"
+  echo "skip: two MPI ranks equal one process (2 checks): mpirun not installed (Debian: openmpi-bin, deploy/install-deps.sh)"
 fi
 
 echo "$fails failure(s)"
