@@ -134,6 +134,11 @@ int Scheduler::queue_length() const {
   return static_cast<int>(queue_.size());
 }
 
+int Scheduler::memory_releases() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return memory_releases_;
+}
+
 std::vector<std::unique_ptr<Scheduler::Queued>> Scheduler::AdmitLocked(
     int live_rows, bool decoder_idle, std::unordered_map<uint64_t, int> request_rows) {
   const int reserved = options_.reserved_rows >= 0 ? std::min(options_.reserved_rows, options_.max_batch_rows)
@@ -251,6 +256,7 @@ void Scheduler::Run() {
           released = absl::Now();
           grown = false;
           lock.lock();
+          ++memory_releases_;
         }
       }
       if (idle) {

@@ -105,6 +105,9 @@ class Scheduler {
                                                                const std::vector<std::string>& targets,
                                                                int max_input_length);
   int queue_length() const;
+  // How many times the idle worker has given back the memory a busy period grew (at most once
+  // per 2 s of idleness after decoding).
+  int memory_releases() const;
 
  private:
   struct Queued {
@@ -137,6 +140,7 @@ class Scheduler {
   double rate_ = 0;        // sentences per second; 0: not measured yet
   int live_sentences_ = 0;  // in the decoder
   uint64_t requests_ = 0;   // Enqueue calls so far
+  int memory_releases_ = 0;
   std::thread worker_;
 };
 

@@ -19,6 +19,17 @@ namespace tnmt::server {
 namespace {
 
 // The tiny test model and the pieces of "a b c" with </s>.
+// Waits up to 60 s (a generous cap for a loaded machine) for `done`, polling every millisecond.
+template <typename F>
+bool WaitFor(F done) {
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  while (!done()) {
+    if (absl::Now() > until) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
 void LoadTiny(absl::StatusOr<std::shared_ptr<const LoadedModel>>* model, std::vector<int32_t>* source) {
   *model = LoadModelDirectory("tests/golden/data/tiny");
   ASSERT_TRUE(model->ok()) << model->status();
@@ -59,7 +70,8 @@ TEST(SchedulerTest, RequestsTakeTurnsForFreeRows) {
       std::vector<SentenceTask> a;
       for (int i = 0; i < 6; ++i) a.push_back(task("A" + std::to_string(i)));
       ASSERT_TRUE(scheduler.Enqueue(std::move(a)).ok());
-      absl::SleepFor(absl::Milliseconds(200));  // the worker admits A0, A1 and waits for us
+      // The worker admits A0 and A1 (the two rows) and then waits for the compute lock.
+      ASSERT_TRUE(WaitFor([&] { return scheduler.queue_length() == 4; })) << scheduler.queue_length();
       std::vector<SentenceTask> b;
       b.push_back(task("B"));
       ASSERT_TRUE(scheduler.Enqueue(std::move(b)).ok());
@@ -165,11 +177,11 @@ TEST(SchedulerTest, IdleSchedulerGivesBackWhatABigBatchGrew) {
     cv.wait(lock, [&] { return left == 0; });
   };
   run(1, 8);
-  absl::SleepFor(absl::Seconds(3));  // the first release
+  ASSERT_TRUE(WaitFor([&] { return scheduler.memory_releases() == 1; }));  // the first release
   const double before = RssMiB();
   run(100, 600);  // 60k source tokens in one batch: encoder scratch and cross-attention K/V
   const double busy = RssMiB();
-  absl::SleepFor(absl::Seconds(3));
+  ASSERT_TRUE(WaitFor([&] { return scheduler.memory_releases() == 2; }));
   const double after = RssMiB();
   EXPECT_GT(busy, before + 50) << "the big batch should have grown the scheduler's memory";
   // Most of the growth returns; what stays (allocator arenas of the compute threads, page

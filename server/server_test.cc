@@ -914,6 +914,24 @@ struct Load {
     stop = true;
     for (auto& t : threads) t.join();
   }
+  // Waits until `enough(codes)` holds for the calls finished so far, up to 60 s (a cap for a
+  // loaded machine, not a duration the test depends on); false if it never did.
+  template <typename F>
+  bool WaitUntil(F enough) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < until) {
+      {
+        std::lock_guard<std::mutex> l(mu);
+        if (enough(codes)) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  int Count(grpc::StatusCode code) {
+    std::lock_guard<std::mutex> l(mu);
+    return codes[code];
+  }
   // Overload was shed, not timed out: some calls OK, some RESOURCE_EXHAUSTED, nothing else, and
   // every refusal retryable (ExpectRetryableQueueFull).
   void ExpectShedWithRetryInfo() {
@@ -970,7 +988,9 @@ TEST_F(ServerTest, QueueMeasuredInSecondsShedsAtOnce) {
   }
   Load load;
   load.Start(*server, 32);
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_TRUE(load.WaitUntil([](std::map<grpc::StatusCode, int>& c) {
+    return c[grpc::StatusCode::OK] > 0 && c[grpc::StatusCode::RESOURCE_EXHAUSTED] > 0;
+  })) << "no call was shed within 60 s";
   load.Join();
   load.ExpectShedWithRetryInfo();
   TranslateRequest req;
@@ -997,7 +1017,9 @@ TEST_F(ServerTest, OverloadIsResourceExhaustedNotTimeouts) {
   ASSERT_TRUE(server->WaitForInitialLoad().ok());
   Load load;
   load.Start(*server, 16, 8);
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  EXPECT_TRUE(load.WaitUntil([](std::map<grpc::StatusCode, int>& c) {
+    return c[grpc::StatusCode::OK] > 0 && c[grpc::StatusCode::RESOURCE_EXHAUSTED] > 0;
+  })) << "no call was shed within 60 s";
   load.Join();
   load.ExpectShedWithRetryInfo();
 }
@@ -1007,11 +1029,16 @@ TEST_F(ServerTest, HotReloadUnderLoadFailsNothing) {
   ASSERT_TRUE(server->WaitForInitialLoad().ok());
   Load load;
   load.Start(*server, 8);
+  // Each reload and the end come after 8 more calls succeeded, so every generation serves.
+  const auto eight_more = [&load] {
+    const int ok = load.Count(grpc::StatusCode::OK);
+    return load.WaitUntil([ok](std::map<grpc::StatusCode, int>& c) { return c[grpc::StatusCode::OK] >= ok + 8; });
+  };
   for (int i = 0; i < 3; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    ASSERT_TRUE(server->Reload("tiny").ok());
+    EXPECT_TRUE(eight_more());
+    EXPECT_TRUE(server->Reload("tiny").ok());
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_TRUE(eight_more());
   load.Join();
   EXPECT_GT(load.codes[grpc::StatusCode::OK], 0);
   EXPECT_EQ(load.codes.size(), 1u) << "some request failed during reload";
@@ -1024,7 +1051,7 @@ TEST_F(ServerTest, ShutdownUnderLoadLosesNoAcceptedRequest) {
   ASSERT_TRUE(server->WaitForInitialLoad().ok());
   Load load;
   load.Start(*server, 8);
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_TRUE(load.WaitUntil([](std::map<grpc::StatusCode, int>& c) { return c[grpc::StatusCode::OK] >= 8; }));
   server->Shutdown();
   load.Join();
   EXPECT_GT(load.codes[grpc::StatusCode::OK], 0);

@@ -125,8 +125,8 @@ expect_error "a worker rank out of range" "TNMT_RANK=5 is out of range" \
 "$TNMT" train "${common[@]}" --save-dir "$TMP/e" --devices cuda:0,1 2> "$TMP/cuda.log"
 rc=$?
 if grep -q "no CUDA support" "$TMP/cuda.log"; then
-  check "CPU build: cuda devices are refused clearly" \
-    grep -qF -- "--devices cuda:0,1: this build has no CUDA support; build with --config=cuda" "$TMP/cuda.log"
+  check "CPU build: cuda devices are refused clearly (exit $rc, want 2)" \
+    bash -c "test $rc -eq 2 && grep -qF -- '--devices cuda:0,1: this build has no CUDA support; build with --config=cuda' '$TMP/cuda.log'"
 else
   # A usage or start-up error naming CUDA, not a crash (a signal's exit status is 128 + N).
   check "CUDA build without GPUs: cuda:0,1 fails cleanly (exit $rc, want 1 or 2), naming CUDA" \
