@@ -23,7 +23,8 @@ this script belongs to). Python 3 standard library only. For each document it ch
     Each ratio must appear in one of those files with the same digits, followed by `x` or `×`
     (optionally after a space), and not as the tail of a longer number: `1.42x` matches
     `| 1.42x |` or `(1.42x)`, not `11.42x` nor `1.420x`. A ratio with no file to back it is a
-    problem too.
+    problem too; rows whose citation names only files that do not exist are reported under
+    (a) and their ratios left unchecked.
 
 (c) Relative links resolve. Every Markdown link `[text](target)` outside code whose target is
     not a URL (`scheme:`) must name an existing file or directory, relative to the document;
@@ -69,7 +70,8 @@ def results_files(root):
 
 
 def cited(line, available):
-    """The results files a line names: (existing names, problems for names that do not exist)."""
+    """The results files a line names: (existing names, problems for names that do not exist),
+    each once, in order."""
     names, problems = [], []
     for m in RESULTS_PATH.finditer(line):
         name = m.group(1).rstrip(".,;:")
@@ -94,7 +96,7 @@ def cited(line, available):
             names.append(name)
         else:
             problems.append(f"results file {name} does not exist in bench/results")
-    return names, problems
+    return list(dict.fromkeys(names)), list(dict.fromkeys(problems))
 
 
 class Doc:
@@ -161,15 +163,17 @@ def check_tables(doc, available, file_text, report):
             caption.append(doc.lines[j])
             j -= 1
         caption_files = sorted(set(cited("\n".join(caption), available)[0]))
-        inherited = []
+        inherited, inherited_missing = [], False
         for r in rows[2:]:
             line = doc.lines[r]
-            own = cited(line, available)[0]
-            if own:
-                inherited = own
+            own, missing = cited(line, available)
+            if own or missing:
+                inherited, inherited_missing = own, not own
             ratios = [m.group(1) for m in RATIO.finditer(INLINE_CODE.sub("", line))]
             if not ratios:
                 continue
+            if (missing and not own) or (not own and not missing and inherited_missing):
+                continue  # its rows cite only files that do not exist: reported under (a)
             files = own or inherited
             if not files:
                 if len(caption_files) == 1:
