@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/decode/cpu_step_model.h"
+#include "engine/decode/option_table.h"
 #include "kernels/cpu/counter_uniform.h"
 
 namespace tnmt {
@@ -246,15 +247,12 @@ absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(
 
 absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(const std::vector<DecodeInput>& inputs,
                                                       const DecodeOptions& opt) {
-  TNMT_RETURN_IF_ERROR(opt.Validate());
-  const int batch = static_cast<int>(inputs.size());
-  if (batch == 0) return std::vector<int64_t>{};
   const ModelConfig& c = *c_;
   const int layers = c.decoder_layers;
-  if (opt.return_alignments && opt.alignment_layer >= layers) {
-    return absl::InvalidArgumentError(absl::StrCat("alignment_layer ", opt.alignment_layer,
-                                                   " outside [-1, ", layers, ") (the decoder's layers)"));
-  }
+  // The alignment layer is checked against the model's layers only where alignments are asked for.
+  TNMT_RETURN_IF_ERROR(ValidateDecodeOptions(opt, OptionTerms::kEngine, {opt.return_alignments ? layers : 0}));
+  const int batch = static_cast<int>(inputs.size());
+  if (batch == 0) return std::vector<int64_t>{};
   int src_max = 0;
   for (const DecodeInput& in : inputs) {
     const std::vector<int32_t>& s = in.source;

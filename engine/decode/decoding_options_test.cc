@@ -576,7 +576,7 @@ TEST_F(DecodingOptionsTest, Refusals) {
   o = DecodeOptions();
   o.return_alignments = true;
   o.alignment_layer = c.decoder_layers;
-  refused(o, inputs_, "alignment_layer 2 outside [-1, 2)");
+  refused(o, inputs_, "alignment_layer 2 is outside [0, 2) (the model's decoder layers)");
   std::vector<DecodeInput> bad = {inputs_[0]};
   bad[0].prefix = {5, c.eos_id};
   refused(DecodeOptions(), bad, "is </s> or <pad>");

@@ -51,7 +51,8 @@ struct DecodeOptions {
 
   // Options from the model's config.json defaults.
   static DecodeOptions FromConfig(const ModelConfig& c);
-  // Checks ranges; the message names the option.
+  // Checks ranges and the rules between options (engine/decode/option_table.h); the message
+  // names the option.
   absl::Status Validate() const;
   // Every field, for grouping and comparing options.
   auto Tie() const {
