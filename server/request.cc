@@ -3,11 +3,15 @@
 #include "server/status_mapping.h"
 
 #include <algorithm>
-#include <cmath>
+#include <optional>
+#include <utility>
+
+#include <google/protobuf/descriptor.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/decode/option_table.h"
 
 namespace tnmt::server {
 
@@ -17,23 +21,83 @@ std::string TextReason(const absl::Status& tokenize_error) {
 
 namespace {
 
-// A DecodeOptions::Validate error ("FIELD must be ...", or a rule between fields) in the
-// request's terms: "options.FIELD: ...", which also names the field in a google.rpc.BadRequest
-// field violation, as every other refused option.
-absl::Status InRequestTerms(const absl::Status& s, const tnmt::v1::DecodingOptions& o) {
-  const absl::string_view message = s.message();
-  const size_t space = message.find(' ');
-  const absl::string_view field = message.substr(0, space);
-  if (space != absl::string_view::npos && absl::StartsWith(message.substr(space), " must ")) {
-    return absl::Status(s.code(), absl::StrCat("options.", field, ": ", message.substr(space + 1)));
+// The request's numeric options as the option table checks them: each field it set (a field
+// without presence: always), in the API's units (max_length and min_length exclude </s>), with
+// the beam size and n_best that apply (beam_size unset: the model's, or 1 for sampling; n_best
+// 0: 1).
+DecodingOptionValues RequestValues(const tnmt::v1::DecodingOptions& o, int model_beam_size) {
+  using google::protobuf::FieldDescriptor;
+  DecodingOptionValues values;
+  const google::protobuf::Reflection* reflection = o.GetReflection();
+  const google::protobuf::Descriptor* descriptor = o.GetDescriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor* f = descriptor->field(i);
+    const DecodingOption* row = FindDecodingOptionByProto(f->name());
+    if (row == nullptr || (f->has_presence() && !reflection->HasField(o, f))) continue;
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_INT32) values.Set(row->id, reflection->GetInt32(o, f));
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_FLOAT) values.Set(row->id, reflection->GetFloat(o, f));
   }
-  // "sampling_topp and sampling_temperature apply to sampling only: ..." and "sampling needs
-  // beam_size 1, ...": the field the request set that the rule refuses.
-  std::string blamed = "options.beam_size";
-  if (absl::StartsWith(message, "sampling_topp and")) {
-    blamed = o.has_sampling_topp() && o.sampling_topp() != 1.0f ? "options.sampling_topp" : "options.sampling_temperature";
+  const bool sampling = o.has_sampling_topk() && o.sampling_topk() != 1;
+  if (!o.has_beam_size()) values.Set(DecodingOptionId::kBeamSize, sampling ? 1 : model_beam_size);
+  if (o.n_best() == 0) values.Set(DecodingOptionId::kNBest, 1);
+  return values;
+}
+
+// max_length and min_length against the longest output this server gives: its
+// --max-output-length, or less when the model has fewer positions. The error names the limit.
+absl::Status CheckOutputLimit(const tnmt::v1::DecodingOptions& o, const ServiceLimits& limits, const ModelConfig& c) {
+  const int max_output = std::min(limits.max_output_length, MaxPositions(c) - 1);
+  const std::string limit_source = max_output == limits.max_output_length
+                                       ? absl::StrCat("this server's limit of ", max_output, " tokens (--max-output-length)")
+                                       : absl::StrCat("the model's limit of ", max_output, " tokens (its positions)");
+  for (const auto& [id, value] : {std::pair{DecodingOptionId::kMaxLength, o.max_length()},
+                                  std::pair{DecodingOptionId::kMinLength, o.min_length()}}) {
+    if (value <= max_output) continue;
+    return absl::InvalidArgumentError(absl::StrCat(DecodingOptionName(DecodingOptionRow(id), OptionTerms::kRequest),
+                                                   ": ", value, " exceeds ", limit_source));
   }
-  return WithFieldViolation(absl::Status(s.code(), absl::StrCat("options.", message)), blamed);
+  return absl::OkStatus();
+}
+
+// Every check of the request's options: the style's name, this server's output limit, then the
+// option table's ranges and rules. A rule about several options names the one it refuses in a
+// google.rpc.BadRequest field violation (a message "options.FIELD: ..." names its own).
+absl::Status CheckRequestOptions(const tnmt::v1::DecodingOptions& o, const ServiceLimits& limits,
+                                 const ModelConfig& c, int model_beam_size) {
+  if (!o.length_penalty_style().empty()) {
+    absl::Status s = ParseLengthPenaltyStyleOption(o.length_penalty_style(), OptionTerms::kRequest).status();
+    if (!s.ok()) return s;
+  }
+  if (absl::Status s = CheckOutputLimit(o, limits, c); !s.ok()) return s;
+  const std::optional<DecodingOptionRefusal> refused =
+      FindDecodingOptionRefusal(RequestValues(o, model_beam_size), OptionTerms::kRequest, {c.decoder_layers});
+  if (!refused) return absl::OkStatus();
+  const std::string field = DecodingOptionName(DecodingOptionRow(refused->option), OptionTerms::kRequest);
+  absl::Status s = absl::InvalidArgumentError(refused->message);
+  return FieldOf(refused->message) == field ? s : WithFieldViolation(s, field);
+}
+
+// The checked request options over the model's defaults in `d` (the engine counts output
+// tokens with </s>, the API without).
+void ApplyRequestOptions(const tnmt::v1::DecodingOptions& o, DecodeOptions* d) {
+  if (o.has_beam_size()) d->beam_size = o.beam_size();
+  d->n_best = o.n_best() == 0 ? 1 : o.n_best();
+  if (o.has_length_penalty()) d->length_penalty = o.length_penalty();
+  if (!o.length_penalty_style().empty()) d->length_penalty_style = *ParseLengthPenaltyStyle(o.length_penalty_style());
+  if (o.max_length() > 0) d->max_length = o.max_length() + 1;
+  // Without max_length, a min_length beyond a text's default maximum (its length + the
+  // offset) raises that maximum to min_length (MaxOutputLength): it is honoured, not capped.
+  if (o.min_length() > 0) d->min_length = o.min_length() + 1;  // </s> is allowed from that position on
+  d->no_repeat_ngram_size = o.no_repeat_ngram_size();
+  if (o.has_repetition_penalty()) d->repetition_penalty = o.repetition_penalty();
+  d->disable_unk = o.disable_unk();
+  if (o.has_sampling_topk()) d->sampling_topk = o.sampling_topk();
+  if (o.has_sampling_topp()) d->sampling_topp = o.sampling_topp();
+  if (o.has_sampling_temperature()) d->sampling_temperature = o.sampling_temperature();
+  if (d->sampling() && !o.has_beam_size()) d->beam_size = 1;  // sampling replaces the search
+  d->return_alignments = o.return_alignments();
+  if (o.has_alignment_layer()) d->alignment_layer = o.alignment_layer();
+  d->return_token_scores = o.return_token_scores();
 }
 
 }  // namespace
@@ -61,82 +125,13 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
 
   DecodeOptions& d = p.options;
   d = DecodeOptions::FromConfig(m.config);
-  if (o.has_beam_size()) {
-    if (o.beam_size() < 1 || o.beam_size() > kMaxBeamSize) {
-      return absl::InvalidArgumentError(absl::StrCat("options.beam_size: ", o.beam_size(),
-                                                     " is outside [1, ", kMaxBeamSize, "]"));
-    }
-    d.beam_size = o.beam_size();
-  }
-  d.n_best = o.n_best() == 0 ? 1 : o.n_best();
-  if (d.n_best < 1 || d.n_best > d.beam_size) {
-    return absl::InvalidArgumentError(absl::StrCat("options.n_best: ", o.n_best(),
-                                                   " is outside [1, beam_size=", d.beam_size, "]"));
-  }
-  if (o.has_length_penalty()) {
-    if (!std::isfinite(o.length_penalty()) || std::fabs(o.length_penalty()) > 10.0f) {
-      return absl::InvalidArgumentError(absl::StrCat("options.length_penalty: ", o.length_penalty(),
-                                                     " is not a number in [-10, 10]"));
-    }
-    d.length_penalty = o.length_penalty();
-  }
-  if (!o.length_penalty_style().empty()) {
-    absl::StatusOr<LengthPenaltyStyle> style = ParseLengthPenaltyStyle(o.length_penalty_style());
-    if (!style.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("options.length_penalty_style: ", style.status().message()));
-    }
-    d.length_penalty_style = *style;
-  }
-  // The longest output a request may ask for: the server's --max-output-length, or less when
-  // the model has fewer positions. The error names the limit that applies.
-  const int model_max_output = MaxPositions(m.config) - 1;
-  const int max_output = std::min(limits.max_output_length, model_max_output);
-  const std::string limit_source = max_output == limits.max_output_length
-                                       ? absl::StrCat("this server's limit of ", max_output, " tokens (--max-output-length)")
-                                       : absl::StrCat("the model's limit of ", max_output, " tokens (its positions)");
-  if (o.max_length() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("options.max_length: ", o.max_length(), " is outside [0, ", max_output,
-                                                   "] (0: the model's default, the input length + ",
-                                                   d.max_length_offset, ")"));
-  }
-  if (o.max_length() > max_output) {
-    return absl::InvalidArgumentError(absl::StrCat("options.max_length: ", o.max_length(), " exceeds ", limit_source));
-  }
-  if (o.max_length() > 0) d.max_length = o.max_length() + 1;  // the engine counts </s>
-  if (o.min_length() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("options.min_length: ", o.min_length(), " is negative"));
-  }
-  if (o.max_length() > 0 && o.min_length() > o.max_length()) {
-    return absl::InvalidArgumentError(absl::StrCat("options.min_length: ", o.min_length(), " is outside [0, ",
-                                                   o.max_length(), "] (options.max_length is ", o.max_length(), ")"));
-  }
-  if (o.min_length() > max_output) {
-    return absl::InvalidArgumentError(absl::StrCat("options.min_length: ", o.min_length(), " exceeds ", limit_source));
-  }
-  // Without max_length, a min_length beyond a text's default maximum (its length + the
-  // offset) raises that maximum to min_length (MaxOutputLength): it is honoured, not capped.
-  if (o.min_length() > 0) d.min_length = o.min_length() + 1;  // </s> is allowed from that position on
-  d.no_repeat_ngram_size = o.no_repeat_ngram_size();
-  if (o.has_repetition_penalty()) d.repetition_penalty = o.repetition_penalty();
-  d.disable_unk = o.disable_unk();
-  if (o.has_sampling_topk()) d.sampling_topk = o.sampling_topk();
-  if (o.has_sampling_topp()) d.sampling_topp = o.sampling_topp();
-  if (o.has_sampling_temperature()) d.sampling_temperature = o.sampling_temperature();
-  if (d.sampling() && !o.has_beam_size()) d.beam_size = 1;  // sampling replaces the search
+  if (absl::Status s = CheckRequestOptions(o, limits, m.config, d.beam_size); !s.ok()) return s;
+  ApplyRequestOptions(o, &d);
   if (d.sampling()) {
     d.seed = o.seed();
     if (d.seed == 0) d.seed = DrawSeed();
     p.seed = d.seed;
   }
-  d.return_alignments = o.return_alignments();
-  if (o.has_alignment_layer()) {
-    if (o.alignment_layer() < 0 || o.alignment_layer() >= m.config.decoder_layers) {
-      return absl::InvalidArgumentError(absl::StrCat("options.alignment_layer: ", o.alignment_layer(),
-                                                     " is outside [0, ", m.config.decoder_layers, ") (the decoder's layers)"));
-    }
-    d.alignment_layer = o.alignment_layer();
-  }
-  d.return_token_scores = o.return_token_scores();
   const bool has_prefixes = target_prefixes != nullptr && !target_prefixes->empty();
   if (m.device_backend != nullptr) {
     const char* cpu_only = has_prefixes ? "target_prefixes"
@@ -148,7 +143,6 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
                                                    " is on ", m.device_backend->Describe()));
     }
   }
-  if (absl::Status s = d.Validate(); !s.ok()) return InRequestTerms(s, o);
   p.return_scores = o.return_scores();
 
   p.texts = texts.size();

@@ -6,7 +6,9 @@
 
 #include <stdlib.h>
 
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <future>
 
 #include <gtest/gtest.h>
@@ -116,11 +118,48 @@ TEST(RequestTest, InvalidUtf8Reason) {
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReasonOf(p.status()), "INVALID_UTF8");
   EXPECT_EQ(FieldOf(p.status().message()), "texts[1]");
-  EXPECT_EQ(FieldOf("options.beam_size: 0 is outside [1, 64]"), "options.beam_size");
+  EXPECT_EQ(FieldOf("options.beam_size: must be in [1, 64], got 0"), "options.beam_size");
   EXPECT_EQ(FieldOf("target_prefixes[12]: bad"), "target_prefixes[12]");
   EXPECT_EQ(FieldOf("no model named x"), "");
   EXPECT_EQ(FieldOf("model \"a\": broken"), "");
   EXPECT_EQ(FieldOf("texts[]: x"), "");
+}
+
+// Options are checked through the decoding-option table, in the request's terms: a message
+// about one field starts with it (its BadRequest field), a rule about several options names the
+// one it refuses in a field violation; beam_size and n_best are checked as they apply.
+TEST(RequestTest, OptionsRefusedInTheRequestsTerms) {
+  ServerMetrics metrics{ServerMetricsOptions{}};
+  ModelRegistry registry(SchedulerOptions{}, &metrics);
+  ASSERT_TRUE(registry.Add("m", "tests/golden/data/tiny"));  // beam 4, 2 decoder layers
+  ASSERT_TRUE(registry.Load("m").ok());
+  google::protobuf::RepeatedPtrField<std::string> texts;
+  texts.Add("fine");
+  auto refusal = [&](const std::function<void(tnmt::v1::DecodingOptions*)>& edit) {
+    tnmt::v1::DecodingOptions o;
+    edit(&o);
+    return PrepareRequest(registry, ServiceLimits{}, "m", o, texts).status();
+  };
+  const std::string beam = "the hypotheses come from the beam";
+  absl::Status s = refusal([](auto* o) { o->set_beam_size(0); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "options.beam_size: must be in [1, 64], got 0");
+  EXPECT_EQ(FieldOf(s.message()), "options.beam_size");
+  EXPECT_EQ(refusal([](auto* o) { o->set_n_best(5); }).message(), "options.n_best: 5 exceeds options.beam_size 4 (" + beam + ")");
+  EXPECT_EQ(refusal([](auto* o) { o->set_sampling_topk(0); o->set_n_best(2); }).message(),
+            "options.n_best: 2 exceeds options.beam_size 1 (" + beam + ")");
+  EXPECT_EQ(refusal([](auto* o) { o->set_max_length(-5); }).message(), "options.max_length: must be in [0, 10000], got -5");
+  EXPECT_EQ(refusal([](auto* o) { o->set_min_length(-1); }).message(), "options.min_length: must be >= 0, got -1");
+  EXPECT_EQ(refusal([](auto* o) { o->set_length_penalty(NAN); }).message(),
+            "options.length_penalty: must be in [-10, 10], got nan");
+  EXPECT_EQ(refusal([](auto* o) { o->set_alignment_layer(2); }).message(),
+            "options.alignment_layer: 2 is outside [0, 2) (the model's decoder layers)");
+  s = refusal([](auto* o) { o->set_beam_size(4); o->set_sampling_topk(5); });
+  EXPECT_EQ(s.message(), "options.sampling needs beam_size 1, got 4 (sampling_topk 5)");
+  EXPECT_TRUE(s.GetPayload("type.googleapis.com/google.rpc.BadRequest").has_value()) << "names options.beam_size";
+  EXPECT_TRUE(refusal([](auto* o) { o->set_sampling_topk(0); o->set_sampling_topp(0.5f); o->set_n_best(0); }).ok());
+  EXPECT_TRUE(refusal([](auto* o) { o->set_alignment_layer(1); o->set_max_length(5); o->set_min_length(5); }).ok());
+  registry.DrainAll();
 }
 
 }  // namespace
