@@ -62,9 +62,9 @@ check "import of a missing directory: exit 1 naming it" bash -c "test $? -eq 1 &
 check "--beam-size 0: exit 2" test $? -eq 2
 check "  names --beam-size" grep -qF -- "--beam-size must be in [1, 64], got 0" "$TMP/e1"
 "$TNMT" translate --length-penalty 11 < /dev/null 2> "$TMP/e2"
-check "--length-penalty 11 names --length-penalty" grep -qF -- "--length-penalty must be a number in [-10, 10]" "$TMP/e2"
+check "--length-penalty 11 names --length-penalty" grep -qF -- "--length-penalty must be in [-10, 10], got 11" "$TMP/e2"
 "$TNMT" translate --n-best 0 < /dev/null 2> "$TMP/e3"
-check "--n-best 0 names --n-best" grep -qF -- "--n-best must be at least 1" "$TMP/e3"
+check "--n-best 0 names --n-best" grep -qF -- "--n-best must be in [1, 64], got 0" "$TMP/e3"
 "$TNMT" translate --n-best two < /dev/null 2> "$TMP/e4"
 check "--n-best two names --n-best" grep -qF -- '--n-best expects an integer, got "two"' "$TMP/e4"
 "$TNMT" translate --beam-size 2 --n-best 3 < /dev/null 2> "$TMP/e5"

@@ -165,7 +165,7 @@ rc=$?
 check "--alignment-layer without --alignments (exit $rc, want 2)" expect_rc 2 "$rc" grep -qF -- "--alignment-layer needs --alignments" "$TMP/o4"
 "$TNMT" translate --model "$MODEL" --alignments --alignment-layer 9 < "$TMP/good.txt" > /dev/null 2> "$TMP/o5"
 rc=$?
-check "--alignment-layer 9 (exit $rc, want 2), naming the model's layers" expect_rc 2 "$rc" grep -qF -- "--alignment-layer must be in [0, 2)" "$TMP/o5"
+check "--alignment-layer 9 (exit $rc, want 2), naming the model's layers" expect_rc 2 "$rc" grep -qF -- "--alignment-layer 9 is outside [0, 2) (the model's decoder layers)" "$TMP/o5"
 head -1 "$TMP/prefix.txt" > "$TMP/prefix1.txt"
 "$TNMT" translate --model "$MODEL" --target-prefix "$TMP/prefix1.txt" < "$TMP/good.txt" > /dev/null 2> "$TMP/o6"
 rc=$?
@@ -208,7 +208,8 @@ check "remote: repetition rules equal local" cmp -s "$TMP/r-rules.txt" "$TMP/rul
 check "remote: sampling with a seed equals local" cmp -s "$TMP/r-sample.txt" "$TMP/sample1.txt"
 "$TNMT" translate --server "$SERVER" --alignments --alignment-layer 9 < "$TMP/good.txt" > /dev/null 2> "$TMP/r-o5"
 rc=$?
-check "remote: --alignment-layer 9 is one usage error (exit $rc, want 2)" expect_rc 2 "$rc" grep -qF -- "--alignment-layer: 9 is outside [0, 2)" "$TMP/r-o5"
+check "remote: --alignment-layer 9 is one usage error (exit $rc, want 2)" expect_rc 2 "$rc" grep -qF -- "--alignment-layer 9 is outside [0, 2)" "$TMP/r-o5"
+check "  in the words of the local error" cmp -s "$TMP/r-o5" "$TMP/o5"
 # tnmt score: the greedy output scores as translate reported it; served = local; a bad pair keeps
 # its place (exit 1); files of different lengths are a usage error.
 "$TNMT" translate --model "$MODEL" --beam-size 1 --threads 1 < "$TMP/good.txt" > "$TMP/greedy.txt"

@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "engine/decode/option_table.h"
 #include "engine/runtime/translator.h"
 #include "engine/runtime/placement.h"
 #include "engine/runtime/compute.h"
@@ -107,12 +108,10 @@ int TranslateCommand(int argc, char** argv) {
                  "none");
   args.AddString("input", "", "input file", "stdin");
   args.AddString("output", "", "output file (never the input file)", "stdout");
-  AddDecodingFlags(&args);
+  AddDecodingFlags(&args, FlagGroup::kSearch);
   args.AddBool("scores", false, "with --n-best 1: write 'SCORE ||| TEXT'");
   args.AddString("target-prefix", "", "file of target prefixes, one per input line (an empty line: none): each translation starts with its line's prefix");
-  args.AddBool("token-scores", false, "write each hypothesis with its pieces and their log-probabilities (see above)");
-  args.AddBool("alignments", false, "write each hypothesis with its pieces and their source alignment (see above)");
-  args.AddInt("alignment-layer", -1, "with --alignments: the decoder layer whose cross-attention aligns, from 0", "the last layer");
+  AddDecodingFlags(&args, FlagGroup::kOutput);  // --token-scores, --alignments, --alignment-layer
   args.AddString("n-best-format", "tnmt", "tnmt ('LINE ||| TEXT ||| SCORE' for --n-best > 1) or moses ('ID ||| TEXT ||| F0= SCORE ||| SCORE', IDs from 0, every --n-best)");
   const TranslationOptions defaults;
   args.AddInt("max-batch-tokens", defaults.max_batch_tokens, "source tokens decoded at once, padding included (sentences join as others finish)");
@@ -230,7 +229,6 @@ int TranslateCommand(int argc, char** argv) {
   if (!ensemble.ok()) return Fail(std::string(ensemble.status().message()));
   TranslationOptions opt;
   opt.decode = DecodeOptions::FromConfig((*model)->config);
-  if (absl::Status s = CheckNBestWithinBeam(args, opt.decode.beam_size); !s.ok()) return Fail(std::string(s.message()));
   if (args.given("beam-size")) opt.decode.beam_size = args.GetInt("beam-size");
   if (args.given("length-penalty")) opt.decode.length_penalty = args.GetFloat("length-penalty");
   if (args.given("length-penalty-style")) {
@@ -244,16 +242,13 @@ int TranslateCommand(int argc, char** argv) {
   opt.decode.return_alignments = format.alignments;
   // Plain output shows no score: greedy decoding then need not compute them (same text).
   opt.decode.return_scores = format.scores || format.n_best > 1 || format.moses || format.details();
-  if (args.given("alignment-layer")) {
-    const int layer = args.GetInt("alignment-layer");
-    if (layer < 0 || layer >= (*model)->config.decoder_layers) {
-      return Fail(absl::StrCat("--alignment-layer must be in [0, ", (*model)->config.decoder_layers, ") (the model's decoder layers), got ", layer));
-    }
-    opt.decode.alignment_layer = layer;
-  }
+  if (args.given("alignment-layer")) opt.decode.alignment_layer = args.GetInt("alignment-layer");
   opt.max_batch_tokens = args.GetInt("max-batch-tokens");
   opt.max_input_length = args.GetInt("max-input-length");
-  if (absl::Status s = opt.decode.Validate(); !s.ok()) return Fail(InFlagTerms(s.message()));
+  // The rules that need the model: --n-best within its beam size, --alignment-layer within its layers.
+  if (absl::Status s = ValidateDecodeOptions(opt.decode, OptionTerms::kFlag, {(*model)->config.decoder_layers}); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
 
   std::ifstream file_in;
   std::ofstream file_out;
@@ -291,7 +286,7 @@ int TranslateCommand(int argc, char** argv) {
     opt.first_stream = static_cast<uint64_t>(line_base);
     auto results = translator.Translate(lines, opt, progress, prefixes != nullptr ? &prefix_lines : nullptr);
     if (show_progress) std::fprintf(stderr, "\n");
-    if (!results.ok()) return Fail(InFlagTerms(results.status().message()));
+    if (!results.ok()) return Fail(std::string(results.status().message()));
     for (size_t i = 0; i < results->size(); ++i) {
       const int64_t line_no = line_base + static_cast<int64_t>(i) + 1;
       const auto& r = (*results)[i];
