@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/graph/step_plan.h"
 #include "engine/graph/transformer.h"
 #include "engine/layers/cpu_layer_ops.h"
 #include "kernels/cpu/attention.h"
@@ -165,107 +166,59 @@ absl::Status DecoderForward(const ModelConfig& c, const ModelWeights& w, Decoder
   const int n = s->rows();
   if (hidden_out != nullptr) *hidden_out = nullptr;
   if (n == 0) return absl::OkStatus();
-  graph::KvIndex& index = s->index_;
-  const std::vector<int32_t>& row_pos = index.row_pos();
-  const int start = row_pos[0];
-  int furthest = 0, src_longest = 0;
-  for (int r = 0; r < n; ++r) {
-    const int p = row_pos[r];
-    if (t_new > 1 && p != start) {
-      return absl::InvalidArgumentError("DecoderForward: several positions at once need rows at the same position");
-    }
-    if (p + t_new > s->max_steps_) {
-      return absl::OutOfRangeError(absl::StrCat("decoder cache holds ", s->max_steps_,
-                                                " positions; position ", p + t_new, " requested"));
-    }
-    furthest = std::max(furthest, p + t_new);
-    src_longest = std::max(src_longest, index.src_lengths()[index.row_source()[r]]);
-  }
   const int64_t rows = static_cast<int64_t>(n) * t_new;
-  TNMT_ASSIGN_OR_RETURN(float* x, ws->Get(Workspace::kX, rows * d));
-  TNMT_ASSIGN_OR_RETURN(float* y, ws->Get(Workspace::kY, rows * d));
-  TNMT_ASSIGN_OR_RETURN(float* qkv, ws->Get(Workspace::kQkv, rows * 3 * d));
-  TNMT_ASSIGN_OR_RETURN(float* attn, ws->Get(Workspace::kAttn, rows * d));
-  TNMT_ASSIGN_OR_RETURN(float* cq, ws->Get(Workspace::kCrossQ, rows * d));
-  TNMT_ASSIGN_OR_RETURN(float* hidden, ws->Get(Workspace::kHidden, rows * c.d_ff));
-  // New slots for the positions this call writes, charged to each row's source.
-  TNMT_RETURN_IF_ERROR(s->Reserve(graph::KvIndex::kSelf, rows));
-  std::vector<int32_t> positions(rows), slots(rows);
-  for (int r = 0; r < n; ++r) {
-    for (int i = 0; i < t_new; ++i) {
-      positions[static_cast<int64_t>(r) * t_new + i] = row_pos[r] + i;
-      slots[static_cast<int64_t>(r) * t_new + i] = index.TakeRowSlot(r);
-    }
-  }
+  // Scratch first: a failure before PlanStep leaves the state as it was.
+  graph::Activations a;
+  TNMT_ASSIGN_OR_RETURN(a.x, ws->Get(Workspace::kX, rows * d));
+  TNMT_ASSIGN_OR_RETURN(a.y, ws->Get(Workspace::kY, rows * d));
+  TNMT_ASSIGN_OR_RETURN(a.qkv, ws->Get(Workspace::kQkv, rows * 3 * d));
+  TNMT_ASSIGN_OR_RETURN(a.attn, ws->Get(Workspace::kAttn, rows * d));
+  TNMT_ASSIGN_OR_RETURN(a.cq, ws->Get(Workspace::kCrossQ, rows * d));
+  TNMT_ASSIGN_OR_RETURN(a.hidden, ws->Get(Workspace::kHidden, rows * c.d_ff));
+  graph::KvIndex& index = s->index_;
+  graph::StepPlan& plan = s->plan_;
+  std::vector<int32_t> no_padding;
+  TNMT_RETURN_IF_ERROR(graph::PlanStep(
+      index, t_new, n, s->max_steps_,
+      [s](int old_capacity, int new_capacity) { return s->GrowPool(s->self_, old_capacity, new_capacity); },
+      &no_padding, &plan));
   // The rows' slot tables after the reorders since the last call, with the first new slot
   // (kernels ReorderSlotTables, as on the GPU); then any further new positions.
-  s->first_slots_.resize(n);
-  for (int r = 0; r < n; ++r) s->first_slots_[r] = slots[static_cast<int64_t>(r) * t_new];
   s->spare_tables_.Reserve(static_cast<size_t>(n) * s->max_steps_);
-  k::ReorderSlotTables(s->spare_tables_.data(), s->tables_.data(), s->max_steps_,
-                       index.row_map().data(), row_pos.data(), s->first_slots_.data(), n);
+  k::ReorderSlotTables(s->spare_tables_.data(), s->tables_.data(), s->max_steps_, plan.map.data(),
+                       plan.pos.data(), plan.first_slot.data(), n);
   std::swap(s->tables_, s->spare_tables_);
   index.TablesGathered();
-  s->valid_.resize(n);
   for (int r = 0; r < n; ++r) {
     for (int i = 1; i < t_new; ++i) {
-      s->tables_[static_cast<int64_t>(r) * s->max_steps_ + row_pos[r] + i] =
-          slots[static_cast<int64_t>(r) * t_new + i];
+      s->tables_[static_cast<int64_t>(r) * s->max_steps_ + plan.pos[r] + i] =
+          plan.slots[static_cast<int64_t>(r) * t_new + i];
     }
-    s->valid_[r] = row_pos[r] + t_new;
   }
-  // Every K/V is addressed through a slot table (ld_kv = 0: one slot per stored group).
-  k::AttentionArgs self_args = graph::ModelAttention(c);
-  self_args.batch = n;
-  self_args.q_len = t_new;
-  self_args.k_len = furthest;
-  self_args.k_valid = s->valid_.data();
-  self_args.causal_offset = t_new > 1 ? start : -1;  // one new position: k_valid suffices
-  self_args.k_groups = s->tables_.data();
-  self_args.k_groups_stride = s->max_steps_;
-  k::AttentionArgs cross_args = self_args;
-  cross_args.k_len = src_longest;
-  cross_args.causal_offset = -1;
-  cross_args.kv_index = index.row_source().data();
-  cross_args.k_valid = index.src_lengths().data();
-  cross_args.k_groups = index.src_slots().data();
-  cross_args.k_groups_stride = index.src_stride();
-
-  // The graph's view of this state's pools.
-  struct Cache {
+  const graph::StepAttention args =
+      graph::PlanAttention(c, plan, s->max_steps_, s->tables_.data(), plan.valid.data(), plan.sources.data(),
+                           index.src_lengths().data(), index.src_slots().data(), index.src_stride(),
+                           /*fixed_bounds=*/false);
+  // The graph's view of this state's pools; alignments after the cross-attention.
+  struct Pools {
     DecoderState* s;
-    const int32_t* slots;
-    const k::AttentionArgs& self;
-    const k::AttentionArgs& cross_attention;
     float* self_pool(size_t layer) { return s->self_[layer].f32(); }
-    const int32_t* new_slots() const { return slots; }
-    const k::AttentionArgs& self_args() const { return self; }
-    const k::AttentionArgs& cross_args() const { return cross_attention; }
     float* cross_pool(size_t layer) { return s->cross_[layer].f32(); }
-    absl::Status AfterCrossAttention(size_t layer, const float* q, const k::AttentionArgs& args) {
-      const int d = s->c_->d_model;
-      for (size_t a = 0; a < s->alignment_layers_.size(); ++a) {
-        if (s->alignment_layers_[a] != static_cast<int>(layer)) continue;
-        s->alignments_.resize(s->alignment_layers_.size());
-        s->alignments_[a].resize(static_cast<size_t>(args.batch) * args.q_len);
-        const float* kv = cross_pool(layer);
-        k::AttentionArgmax(s->alignments_[a].data(), q, d, kv, 0, 2 * d, args);
-      }
-      return absl::OkStatus();
+  } pools{s};
+  auto align = [s, d](size_t layer, const float* q, const k::AttentionArgs& args) {
+    for (size_t i = 0; i < s->alignment_layers_.size(); ++i) {
+      if (s->alignment_layers_[i] != static_cast<int>(layer)) continue;
+      s->alignments_.resize(s->alignment_layers_.size());
+      s->alignments_[i].resize(static_cast<size_t>(args.batch) * args.q_len);
+      const float* kv = s->cross_[layer].f32();
+      k::AttentionArgmax(s->alignments_[i].data(), q, d, kv, 0, 2 * d, args);
     }
+    return absl::OkStatus();
   };
-  Cache cache{s, slots.data(), self_args, cross_args};
-  graph::Activations a;
-  a.x = x;
-  a.y = y;
-  a.qkv = qkv;
-  a.attn = attn;
-  a.cq = cq;
-  a.hidden = hidden;
-  TNMT_RETURN_IF_ERROR(
-      graph::DecodeStep(CpuLayerOps(c, w), a, ids, positions.data(), rows, cache, logits));
+  graph::StepCache cache(pools, plan.slots.data(), args, align);
+  TNMT_RETURN_IF_ERROR(graph::DecodeStep(CpuLayerOps(c, w), a, ids, plan.positions.data(), rows, cache, logits));
   index.Advance(t_new);
-  if (hidden_out != nullptr) *hidden_out = x;
+  if (hidden_out != nullptr) *hidden_out = a.x;
   return absl::OkStatus();
 }
 

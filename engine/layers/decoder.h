@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/graph/kv_index.h"
+#include "engine/graph/step_plan.h"
 #include "engine/layers/workspace.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
@@ -118,7 +119,7 @@ class DecoderState {
   // [row, max_steps_]: slot holding position p of row r (first row_pos valid), in the rows'
   // order as of the last DecoderForward (index_.row_map() says where each row's is now).
   SlotTables tables_, spare_tables_;
-  std::vector<int32_t> first_slots_, valid_;
+  graph::StepPlan plan_;  // the last step's (engine/graph/step_plan.h), its buffers reused
   std::vector<int32_t> alignment_layers_;
   std::vector<std::vector<int32_t>> alignments_;
 };
