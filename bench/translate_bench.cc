@@ -48,6 +48,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -60,7 +61,7 @@
 #include "engine/cuda/cuda_backend.h"
 #include "engine/decode/beam_search.h"
 #include "engine/decode/options.h"
-#include "engine/layers/workspace.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/model/config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
@@ -559,10 +560,11 @@ int Main(int argc, char** argv) {
     opt.n_best = 1;
     if (auto s = opt.Validate(); !s.ok()) return std::fprintf(stderr, "%s\n", s.ToString().c_str()), 1;
 
-    Workspace ws;
     // The engine on its device: CPU (weights above) or the CUDA backend (weights copied once).
     std::unique_ptr<DecodeBackend> backend;
-    if (gpu) {
+    if (!gpu) {
+      backend = MakeCpuBackend(config, weights, placement->ToString());
+    } else {
       const auto tu = Clock::now();
       CudaPlacement cp;
       cp.device = placement->index;
@@ -576,8 +578,9 @@ int Main(int argc, char** argv) {
                   Seconds(tu, Clock::now()));
     }
     put("device", placement->ToString() + (gpu && f.cuda_graphs ? " graphs" : ""));
-    absl::StatusOr<BeamDecoder> decoder = BeamDecoder::Create(config, weights, backend.get(), &ws);
-    if (!decoder.ok()) return std::fprintf(stderr, "%s\n", decoder.status().ToString().c_str()), 1;
+    absl::StatusOr<std::unique_ptr<StepModel>> step = backend->NewStepModel();
+    if (!step.ok()) return std::fprintf(stderr, "%s\n", step.status().ToString().c_str()), 1;
+    std::optional<BeamDecoder> decoder(BeamDecoder::Create(config, *std::move(step)));
     const int64_t rss_model_kib = ProcStatusKiB("VmRSS");
     const int64_t maxrss_build_kib = MaxRssKiB();
     // Warm-up (untimed): one short batch, so first-touch of the workspace and BLAS thread

@@ -133,15 +133,9 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
     p.seed = d.seed;
   }
   const bool has_prefixes = target_prefixes != nullptr && !target_prefixes->empty();
-  if (m.device_backend != nullptr) {
-    const char* cpu_only = has_prefixes ? "target_prefixes"
-                           : d.repetition_penalty != 1.0f ? "options.repetition_penalty"
-                           : d.return_alignments ? "options.return_alignments"
-                           : nullptr;
-    if (cpu_only != nullptr) {
-      return absl::UnimplementedError(absl::StrCat(cpu_only, ": runs on the CPU engine only; model ", p.model,
-                                                   " is on ", m.device_backend->Describe()));
-    }
+  if (m.placement.device == Device::kCuda && d.return_alignments) {
+    return absl::UnimplementedError(absl::StrCat("options.return_alignments: runs on the CPU engine only; model ",
+                                                 p.model, " is on ", m.backend->Describe()));
   }
   p.return_scores = o.return_scores();
 

@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/decode/beam_search.h"
-#include "engine/layers/workspace.h"
 #include "server/status_mapping.h"
 
 namespace tnmt::server {
@@ -216,8 +215,7 @@ void Scheduler::Finish(Queued& q, SentenceResult r) {
 }
 
 void Scheduler::Run() {
-  Workspace ws;
-  absl::StatusOr<BeamDecoder> created = NewBeamDecoder(*model_, &ws);
+  absl::StatusOr<BeamDecoder> created = NewBeamDecoder(*model_);
   std::unordered_map<int64_t, std::unique_ptr<Queued>> live;
   std::vector<BeamDecoder::Done> done;
   auto dropped = [](const Queued& q, absl::Time now) -> absl::Status {
@@ -248,9 +246,8 @@ void Scheduler::Run() {
           lock.unlock();
           {
             std::lock_guard<std::mutex> compute(*compute_lock_);
-            created = absl::InternalError("released");  // the decoder goes before its workspace
-            ws = Workspace();
-            created = NewBeamDecoder(*model_, &ws);
+            created = absl::InternalError("released");  // the old decoder and its scratch go first
+            created = NewBeamDecoder(*model_);
             ::malloc_trim(0);
           }
           released = absl::Now();
@@ -282,7 +279,7 @@ void Scheduler::Run() {
       }
       if (metrics_ != nullptr) metrics_->SetQueueLength(name_, queue_.size());
     }
-    std::lock_guard<std::mutex> compute(*compute_lock_);
+    std::unique_lock<std::mutex> compute(*compute_lock_);
     const absl::Time now = absl::Now();
     if (!created.ok()) {  // cannot decode at all: every sentence gets the reason
       for (auto& q : admitted) Finish(*q, {created.status()});
@@ -353,24 +350,33 @@ void Scheduler::Run() {
       live.clear();
       continue;
     }
+    std::vector<std::pair<std::unique_ptr<Queued>, DecodeResult>> finished;
     for (BeamDecoder::Done& d : done) {
       auto it = live.find(d.handle);
       if (it == live.end()) continue;
+      finished.emplace_back(std::move(it->second), std::move(d.result));
+      live.erase(it);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_sentences_ = static_cast<int>(live.size());
+    }
+    // Detokenizing and answering need no device: the next step (of this model or another on
+    // the same device) may start meanwhile.
+    compute.unlock();
+    for (auto& [q, result] : finished) {
       SentenceResult r;
-      const SentenceTask& task = it->second->task;
+      const SentenceTask& task = q->task;
       absl::StatusOr<std::vector<TextHypothesis>> text = ToTextHypotheses(
-          *model_->tokenizer, std::move(d.result), task.options.return_token_scores || task.options.return_alignments);
+          *model_->tokenizer, std::move(result), task.options.return_token_scores || task.options.return_alignments);
       if (text.ok()) {
         r.hypotheses = *std::move(text);
         if (task.options.return_alignments) r.source_pieces = SourcePieces(*model_->tokenizer, task.ids);
       } else {
         r.status = text.status();
       }
-      Finish(*it->second, std::move(r));
-      live.erase(it);
+      Finish(*q, std::move(r));
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    live_sentences_ = static_cast<int>(live.size());
   }
 }
 

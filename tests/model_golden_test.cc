@@ -51,6 +51,13 @@ class GoldenTest : public ::testing::TestWithParam<std::string> {
   }
   const ModelConfig& config() const { return model_->config; }
   const ModelWeights& weights() const { return model_->weights; }
+  // The sources decoded together by one BeamDecoder on the model's CPU backend.
+  absl::StatusOr<std::vector<DecodeResult>> DecodeAll(const std::vector<std::vector<int32_t>>& sources,
+                                                      const DecodeOptions& options) {
+    absl::StatusOr<BeamDecoder> decoder = NewBeamDecoder(*model_);
+    if (!decoder.ok()) return decoder.status();
+    return Decode(*decoder, sources, options);
+  }
 
   std::shared_ptr<const LoadedModel> model_;
   json golden_;
@@ -128,7 +135,7 @@ TEST_P(GoldenTest, GreedyAndBeamSearchMatchReference) {
   DecodeOptions greedy;
   greedy.beam_size = 1;
   greedy.max_length_offset = first["max_length_offset"].get<int>();
-  auto g = Decode(config(), weights(), sources, greedy, &ws_);
+  auto g = DecodeAll(sources, greedy);
   ASSERT_TRUE(g.ok()) << g.status();
 
   DecodeOptions beam;
@@ -136,7 +143,7 @@ TEST_P(GoldenTest, GreedyAndBeamSearchMatchReference) {
   beam.length_penalty = first["length_penalty"].get<float>();
   beam.max_length_offset = first["max_length_offset"].get<int>();
   beam.n_best = first["n_best"].get<int>();
-  auto b = Decode(config(), weights(), sources, beam, &ws_);
+  auto b = DecodeAll(sources, beam);
   ASSERT_TRUE(b.ok()) << b.status();
 
   DecodeOptions alpha1;
@@ -144,7 +151,7 @@ TEST_P(GoldenTest, GreedyAndBeamSearchMatchReference) {
   alpha1.length_penalty = 1.0f;
   alpha1.n_best = 2;
   alpha1.max_length_offset = 10;
-  auto a = Decode(config(), weights(), sources, alpha1, &ws_);
+  auto a = DecodeAll(sources, alpha1);
   ASSERT_TRUE(a.ok()) << a.status();
 
   for (size_t i = 0; i < sources.size(); ++i) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/core/status_macros.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/model/safetensors.h"
 #include "engine/runtime/translator.h"
 #include "trainer/bleu.h"
@@ -421,6 +422,7 @@ class Trainer {
       TNMT_ASSIGN_OR_RETURN(const HostState host, engine_->Snapshot());
       model->weights = *host.params;  // shares storage; training is paused while translating
       TNMT_ASSIGN_OR_RETURN(model->tokenizer, Tokenizer::Load(spm_path_));
+      model->backend = MakeCpuBackend(model->config, model->weights, "cpu");  // unpacked: GEMMs through BLAS
       Translator translator(std::move(model));
       TranslationOptions topt;
       topt.decode = DecodeOptions::FromConfig(config_);

@@ -1,5 +1,5 @@
 // CpuStepModel; see cpu_step_model.h.
-#include "engine/decode/cpu_step_model.h"
+#include "engine/cpu/cpu_step_model.h"
 
 #include <algorithm>
 #include <limits>
@@ -26,17 +26,16 @@ int LogitsRowsPerPart(int rows) { return std::min(rows, 64); }
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuStepModel>> CpuStepModel::Create(const ModelConfig& c,
-                                                                   const ModelWeights& w,
-                                                                   Workspace* ws) {
+                                                                   const ModelWeights& w) {
   TNMT_ASSIGN_OR_RETURN(DecoderState state, DecoderState::Create(c, w, MaxPositions(c)));
-  return std::unique_ptr<CpuStepModel>(new CpuStepModel(c, w, ws, std::move(state)));
+  return std::unique_ptr<CpuStepModel>(new CpuStepModel(c, w, std::move(state)));
 }
 
 absl::StatusOr<std::vector<int32_t>> CpuStepModel::AddSources(const int32_t* ids,
                                                               const int32_t* lengths, int batch,
                                                               int src_max) {
   // Only the sentences' own positions: no padding row is encoded or projected to K/V.
-  TNMT_ASSIGN_OR_RETURN(Tensor enc, EncodeRows(c_, w_, ids, lengths, batch, src_max, ws_));
+  TNMT_ASSIGN_OR_RETURN(Tensor enc, EncodeRows(c_, w_, ids, lengths, batch, src_max, &ws_));
   return state_.AddSourceRows(enc, lengths, batch);
 }
 
@@ -53,7 +52,7 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
   }
   state_.set_alignment_layers(s->alignment_layers);
   const float* hidden = nullptr;
-  TNMT_RETURN_IF_ERROR(DecoderForward(c_, w_, &state_, ids, 1, /*logits=*/nullptr, ws_, &hidden));
+  TNMT_RETURN_IF_ERROR(DecoderForward(c_, w_, &state_, ids, 1, /*logits=*/nullptr, &ws_, &hidden));
   // The output projection and the scoring run a part of the rows at a time, so that each
   // part's logits ([part, vocab]: 32 KiB a row at 8000 tokens) are still in cache when the
   // log-softmax normalizer and the top k read them; the whole step's would not be. The
@@ -75,32 +74,6 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
   s->aligned.clear();
   for (const std::vector<int32_t>& a : state_.alignments()) s->aligned.insert(s->aligned.end(), a.begin(), a.end());
   return absl::OkStatus();
-}
-
-void ScoreRow(const float* row, int64_t r, int vocab, int eos_id, int pad_id, StepScores* s) {
-  const int V = vocab, k = s->k;
-  if (s->want_lse || s->want_logprobs) {
-    kernels::cpu::LogSumExp(s->lse.data() + r, row, 1, V);
-  } else {
-    s->lse[r] = 0.0f;
-  }
-  if (s->want_logprobs) {
-    float* lp = s->logprobs.data() + r * V;
-    const float lse = s->lse[r];
-    for (int v = 0; v < V; ++v) lp[v] = row[v] - lse;
-  }
-  s->eos_logit[r] = row[eos_id];
-  if (!s->gather_offsets.empty()) {
-    for (int32_t g = s->gather_offsets[r]; g < s->gather_offsets[r + 1]; ++g) s->gather_logit[g] = row[s->gather_ids[g]];
-  }
-  kernels::cpu::RowTopK(row, V, k, pad_id, s->top_logit.data() + r * k, s->top_id.data() + r * k);
-}
-
-absl::StatusOr<std::unique_ptr<StepModel>> MakeStepModel(const ModelConfig& c, const ModelWeights& w,
-                                                         const DecodeBackend* backend, Workspace* ws) {
-  if (backend != nullptr) return backend->NewStepModel();
-  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<CpuStepModel> model, CpuStepModel::Create(c, w, ws));
-  return std::unique_ptr<StepModel>(std::move(model));
 }
 
 }  // namespace tnmt

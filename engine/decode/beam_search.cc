@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
-#include "engine/decode/cpu_step_model.h"
 #include "engine/decode/option_table.h"
 #include "kernels/cpu/counter_uniform.h"
 
@@ -217,20 +216,8 @@ BeamDecoder::BeamDecoder(BeamDecoder&&) noexcept = default;
 BeamDecoder& BeamDecoder::operator=(BeamDecoder&&) noexcept = default;
 BeamDecoder::~BeamDecoder() = default;
 
-absl::StatusOr<BeamDecoder> BeamDecoder::Create(const ModelConfig& c, const ModelWeights& w,
-                                                Workspace* ws) {
-  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<CpuStepModel> model, CpuStepModel::Create(c, w, ws));
-  return BeamDecoder(c, std::move(model));
-}
-
 BeamDecoder BeamDecoder::Create(const ModelConfig& c, std::unique_ptr<StepModel> model) {
   return BeamDecoder(c, std::move(model));
-}
-
-absl::StatusOr<BeamDecoder> BeamDecoder::Create(const ModelConfig& c, const ModelWeights& w,
-                                                const DecodeBackend* backend, Workspace* ws) {
-  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> step, MakeStepModel(c, w, backend, ws));
-  return BeamDecoder(c, std::move(step));
 }
 
 int BeamDecoder::live_rows() const {
@@ -518,13 +505,6 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
     done->push_back(std::move(d));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const ModelWeights& w,
-                                                 const std::vector<std::vector<int32_t>>& sources,
-                                                 const DecodeOptions& opt, Workspace* ws) {
-  TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, BeamDecoder::Create(c, w, ws));
-  return Decode(decoder, sources, opt);
 }
 
 absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder,

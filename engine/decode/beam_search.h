@@ -12,7 +12,6 @@
 #include "absl/status/statusor.h"
 #include "engine/decode/options.h"
 #include "engine/decode/step_model.h"
-#include "engine/layers/workspace.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
 
@@ -21,17 +20,12 @@ namespace tnmt {
 // A decode that sentences can join and leave between steps (continuous batching). Each
 // sentence carries its own options (beam size, length penalty, limits, n-best); one Step()
 // advances every live hypothesis of every sentence by one token in a single decoder pass.
-// Not thread-safe; the model and workspace must outlive it.
+// Not thread-safe; the config must outlive it.
 class BeamDecoder {
  public:
-  // On the CPU, with the weights `w` and scratch `ws`.
-  static absl::StatusOr<BeamDecoder> Create(const ModelConfig& c, const ModelWeights& w,
-                                            Workspace* ws);
-  // Over any device's StepModel (step_model.h) of a model with config `c`.
+  // Over any device's StepModel (step_model.h; DecodeBackend::NewStepModel makes one) of a
+  // model with config `c`.
   static BeamDecoder Create(const ModelConfig& c, std::unique_ptr<StepModel> model);
-  // On `backend`'s device when it is not null (a new StepModel of it), else on the CPU.
-  static absl::StatusOr<BeamDecoder> Create(const ModelConfig& c, const ModelWeights& w,
-                                            const DecodeBackend* backend, Workspace* ws);
   BeamDecoder(BeamDecoder&&) noexcept;
   BeamDecoder& operator=(BeamDecoder&&) noexcept;
   ~BeamDecoder();
@@ -83,11 +77,8 @@ class BeamDecoder {
 };
 
 // Decodes a batch of sources (each ending with eos_id, non-empty, within the model's position
-// limit, all ids in [0, vocab)) with one BeamDecoder. Returns one result per source, in order.
-absl::StatusOr<std::vector<DecodeResult>> Decode(const ModelConfig& c, const ModelWeights& w,
-                                                 const std::vector<std::vector<int32_t>>& sources,
-                                                 const DecodeOptions& options, Workspace* ws);
-// The same with a decoder made by the caller (any device); it must be empty, and is empty after.
+// limit, all ids in [0, vocab)) with `decoder` (any device), which must be empty and is empty
+// after. Returns one result per source, in order.
 absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder,
                                                  const std::vector<std::vector<int32_t>>& sources,
                                                  const DecodeOptions& options);

@@ -62,7 +62,7 @@ class DecodeTest : public ::testing::TestWithParam<Backend> {
   void TearDown() override { kernels::cpu::SetIsaForTesting(kernels::cpu::CpuIsa::kAvx512); }
   absl::StatusOr<std::vector<DecodeResult>> Run(const std::vector<std::vector<int32_t>>& s,
                                                 const DecodeOptions& o) {
-    TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, NewBeamDecoder(*model_, &ws_));
+    TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, NewBeamDecoder(*model_));
     return Decode(decoder, s, o);
   }
   double Tolerance(float score) const {
@@ -108,7 +108,7 @@ class DecodeTest : public ::testing::TestWithParam<Backend> {
   std::vector<DecodeResult> StepAll(const std::vector<std::vector<int32_t>>& s, const DecodeOptions& o,
                                     bool prune, int64_t* rows, int* steps) {
     std::vector<DecodeResult> out(s.size());
-    auto decoder = NewBeamDecoder(*model_, &ws_);
+    auto decoder = NewBeamDecoder(*model_);
     EXPECT_TRUE(decoder.ok()) << decoder.status();
     if (!decoder.ok()) return out;
     decoder->set_prune_for_testing(prune);
@@ -130,7 +130,6 @@ class DecodeTest : public ::testing::TestWithParam<Backend> {
 
   std::shared_ptr<const LoadedModel> model_;
   std::vector<std::vector<int32_t>> sources_;
-  Workspace ws_;
 };
 
 TEST_P(DecodeTest, BatchInvariance) { ExpectEachAsDecodedAlone(sources_); }
@@ -162,7 +161,7 @@ TEST_P(DecodeTest, SentencesJoiningARunningDecodeMatchDecodingAlone) {
   beam2.length_penalty = 1.0f;
   beam2.max_length = 6;
   const std::vector<DecodeOptions> opts = {beam4, greedy, beam2};
-  auto decoder = NewBeamDecoder(*model_, &ws_);
+  auto decoder = NewBeamDecoder(*model_);
   ASSERT_TRUE(decoder.ok());
   std::map<int64_t, std::pair<size_t, int>> sentence_of;  // handle -> (source, options)
   std::map<int64_t, DecodeResult> got;
@@ -227,7 +226,7 @@ TEST_P(DecodeTest, GreedyWithoutScoresGivesTheSameTokens) {
   // Beside beam search in one running decode (the step computes the normalizer for it).
   DecodeOptions without = plain, beam4;
   without.return_scores = false;
-  auto decoder = NewBeamDecoder(*model_, &ws_);
+  auto decoder = NewBeamDecoder(*model_);
   ASSERT_TRUE(decoder.ok());
   auto greedy_handles = decoder->Add({sources_[0], sources_[3]}, without);
   auto beam_handles = decoder->Add({sources_[4]}, beam4);

@@ -15,7 +15,7 @@
 
 #include "engine/core/status_macros.h"
 #include "engine/decode/beam_search.h"
-#include "engine/decode/cpu_step_model.h"
+#include "engine/cpu/cpu_step_model.h"
 #include "engine/layers/decoder.h"
 #include "engine/layers/encoder.h"
 #include "engine/runtime/loaded_model.h"
@@ -60,11 +60,10 @@ bool RepeatsNgram(const std::vector<int32_t>& ids, int32_t tok, int n) {
 }
 
 // The reference: one sentence, every token considered at every step.
-absl::StatusOr<DecodeResult> Reference(const LoadedModel& m, const DecodeInput& in, const DecodeOptions& o,
-                                       Workspace* ws) {
+absl::StatusOr<DecodeResult> Reference(const LoadedModel& m, const DecodeInput& in, const DecodeOptions& o) {
   const ModelConfig& c = m.config;
   const int V = c.vocab_size;
-  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<CpuStepModel> model, CpuStepModel::Create(c, m.weights, ws));
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<CpuStepModel> model, CpuStepModel::Create(c, m.weights));
   const int32_t len = static_cast<int32_t>(in.source.size());
   TNMT_ASSIGN_OR_RETURN(std::vector<int32_t> src, model->AddSources(in.source.data(), &len, 1, len));
   TNMT_RETURN_IF_ERROR(model->Reorder({}, src));
@@ -202,7 +201,7 @@ class DecodingOptionsTest : public ::testing::Test {
   }
 
   absl::StatusOr<std::vector<DecodeResult>> Run(const std::vector<DecodeInput>& in, const DecodeOptions& o) {
-    TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, NewBeamDecoder(*model_, &ws_));
+    TNMT_ASSIGN_OR_RETURN(BeamDecoder decoder, NewBeamDecoder(*model_));
     return Decode(decoder, in, o);
   }
 
@@ -212,7 +211,7 @@ class DecodingOptionsTest : public ::testing::Test {
     EXPECT_TRUE(got.ok()) << what << ": " << got.status();
     if (!got.ok()) return {};
     for (size_t i = 0; i < inputs_.size(); ++i) {
-      auto want = Reference(*model_, inputs_[i], o, &ws_);
+      auto want = Reference(*model_, inputs_[i], o);
       EXPECT_TRUE(want.ok()) << want.status();
       if (!want.ok()) continue;
       const auto& a = (*got)[i].hypotheses;
@@ -264,8 +263,7 @@ TEST_F(DecodingOptionsTest, AStepWithoutTheNormalizerKeepsEveryOtherScore) {
   const int batch = static_cast<int>(inputs_.size());
   std::vector<StepScores> got(3);
   for (int variant = 0; variant < 3; ++variant) {
-    Workspace ws;
-    auto model = CpuStepModel::Create(c, model_->weights, &ws);
+    auto model = CpuStepModel::Create(c, model_->weights);
     ASSERT_TRUE(model.ok()) << model.status();
     auto src = (*model)->AddSources(ids.data(), lengths.data(), batch, src_max);
     ASSERT_TRUE(src.ok()) << src.status();
@@ -503,7 +501,7 @@ TEST_F(DecodingOptionsTest, AlignmentsMatchAFullRecompute) {
   EXPECT_GE(agree, 0.9 * total) << agree << " of " << total << " alignments agree with the full recompute";
   EXPECT_GT(total, 50);
   // Two requests asking for different layers in one decode.
-  auto decoder = NewBeamDecoder(*model_, &ws_);
+  auto decoder = NewBeamDecoder(*model_);
   ASSERT_TRUE(decoder.ok());
   DecodeOptions a, b;
   a.return_alignments = b.return_alignments = true;
@@ -521,7 +519,7 @@ TEST_F(DecodingOptionsTest, AlignmentsMatchAFullRecompute) {
   ASSERT_EQ(all.size(), 2u);
   for (int which = 0; which < 2; ++which) {
     DecodeOptions o = which == 0 ? a : b;
-    auto want = Reference(*model_, inputs_[1], o, &ws_);
+    auto want = Reference(*model_, inputs_[1], o);
     ASSERT_TRUE(want.ok());
     const DecodeResult& r = all[0].handle == which ? all[0].result : all[1].result;
     EXPECT_EQ(r.hypotheses[0].alignments, want->hypotheses[0].alignments) << "layer " << which;

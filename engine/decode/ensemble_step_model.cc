@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
-#include "engine/decode/cpu_step_model.h"
 #include "kernels/cpu/parallel.h"
 
 namespace tnmt {

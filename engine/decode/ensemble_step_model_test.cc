@@ -13,7 +13,6 @@
 
 #include "engine/core/status_macros.h"
 #include "engine/decode/beam_search.h"
-#include "engine/decode/cpu_step_model.h"
 #include "engine/runtime/loaded_model.h"
 #include "engine/runtime/translator.h"
 
@@ -40,14 +39,14 @@ class EnsembleTest : public ::testing::Test {
     }
   }
 
-  absl::StatusOr<std::unique_ptr<StepModel>> Member(const LoadedModel& m, Workspace* ws) {
-    return MakeStepModel(m.config, m.weights, nullptr, ws);
+  absl::StatusOr<std::unique_ptr<StepModel>> Member(const LoadedModel& m) {
+    return m.backend->NewStepModel();
   }
 
   absl::StatusOr<std::unique_ptr<EnsembleStepModel>> Ensemble() {
     std::vector<std::unique_ptr<StepModel>> members;
-    TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> a, Member(*a_, &ws_[0]));
-    TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> b, Member(*b_, &ws_[1]));
+    TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> a, Member(*a_));
+    TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> b, Member(*b_));
     members.push_back(std::move(a));
     members.push_back(std::move(b));
     const ModelConfig& c = a_->config;
@@ -68,15 +67,14 @@ class EnsembleTest : public ::testing::Test {
   }
 
   std::shared_ptr<const LoadedModel> a_, b_;
-  Workspace ws_[4];
   std::vector<std::vector<int32_t>> sources_;
 };
 
 TEST_F(EnsembleTest, EachStepIsTheMembersGeometricMean) {
   auto e = Ensemble();
   ASSERT_TRUE(e.ok()) << e.status();
-  auto ra = Member(*a_, &ws_[2]);
-  auto rb = Member(*b_, &ws_[3]);
+  auto ra = Member(*a_);
+  auto rb = Member(*b_);
   ASSERT_TRUE(ra.ok() && rb.ok());
   StepModel* models[3] = {e->get(), ra->get(), rb->get()};
   const ModelConfig& c = a_->config;

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/decode/beam_search.h"
-#include "engine/decode/cpu_step_model.h"
+#include "engine/cpu/cpu_step_model.h"
 #include "engine/runtime/loaded_model.h"
 
 namespace tnmt {
@@ -31,7 +31,7 @@ class ScoreTest : public ::testing::Test {
     }
   }
   std::vector<DecodeResult> Decode(const DecodeOptions& o) {
-    auto decoder = NewBeamDecoder(*model_, &ws_);
+    auto decoder = NewBeamDecoder(*model_);
     EXPECT_TRUE(decoder.ok());
     auto r = tnmt::Decode(*decoder, sources_, o);
     EXPECT_TRUE(r.ok()) << r.status();
@@ -39,7 +39,7 @@ class ScoreTest : public ::testing::Test {
   }
   std::vector<PairScore> Score(const std::vector<std::vector<int32_t>>& s,
                                const std::vector<std::vector<int32_t>>& t) {
-    auto step = CpuStepModel::Create(model_->config, model_->weights, &ws_);
+    auto step = CpuStepModel::Create(model_->config, model_->weights);
     EXPECT_TRUE(step.ok());
     auto r = ScoreBatch(model_->config, step->get(), s, t);
     EXPECT_TRUE(r.ok()) << r.status();
@@ -47,7 +47,6 @@ class ScoreTest : public ::testing::Test {
     return r.ok() ? *r : std::vector<PairScore>();
   }
   std::shared_ptr<const LoadedModel> model_;
-  Workspace ws_;
   std::vector<std::vector<int32_t>> sources_;
 };
 
@@ -105,7 +104,7 @@ TEST_F(ScoreTest, PairScoreDoesNotDependOnItsBatch) {
 }
 
 TEST_F(ScoreTest, BadInputIsRefused) {
-  auto step = CpuStepModel::Create(model_->config, model_->weights, &ws_);
+  auto step = CpuStepModel::Create(model_->config, model_->weights);
   ASSERT_TRUE(step.ok());
   const ModelConfig& c = model_->config;
   auto msg = [&](const std::vector<std::vector<int32_t>>& s, const std::vector<std::vector<int32_t>>& t) {

@@ -2,6 +2,8 @@
 #include "engine/decode/step_model.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/topk.h"
 
 namespace tnmt {
 
@@ -41,6 +43,25 @@ absl::Status StepScores::CheckGather(int n, int vocab_size) {
   }
   gather_logit.resize(gather_ids.size());
   return absl::OkStatus();
+}
+
+void ScoreRow(const float* row, int64_t r, int vocab, int eos_id, int pad_id, StepScores* s) {
+  const int V = vocab, k = s->k;
+  if (s->want_lse || s->want_logprobs) {
+    kernels::cpu::LogSumExp(s->lse.data() + r, row, 1, V);
+  } else {
+    s->lse[r] = 0.0f;
+  }
+  if (s->want_logprobs) {
+    float* lp = s->logprobs.data() + r * V;
+    const float lse = s->lse[r];
+    for (int v = 0; v < V; ++v) lp[v] = row[v] - lse;
+  }
+  s->eos_logit[r] = row[eos_id];
+  if (!s->gather_offsets.empty()) {
+    for (int32_t g = s->gather_offsets[r]; g < s->gather_offsets[r + 1]; ++g) s->gather_logit[g] = row[s->gather_ids[g]];
+  }
+  kernels::cpu::RowTopK(row, V, k, pad_id, s->top_logit.data() + r * k, s->top_id.data() + r * k);
 }
 
 }  // namespace tnmt

@@ -1,7 +1,7 @@
 // The device seam of decoding. Beam search (beam_search.h) runs on the host and needs only
 // three things from a model placed on a device: encode sources and keep what the decoder needs
 // of them, follow the beams' parent choices, and score one step for every live row. StepModel
-// is that interface; CpuStepModel (cpu_step_model.h) implements it over engine/layers, the CUDA
+// is that interface; CpuStepModel (engine/cpu) implements it over engine/layers, the CUDA
 // engine (engine/cuda) over kernels/cuda. A DecodeBackend is a model's weights resident on one
 // device, from which any number of StepModels (one per concurrent decode) are made.
 //
@@ -59,6 +59,12 @@ struct StepScores {
   // leaves the gather and alignment requests as they are.
   absl::Status Reset(int rows, int k, int vocab_size);
 };
+
+// Fills row r of `s` from that row's logits on the host: lse, eos_logit, the gathered logits,
+// the s->k best tokens and, with want_logprobs, every log-probability. The scoring of
+// CpuStepModel (engine/cpu), and of an ensemble's combined row; `s` as Reset and CheckGather
+// left it.
+void ScoreRow(const float* logits, int64_t r, int vocab, int eos_id, int pad_id, StepScores* s);
 
 class StepModel {
  public:

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -193,6 +194,34 @@ int64_t ModelWeights::PackedBytes() const {
                               [](const char*, const LayerNormWeights&) {});
   for (const EncoderLayerWeights& l : encoder) VisitEncoderLayer(add, l);
   for (const DecoderLayerWeights& l : decoder) VisitDecoderLayer(add, l);
+  return n;
+}
+
+int64_t ModelWeights::Bytes() const {
+  int64_t n = PackedBytes();
+  std::set<const void*> seen;  // tied embeddings share one storage
+  auto add = [&](const Tensor& t) {
+    if (!t.empty() && seen.insert(t.data<void>()).second) n += t.numel() * DTypeSize(t.dtype());
+  };
+  for (const Tensor* t : {&encoder_embed, &decoder_embed, &output_projection, &final_logits_bias,
+                          &encoder_positions, &decoder_positions}) {
+    add(*t);
+  }
+  auto visit = MakeParamVisitor(
+      [&](const LinearGroup&, const Linear& l) {
+        add(l.weight);
+        add(l.bias);
+      },
+      [&](const char*, const LayerNormWeights& ln) {
+        add(ln.gamma);
+        add(ln.beta);
+      });
+  for (const EncoderLayerWeights& l : encoder) VisitEncoderLayer(visit, l);
+  for (const DecoderLayerWeights& l : decoder) VisitDecoderLayer(visit, l);
+  for (const LayerNormWeights* ln : {&encoder_final_ln, &decoder_final_ln}) {
+    add(ln->gamma);
+    add(ln->beta);
+  }
   return n;
 }
 

@@ -67,6 +67,9 @@ struct ModelWeights {
   void PackForInference(bool int8 = false);
   // Bytes held by the packed copies.
   int64_t PackedBytes() const;
+  // Bytes of every parameter tensor (shared storage once) plus the packed copies: what the
+  // model holds in memory for inference.
+  int64_t Bytes() const;
 
   // Inverse of Build: fairseq names to unfused tensors (for writing checkpoints).
   std::map<std::string, Tensor> ToTensors(const ModelConfig& config) const;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/cpu/cpu_backend.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/model/safetensors.h"
 
@@ -82,11 +83,12 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std:
                           absl::StrCat(dir, ": placing the model on ", placement.ToString(), ": ",
                                        backend.status().message()));
     }
-    m->device_backend = *std::move(backend);
+    m->backend = *std::move(backend);
   } else {
     // Inference weights never change after loading: pack the GEMM operands once (quantized
     // to int8 when the placement asks for it).
     m->weights.PackForInference(placement.int8);
+    m->backend = MakeCpuBackend(m->config, m->weights, placement.ToString());
   }
   return std::shared_ptr<const LoadedModel>(std::move(m));
 }
@@ -96,12 +98,6 @@ absl::Status CheckEnsembleMembers(const LoadedModel& first, const LoadedModel& o
     return absl::InvalidArgumentError(absl::StrCat("cannot ensemble ", other.directory, " with ", first.directory,
                                                    ": ", what));
   };
-  for (const LoadedModel* m : {&first, &other}) {
-    if (m->placement.device != Device::kCpu) {
-      return differ(absl::StrCat(m->directory, " is placed on ", m->placement.ToString(),
-                                 "; ensembles run on the CPU engine only (use --device cpu)"));
-    }
-  }
   const ModelConfig& a = first.config;
   const ModelConfig& b = other.config;
   if (a.vocab_size != b.vocab_size) {
@@ -137,8 +133,9 @@ absl::StatusOr<std::vector<std::shared_ptr<const LoadedModel>>> LoadEnsembleMemb
   return members;
 }
 
-absl::StatusOr<BeamDecoder> NewBeamDecoder(const LoadedModel& model, Workspace* ws) {
-  return BeamDecoder::Create(model.config, model.weights, model.device_backend.get(), ws);
+absl::StatusOr<BeamDecoder> NewBeamDecoder(const LoadedModel& model) {
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> step, model.backend->NewStepModel());
+  return BeamDecoder::Create(model.config, std::move(step));
 }
 
 }  // namespace tnmt

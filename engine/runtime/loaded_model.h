@@ -8,7 +8,6 @@
 #include "absl/status/statusor.h"
 #include "engine/decode/beam_search.h"
 #include "engine/decode/step_model.h"
-#include "engine/layers/workspace.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/placement.h"
@@ -23,16 +22,17 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;
   int64_t parameter_count = 0;  // scalars stored in model.safetensors (shared tensors once)
   Placement placement;
-  // The weights on a GPU (placement.device == kCuda); null on the CPU, which uses `weights`.
-  std::shared_ptr<const DecodeBackend> device_backend;
+  // The engine on the placement's device, never null: on the CPU over `weights` (packed for
+  // inference), on a GPU over its own copy of them. Every decode makes its StepModel here.
+  std::shared_ptr<const DecodeBackend> backend;
 };
 
-// A decoder for `model` on its device; ws: CPU scratch (one per thread, outliving the decoder).
-absl::StatusOr<BeamDecoder> NewBeamDecoder(const LoadedModel& model, Workspace* ws);
+// A decoder for `model` on its device (a new StepModel of model.backend).
+absl::StatusOr<BeamDecoder> NewBeamDecoder(const LoadedModel& model);
 
 // Whether `other` can decode in an ensemble with `first` (engine/decode/ensemble_step_model.h):
-// the same vocabulary (size, every piece, the special ids and the decoder's start token), and
-// both on the CPU. The error names both directories and the first difference.
+// the same vocabulary (size, every piece, the special ids and the decoder's start token), on
+// any devices. The error names both directories and the first difference.
 absl::Status CheckEnsembleMembers(const LoadedModel& first, const LoadedModel& other);
 
 // Loads each of `dirs` with `placement` as a further ensemble member of `first`, checked with

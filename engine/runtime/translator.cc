@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/decode/beam_search.h"
-#include "engine/decode/cpu_step_model.h"
 #include "engine/decode/ensemble_step_model.h"
 
 namespace tnmt {
@@ -41,7 +40,6 @@ Translator::Translator(std::shared_ptr<const LoadedModel> model, std::vector<std
   int limit = MaxPositions(config_);
   for (const auto& m : more_) {
     limit = std::min(limit, MaxPositions(m->config));
-    more_workspaces_.push_back(std::make_unique<Workspace>());
   }
   if (limit < MaxPositions(config_)) {
     if (config_.position_encoding == PositionEncoding::kLearned) {
@@ -53,15 +51,12 @@ Translator::Translator(std::shared_ptr<const LoadedModel> model, std::vector<std
 }
 
 absl::StatusOr<std::unique_ptr<StepModel>> Translator::NewStepModel() {
-  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> first,
-                        MakeStepModel(model_->config, model_->weights, model_->device_backend.get(), &workspace_));
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> first, model_->backend->NewStepModel());
   if (more_.empty()) return first;
   std::vector<std::unique_ptr<StepModel>> members;
   members.push_back(std::move(first));
-  for (size_t i = 0; i < more_.size(); ++i) {
-    TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> m,
-                          MakeStepModel(more_[i]->config, more_[i]->weights, more_[i]->device_backend.get(),
-                                        more_workspaces_[i].get()));
+  for (const auto& member : more_) {
+    TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> m, member->backend->NewStepModel());
     members.push_back(std::move(m));
   }
   TNMT_ASSIGN_OR_RETURN(std::unique_ptr<EnsembleStepModel> ensemble,

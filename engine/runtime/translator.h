@@ -11,7 +11,6 @@
 #include "absl/status/statusor.h"
 #include "engine/decode/options.h"
 #include "engine/decode/score.h"
-#include "engine/layers/workspace.h"
 #include "engine/runtime/loaded_model.h"
 
 namespace tnmt {
@@ -87,8 +86,6 @@ class Translator {
   std::shared_ptr<const LoadedModel> model_;
   std::vector<std::shared_ptr<const LoadedModel>> more_;  // further ensemble members
   ModelConfig config_;  // model_'s, with the ensemble's position limit
-  Workspace workspace_;
-  std::vector<std::unique_ptr<Workspace>> more_workspaces_;  // one per further member
 };
 
 }  // namespace tnmt

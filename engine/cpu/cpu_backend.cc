@@ -1,0 +1,38 @@
+// MakeCpuBackend; see cpu_backend.h.
+#include "engine/cpu/cpu_backend.h"
+
+#include <utility>
+
+#include "engine/cpu/cpu_step_model.h"
+
+namespace tnmt {
+
+namespace {
+
+class CpuBackend : public DecodeBackend {
+ public:
+  CpuBackend(const ModelConfig& c, const ModelWeights& w, std::string describe)
+      : c_(c), w_(w), describe_(std::move(describe)) {}
+
+  absl::StatusOr<std::unique_ptr<StepModel>> NewStepModel() const override {
+    absl::StatusOr<std::unique_ptr<CpuStepModel>> m = CpuStepModel::Create(c_, w_);
+    if (!m.ok()) return m.status();
+    return std::unique_ptr<StepModel>(*std::move(m));
+  }
+  std::string Describe() const override { return describe_; }
+  int64_t weight_bytes() const override { return w_.Bytes(); }
+
+ private:
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  const std::string describe_;
+};
+
+}  // namespace
+
+std::unique_ptr<DecodeBackend> MakeCpuBackend(const ModelConfig& c, const ModelWeights& w,
+                                              std::string describe) {
+  return std::make_unique<CpuBackend>(c, w, std::move(describe));
+}
+
+}  // namespace tnmt
