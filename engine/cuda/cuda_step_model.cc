@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/graph/step_plan.h"
 #include "kernels/cuda/step_ops.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/check.h"
@@ -68,10 +69,10 @@ absl::Status CudaStepModel::EnsureBuffer(kc::DeviceBuffer& buffer, size_t bytes,
   return absl::OkStatus();
 }
 
-absl::Status CudaStepModel::Reserve(graph::KvIndex::PoolId id, int64_t more) {
+graph::KvIndex::Grow CudaStepModel::GrowPool(graph::KvIndex::PoolId id) {
   Pool& p = id == graph::KvIndex::kSelf ? self_ : cross_;
   const char* name = id == graph::KvIndex::kSelf ? "self-attention" : "cross-attention";
-  return index_.Reserve(id, more, [&](int old_capacity, int new_capacity) -> absl::Status {
+  return [this, &p, name](int old_capacity, int new_capacity) -> absl::Status {
     const int64_t bytes = static_cast<int64_t>(new_capacity) * p.width * static_cast<int64_t>(sizeof(float));
     std::vector<kc::DeviceBuffer> bigger(p.layers.size());
     for (kc::DeviceBuffer& b : bigger) {
@@ -94,7 +95,7 @@ absl::Status CudaStepModel::Reserve(graph::KvIndex::PoolId id, int64_t more) {
     }
     p.layers.swap(bigger);  // the old blocks go back to the cache; stream order protects them
     return absl::OkStatus();
-  });
+  };
 }
 
 absl::Status CudaStepModel::ReleaseSource(int32_t source) { return index_.ReleaseSource(source); }
@@ -139,7 +140,7 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
   // Device memory first: a failure here leaves the model as it was.
   cuda_engine::ActivationBuffer enc;
   TNMT_RETURN_IF_ERROR(enc.Ensure(ctx_->allocator(), c_, w_->dtype(), R, /*decoder=*/false));
-  TNMT_RETURN_IF_ERROR(Reserve(graph::KvIndex::kCross, total));
+  TNMT_RETURN_IF_ERROR(index_.Reserve(graph::KvIndex::kCross, total, GrowPool(graph::KvIndex::kCross)));
   // Upload: tokens [R], positions [R], lengths [batch], scatter rows [total], slots [total].
   const int64_t words = 2 * R + batch + 2 * total;
   TNMT_RETURN_IF_ERROR(upload_.Ensure(static_cast<size_t>(words) * sizeof(int32_t)));
@@ -198,15 +199,8 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
 }
 
 absl::Status CudaStepModel::Step(const int32_t* ids, int k, StepScores* scores) {
-  if (!scores->gather_offsets.empty()) {
-    return absl::UnimplementedError(
-        "forced decoding (scoring, a target prefix, a repetition penalty) runs on the CPU engine only (use --device cpu)");
-  }
   if (!scores->alignment_layers.empty()) {
     return absl::UnimplementedError("alignments are computed by the CPU engine only (use --device cpu)");
-  }
-  if (scores->want_logprobs) {
-    return absl::UnimplementedError("ensembles run on the CPU engine only (use --device cpu)");
   }
   absl::Status s = StepImpl(ids, k, scores);
   // On failure, work queued before it may still use the staging buffers: wait for it.
@@ -232,34 +226,29 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   const int n = rows();
   const int V = c_.vocab_size;
   TNMT_RETURN_IF_ERROR(s->Reset(n, k, V));
+  TNMT_RETURN_IF_ERROR(s->CheckGather(n, V));
+  // Gathered logits (forced decoding) and whole distributions (ensembles) are scored on the
+  // host from the downloaded logits, by the CPU engine's ScoreRow: the same scoring code.
+  const bool host_scoring = !s->gather_offsets.empty() || s->want_logprobs;
   if (k > kc::kMaxTopK) {
     return absl::InvalidArgumentError(
         absl::StrCat("step candidates k=", k, " above the CUDA top-k limit of ", kc::kMaxTopK));
   }
   if (n == 0) return absl::OkStatus();
-  const std::vector<int32_t>& row_pos = index_.row_pos();
-  const std::vector<int32_t>& row_source = index_.row_source();
   for (int r = 0; r < n; ++r) {
     if (ids[r] < 0 || ids[r] >= V) {
       return absl::InvalidArgumentError(absl::StrCat("step token id ", ids[r], " of row ", r,
                                                      " outside [0, ", V, ")"));
     }
-    if (row_pos[r] + 1 > max_steps_) {
-      return absl::OutOfRangeError(absl::StrCat("decoder cache holds ", max_steps_,
-                                                " positions; position ", row_pos[r] + 1,
-                                                " requested"));
-    }
   }
   const int B = Bucket(n, options_.cuda_graphs);  // rows computed: n real, B - n padding
   TNMT_RETURN_IF_ERROR(ctx_->Activate());
-  // Device memory first (nothing below changes the host state before the launches).
+  // Device memory first (nothing below changes the host state before PlanStep).
   TNMT_RETURN_IF_ERROR(act_.Ensure(ctx_->allocator(), c_, w_->dtype(), B, /*decoder=*/true));
   const int spare = 1 - cur_;
   TNMT_RETURN_IF_ERROR(EnsureBuffer(tables_[spare],
                                     static_cast<size_t>(B) * max_steps_ * sizeof(int32_t),
                                     "decoder slot tables"));
-  const int64_t pads_missing = std::max<int64_t>(0, B - n - static_cast<int64_t>(pad_slots_.size()));
-  TNMT_RETURN_IF_ERROR(Reserve(graph::KvIndex::kSelf, n + pads_missing));
   const size_t step_words = 6 * static_cast<size_t>(B);
   TNMT_RETURN_IF_ERROR(EnsureBuffer(step_in_, step_words * sizeof(int32_t), "step inputs"));
   const size_t result_words = static_cast<size_t>(B) * (2 + 2 * static_cast<size_t>(k));
@@ -276,26 +265,19 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   const size_t src_words = upload_src ? src_lengths.size() + src_slots.size() : 0;
   TNMT_RETURN_IF_ERROR(upload_.Ensure((step_words + src_words) * sizeof(int32_t)));
   TNMT_RETURN_IF_ERROR(download_.Ensure(result_words * sizeof(float)));
+  const size_t logit_words = host_scoring ? static_cast<size_t>(n) * V : 0;
+  if (host_scoring) TNMT_RETURN_IF_ERROR(logits_host_.Ensure(logit_words * sizeof(float)));
 
-  // Packed step inputs [6, B]: ids, positions, new slots, sources, valid keys, table rows.
-  for (int64_t i = 0; i < pads_missing; ++i) {  // Reserve made room
-    pad_slots_.push_back(index_.TakeSlot(graph::KvIndex::kSelf));
-  }
+  // The step's rows, slots and tables (engine/graph/step_plan.h), packed [6, B]: ids,
+  // positions, new slots, sources, valid keys, table rows.
+  TNMT_RETURN_IF_ERROR(graph::PlanStep(index_, 1, B, max_steps_, GrowPool(graph::KvIndex::kSelf), &pad_slots_, &plan_));
   int32_t* h = upload_.as<int32_t>();
-  for (int r = 0; r < B; ++r) {
-    int32_t slot;
-    if (r < n) {
-      slot = index_.TakeRowSlot(r);  // Reserve made room for every row
-    } else {
-      slot = pad_slots_[r - n];
-    }
-    h[r] = r < n ? ids[r] : c_.pad_id;
-    h[B + r] = r < n ? row_pos[r] : 0;
-    h[2 * B + r] = slot;
-    h[3 * B + r] = row_source[r < n ? r : 0];  // padding attends to a live source
-    h[4 * B + r] = (r < n ? row_pos[r] : 0) + 1;
-    h[5 * B + r] = r < n ? index_.row_map()[r] : -1;
-  }
+  for (int r = 0; r < B; ++r) h[r] = r < n ? ids[r] : c_.pad_id;
+  std::copy(plan_.positions.begin(), plan_.positions.end(), h + B);
+  std::copy(plan_.slots.begin(), plan_.slots.end(), h + 2 * B);
+  std::copy(plan_.sources.begin(), plan_.sources.end(), h + 3 * B);
+  std::copy(plan_.valid.begin(), plan_.valid.end(), h + 4 * B);
+  std::copy(plan_.map.begin(), plan_.map.end(), h + 5 * B);
   cudaStream_t stream = ctx_->stream();
   TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(step_in_.get(), h, step_words * sizeof(int32_t),
                                                        cudaMemcpyHostToDevice, stream)));
@@ -324,7 +306,19 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(download_.as<float>(), results_.get(),
                                                        result_words * sizeof(float),
                                                        cudaMemcpyDeviceToHost, stream)));
+  if (host_scoring) {  // the first n rows of the logits [B, V]
+    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(logits_host_.as<float>(), act_.get().logits,
+                                                         logit_words * sizeof(float), cudaMemcpyDeviceToHost,
+                                                         stream)));
+  }
   TNMT_RETURN_IF_ERROR(ctx_->Synchronize());
+  index_.Advance(1);
+  if (host_scoring) {
+    if (s->want_logprobs) s->logprobs.resize(logit_words);
+    const float* logits = logits_host_.as<float>();
+    for (int r = 0; r < n; ++r) ScoreRow(logits + static_cast<int64_t>(r) * V, r, V, c_.eos_id, c_.pad_id, s);
+    return absl::OkStatus();
+  }
   // The host reads the results only now, after the sync. Layout: lse [B], eos [B],
   // values [B, k], ids [B, k]; the first n rows of each are real.
   const float* got = download_.as<float>();
@@ -335,7 +329,6 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   std::memcpy(s->eos_logit.data(), got + B, sizeof(float) * n);
   std::memcpy(s->top_logit.data(), got + values_at, sizeof(float) * nk);
   std::memcpy(s->top_id.data(), got + ids_at, sizeof(int32_t) * nk);
-  index_.Advance(1);
   return absl::OkStatus();
 }
 
@@ -375,39 +368,18 @@ absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* 
                                     const int32_t* d_slot, const int32_t* d_src,
                                     const int32_t* d_valid, const int32_t* tables) {
   const Activations& a = act_.get();
-  // Self-attention: row b's keys are its slots tables[b, 0:valid[b]) (ld_kv = 0: one slot per
-  // stored group); k_len only bounds valid[b].
-  kc::AttentionArgs self_args = graph::ModelAttention(c_);
-  self_args.batch = n;
-  self_args.q_len = 1;
-  self_args.k_len = max_steps_;
-  self_args.k_valid = d_valid;
-  self_args.k_groups = tables;
-  self_args.k_groups_stride = max_steps_;
-  // Cross-attention: row b reads source src[b], its lengths[src] slots.
-  kc::AttentionArgs cross_args = self_args;
-  cross_args.k_len = index_.src_stride();
-  cross_args.kv_index = d_src;
-  cross_args.k_valid = d_src_lengths_.as<int32_t>();
-  cross_args.k_groups = d_src_slots_.as<int32_t>();
-  cross_args.k_groups_stride = index_.src_stride();
-  // The graph's view of the device pools.
-  struct Cache {
+  const graph::StepAttention args = graph::PlanAttention(
+      c_, plan_, max_steps_, tables, d_valid, d_src, d_src_lengths_.as<int32_t>(), d_src_slots_.as<int32_t>(),
+      index_.src_stride(), /*fixed_bounds=*/true);
+  // The graph's view of the device pools (no alignments on the GPU).
+  struct Pools {
     CudaStepModel* m;
-    const int32_t* slots;
-    const kc::AttentionArgs& self;
-    const kc::AttentionArgs& cross;
     float* self_pool(size_t layer) { return m->self_.layers[layer].as<float>(); }
     float* cross_pool(size_t layer) { return m->cross_.layers[layer].as<float>(); }
-    const int32_t* new_slots() const { return slots; }
-    const kc::AttentionArgs& self_args() const { return self; }
-    const kc::AttentionArgs& cross_args() const { return cross; }
-    absl::Status AfterCrossAttention(size_t, const float*, const kc::AttentionArgs&) {
-      return absl::OkStatus();
-    }
-  } cache{this, d_slot, self_args, cross_args};
-  return graph::DecodeStep(cuda_engine::CudaLayerOps(*ctx_, *w_, a.half), a, d_ids, d_pos, n,
-                           cache, a.logits);
+  } pools{this};
+  auto no_alignments = [](size_t, const float*, const kc::AttentionArgs&) { return absl::OkStatus(); };
+  graph::StepCache cache(pools, d_slot, args, no_alignments);
+  return graph::DecodeStep(cuda_engine::CudaLayerOps(*ctx_, *w_, a.half), a, d_ids, d_pos, n, cache, a.logits);
 }
 
 }  // namespace tnmt

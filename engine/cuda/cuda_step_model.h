@@ -1,7 +1,10 @@
-// StepModel on one GPU, with CpuStepModel's semantics (engine/decode/cpu_step_model.h): the
+// StepModel on one GPU, with CpuStepModel's semantics (engine/cpu/cpu_step_model.h): the
 // encoder, cross-attention K/V per source, the KV-cached decoder step, the per-row log-sum-exp,
 // the eos logit and the top k (pad excluded) all run on the device; one Step() copies
-// rows * (2 + 2k) numbers back to the host.
+// rows * (2 + 2k) numbers back to the host. A step that gathers logits (forced decoding: a
+// score, a target prefix, a repetition penalty) or wants whole distributions (an ensemble)
+// copies the rows' logits back instead and scores them on the host with the CPU engine's
+// ScoreRow. Alignments are refused (UNIMPLEMENTED).
 //
 // Memory layout, as engine/layers DecoderState: K/V live in slot pools (one slot = one
 // position's K and V, [2 * d_model] float32, in every decoder layer); the self-attention pool
@@ -44,6 +47,7 @@
 #include "engine/cuda/pinned_buffer.h"
 #include "engine/decode/step_model.h"
 #include "engine/graph/kv_index.h"
+#include "engine/graph/step_plan.h"
 #include "kernels/cuda/context.h"
 
 namespace tnmt {
@@ -90,8 +94,8 @@ class CudaStepModel : public StepModel {
   absl::StatusOr<std::vector<int32_t>> AddSourcesImpl(const int32_t* ids, const int32_t* lengths,
                                                       int batch, int src_max);
   absl::Status StepImpl(const int32_t* ids, int k, StepScores* scores);
-  // Makes `more` slots of `pool` free, growing the device storage (ids kept, contents copied).
-  absl::Status Reserve(graph::KvIndex::PoolId pool, int64_t more);
+  // Grows `pool`'s device storage for KvIndex::Reserve (slot ids kept, contents copied).
+  graph::KvIndex::Grow GrowPool(graph::KvIndex::PoolId pool);
   // Makes `buffer` hold at least `bytes` (contents not kept when it grows).
   absl::Status EnsureBuffer(kernels::cuda::DeviceBuffer& buffer, size_t bytes, const char* what);
   // Queues one step for `rows` rows (inputs at step_in_, [6, rows]): the slot tables from
@@ -121,9 +125,11 @@ class CudaStepModel : public StepModel {
   kernels::cuda::DeviceBuffer results_;  // lse [rows], eos [rows], values [rows, k], ids [rows, k]
   cuda_engine::ActivationBuffer act_;
   cuda_engine::PinnedBuffer upload_, download_;
+  cuda_engine::PinnedBuffer logits_host_;  // [rows, vocab] for host scoring (see Step)
 
   const CudaStepOptions options_;
   std::vector<int32_t> pad_slots_;  // self slots of padded rows (graphs only), never freed
+  graph::StepPlan plan_;             // the current step's rows and slots (buffers reused)
   cuda_engine::GraphCache graphs_;
 };
 

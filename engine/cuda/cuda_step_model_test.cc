@@ -2,7 +2,8 @@
 // and pre-norm/GELU/learned/untied), in float32, float16 and bfloat16: the same calls on both
 // (sources joining a running decode, beam-like reorders, a source leaving and its id reused)
 // must give the same source ids and the same step scores: log-sum-exp, eos logit and the top
-// k (values within the dtype's tolerance; ids equal except between near-equal values).
+// k (values within the dtype's tolerance; ids equal except between near-equal values), and the
+// gathered logits and whole distributions of forced decoding and ensembles.
 // Skips without a CUDA device.
 #include "engine/cuda/cuda_step_model.h"
 
@@ -17,7 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/cuda/cuda_backend.h"
-#include "engine/decode/cpu_step_model.h"
+#include "engine/cpu/cpu_step_model.h"
 #include "engine/runtime/loaded_model.h"
 #include "kernels/cuda/test_util.h"
 
@@ -48,7 +49,7 @@ class CudaStepModelTest : public ::testing::TestWithParam<Case> {
         MakeCudaBackend(c(), model_->weights, {0, GetParam().dtype, GetParam().graphs});
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = std::move(*backend);
-    auto cpu = CpuStepModel::Create(c(), model_->weights, &ws_);
+    auto cpu = CpuStepModel::Create(c(), model_->weights);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     cpu_ = std::move(*cpu);
     auto gpu = backend_->NewStepModel();
@@ -127,7 +128,6 @@ class CudaStepModelTest : public ::testing::TestWithParam<Case> {
 
   std::shared_ptr<const LoadedModel> model_;
   std::unique_ptr<DecodeBackend> backend_;
-  Workspace ws_;
   std::unique_ptr<StepModel> cpu_, gpu_;
   std::mt19937 rng_{29};
   double worst_ = 0.0;
@@ -209,6 +209,40 @@ TEST_P(CudaStepModelTest, StepScoresMatchCpuAcrossJoinsReordersAndReleases) {
   StepScores empty;
   EXPECT_TRUE(gpu_->Step(nullptr, k, &empty).ok());
   EXPECT_EQ(empty.rows, 0);
+}
+
+// Forced decoding's gathered logits and an ensemble's whole distributions: scored on the host
+// from the GPU's logits, as the CPU scores its own. Alignments are refused, changing nothing.
+TEST_P(CudaStepModelTest, GatheredLogitsAndDistributionsAsOnTheCpu) {
+  using kernels::cuda::testing::MaxScaledError;
+  std::vector<int32_t> a = AddSources({5, 9});
+  ASSERT_EQ(a.size(), 2u);
+  Reorder({}, a);
+  std::vector<int32_t> ids(2, c().bos_id);
+  for (int t = 0; t < 3; ++t) {
+    StepScores want, got;
+    for (StepScores* s : {&want, &got}) {
+      s->gather_offsets = {0, 2, 3};
+      s->gather_ids = {c().eos_id, 7, 11};
+      s->want_logprobs = t != 1;
+      s->want_lse = t != 2;
+    }
+    ASSERT_TRUE(cpu_->Step(ids.data(), 4, &want).ok());
+    const absl::Status st = gpu_->Step(ids.data(), 4, &got);
+    ASSERT_TRUE(st.ok()) << st;
+    const std::string where = "forced step " + std::to_string(t);
+    Compare(want, got, where);
+    EXPECT_LE(MaxScaledError(got.gather_logit, want.gather_logit), GetParam().tolerance) << where;
+    ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << where;
+    if (!want.logprobs.empty()) {
+      EXPECT_LE(MaxScaledError(got.logprobs, want.logprobs), GetParam().tolerance) << where;
+    }
+    ids = {want.top_id[0], want.top_id[4]};
+  }
+  StepScores aligned;
+  aligned.alignment_layers = {0};
+  EXPECT_EQ(gpu_->Step(ids.data(), 4, &aligned).code(), absl::StatusCode::kUnimplemented);
+  Step(ids, 4, "after the refused step");
 }
 
 TEST_P(CudaStepModelTest, ErrorsAsOnTheCpu) {
