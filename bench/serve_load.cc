@@ -173,7 +173,9 @@ void MakeBad(int kind, const std::string& good_text, tnmt::v1::TranslateRequest*
     default:
       for (int i = 1; i < 16; ++i) r->add_texts(good_text);
       r->mutable_options()->set_beam_size(64);
-      r->mutable_options()->set_max_length(4000);
+      // Within the server's default --max-output-length (1024), so the refusal is the cost:
+      // 16 texts x beam 64 x 1001 steps, over the default quota of 131072.
+      r->mutable_options()->set_max_length(1000);
       break;
   }
 }

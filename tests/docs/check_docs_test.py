@@ -101,28 +101,42 @@ def broken(what, where, readme=GOOD_README, perf=GOOD_PERF):
     check(rc == 1 and where in out, f"reported: {what} ({where})", f"exit {rc}:\n{out}")
 
 
-broken("a cited results file that does not exist", "README.md:7: bench/results/run-2026-01-09-x.txt does not exist",
-       readme=GOOD_README.replace("run-2026-01-01-a.txt](bench/results/run-2026-01-01-a.txt)",
-                                  "run-2026-01-09-x.txt](bench/results/run-2026-01-09-x.txt)"))
-broken("a bare results-file name that does not exist", "docs/perf.md:7: results file run-2026-01-03-c.txt does not exist",
-       perf=GOOD_PERF.replace("run-2026-01-02-b.txt", "run-2026-01-03-c.txt"))
-broken("a ratio its cited file does not hold", "README.md:12: ratio 2.86x is not in bench/results/run-2026-01-01-a.txt",
-       readme=GOOD_README.replace("2.85×", "2.86×"))
-broken("a ratio that only ends like the file's", "docs/perf.md:5: ratio 1.4x is not in",
-       perf=GOOD_PERF.replace("| 1.42x |", "| 1.4x |"))
-broken("a ratio inherited from an earlier row, wrong", "docs/perf.md:6: ratio 2.58x is not in bench/results/run-2026-01-01-a.txt",
-       perf=GOOD_PERF.replace("2.85x", "2.58x"))
-broken("a ratio in a table that cites no file", "README.md:11: ratio(s) 1.42x in a table that cites no bench/results file",
-       readme=GOOD_README.replace("The run ([bench/results/run-2026-01-01-a.txt](bench/results/run-2026-01-01-a.txt)):",
-                                  "The run:"))
-broken("a caption that names two files", "README.md:11: ratio(s) 1.42x in a table whose caption names several",
-       readme=GOOD_README.replace("The run (", "The runs (bench/results/run-2026-01-02-b.txt, "))
-broken("a dead relative link", "README.md:3: link to docs/nope.md: no such file or directory",
-       readme=GOOD_README.replace("docs/notes.md", "docs/nope.md"))
-broken("a link to a heading that does not exist", "docs/perf.md:9: link to ../README.md#figures: README.md has no heading",
-       perf=GOOD_PERF.replace("#numbers", "#figures"))
-broken("a mention of ../shared", "README.md:3: mentions ../shared",
-       readme=GOOD_README.replace("[the notes](docs/notes.md)", "[the notes](docs/notes.md) (data in ../shared/data)"))
+# Each: what breaks, the problem line the checker must print, the document (README.md or
+# docs/perf.md) and the text replaced in the good copy.
+BROKEN = [
+    ("a cited results file that does not exist",
+     "README.md:7: bench/results/run-2026-01-09-x.txt does not exist",
+     "readme", "run-2026-01-01-a.txt](bench/results/run-2026-01-01-a.txt)", "run-2026-01-09-x.txt](bench/results/run-2026-01-09-x.txt)"),
+    ("a bare results-file name that does not exist",
+     "docs/perf.md:7: results file run-2026-01-03-c.txt does not exist",
+     "perf", "run-2026-01-02-b.txt", "run-2026-01-03-c.txt"),
+    ("a ratio its cited file does not hold",
+     "README.md:12: ratio 2.86x is not in bench/results/run-2026-01-01-a.txt",
+     "readme", "2.85×", "2.86×"),
+    ("a ratio that only ends like the file's",
+     "docs/perf.md:5: ratio 1.4x is not in",
+     "perf", "| 1.42x |", "| 1.4x |"),
+    ("a ratio inherited from an earlier row, wrong",
+     "docs/perf.md:6: ratio 2.58x is not in bench/results/run-2026-01-01-a.txt",
+     "perf", "2.85x", "2.58x"),
+    ("a ratio in a table that cites no file",
+     "README.md:11: ratio(s) 1.42x in a table that cites no bench/results file",
+     "readme", "The run ([bench/results/run-2026-01-01-a.txt](bench/results/run-2026-01-01-a.txt)):", "The run:"),
+    ("a caption that names two files",
+     "README.md:11: ratio(s) 1.42x in a table whose caption names several",
+     "readme", "The run (", "The runs (bench/results/run-2026-01-02-b.txt, "),
+    ("a dead relative link",
+     "README.md:3: link to docs/nope.md: no such file or directory",
+     "readme", "docs/notes.md", "docs/nope.md"),
+    ("a link to a heading that does not exist",
+     "docs/perf.md:9: link to ../README.md#figures: README.md has no heading",
+     "perf", "#numbers", "#figures"),
+    ("a mention of ../shared",
+     "README.md:3: mentions ../shared",
+     "readme", "[the notes](docs/notes.md)", "[the notes](docs/notes.md) (data in ../shared/data)"),
+]
+for what, where, doc, old, new in BROKEN:
+    broken(what, where, **{doc: (GOOD_README if doc == "readme" else GOOD_PERF).replace(old, new)})
 
 print(f"{failures} failure(s)" if failures else "all checks passed")
 sys.exit(1 if failures else 0)
