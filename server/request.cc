@@ -133,10 +133,6 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
     p.seed = d.seed;
   }
   const bool has_prefixes = target_prefixes != nullptr && !target_prefixes->empty();
-  if (m.placement.device == Device::kCuda && d.return_alignments) {
-    return absl::UnimplementedError(absl::StrCat("options.return_alignments: runs on the CPU engine only; model ",
-                                                 p.model, " is on ", m.backend->Describe()));
-  }
   p.return_scores = o.return_scores();
 
   p.texts = texts.size();

@@ -199,9 +199,6 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
 }
 
 absl::Status CudaStepModel::Step(const int32_t* ids, int k, StepScores* scores) {
-  if (!scores->alignment_layers.empty()) {
-    return absl::UnimplementedError("alignments are computed by the CPU engine only (use --device cpu)");
-  }
   absl::Status s = StepImpl(ids, k, scores);
   // On failure, work queued before it may still use the staging buffers: wait for it.
   if (!s.ok()) (void)ctx_->Synchronize();
@@ -230,6 +227,12 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   // Gathered logits (forced decoding) and whole distributions (ensembles) are scored on the
   // host from the downloaded logits, by the CPU engine's ScoreRow: the same scoring code.
   const bool host_scoring = !s->gather_offsets.empty() || s->want_logprobs;
+  for (int32_t layer : s->alignment_layers) {
+    if (layer < 0 || layer >= static_cast<int>(w_->decoder.size())) {
+      return absl::InvalidArgumentError(absl::StrCat("alignment layer ", layer, " outside [0, ",
+                                                     w_->decoder.size(), ")"));
+    }
+  }
   if (k > kc::kMaxTopK) {
     return absl::InvalidArgumentError(
         absl::StrCat("step candidates k=", k, " above the CUDA top-k limit of ", kc::kMaxTopK));
@@ -267,6 +270,13 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   TNMT_RETURN_IF_ERROR(download_.Ensure(result_words * sizeof(float)));
   const size_t logit_words = host_scoring ? static_cast<size_t>(n) * V : 0;
   if (host_scoring) TNMT_RETURN_IF_ERROR(logits_host_.Ensure(logit_words * sizeof(float)));
+  // Alignments: each requested layer's AttentionArgmax after its cross-attention, [layers, B].
+  const size_t align_words = s->alignment_layers.size() * static_cast<size_t>(B);
+  if (align_words > 0) {
+    TNMT_RETURN_IF_ERROR(EnsureBuffer(aligned_, align_words * sizeof(int32_t), "alignments"));
+    TNMT_RETURN_IF_ERROR(aligned_host_.Ensure(align_words * sizeof(int32_t)));
+  }
+  alignment_layers_ = s->alignment_layers;
 
   // The step's rows, slots and tables (engine/graph/step_plan.h), packed [6, B]: ids,
   // positions, new slots, sources, valid keys, table rows.
@@ -295,7 +305,7 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   }
   int32_t* tables = tables_[spare].as<int32_t>();
   const int32_t* from = tables_[cur_].as<int32_t>();
-  if (options_.cuda_graphs) {
+  if (options_.cuda_graphs && alignment_layers_.empty()) {  // alignments: an eager step
     TNMT_RETURN_IF_ERROR(graphs_.Run(GraphKey(B, k, tables, from), stream,
                                      [&]() { return EnqueueStep(B, k, tables, from); }));
   } else {
@@ -306,6 +316,11 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(download_.as<float>(), results_.get(),
                                                        result_words * sizeof(float),
                                                        cudaMemcpyDeviceToHost, stream)));
+  if (align_words > 0) {
+    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(aligned_host_.as<int32_t>(), aligned_.get(),
+                                                         align_words * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                                         stream)));
+  }
   if (host_scoring) {  // the first n rows of the logits [B, V]
     TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(logits_host_.as<float>(), act_.get().logits,
                                                          logit_words * sizeof(float), cudaMemcpyDeviceToHost,
@@ -313,6 +328,11 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   }
   TNMT_RETURN_IF_ERROR(ctx_->Synchronize());
   index_.Advance(1);
+  s->aligned.clear();
+  for (size_t i = 0; i < s->alignment_layers.size(); ++i) {  // the first n rows of each layer's
+    const int32_t* a = aligned_host_.as<int32_t>() + i * static_cast<size_t>(B);
+    s->aligned.insert(s->aligned.end(), a, a + n);
+  }
   if (host_scoring) {
     if (s->want_logprobs) s->logprobs.resize(logit_words);
     const float* logits = logits_host_.as<float>();
@@ -377,8 +397,16 @@ absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* 
     float* self_pool(size_t layer) { return m->self_.layers[layer].as<float>(); }
     float* cross_pool(size_t layer) { return m->cross_.layers[layer].as<float>(); }
   } pools{this};
-  auto no_alignments = [](size_t, const float*, const kc::AttentionArgs&) { return absl::OkStatus(); };
-  graph::StepCache cache(pools, d_slot, args, no_alignments);
+  const int d = c_.d_model;
+  auto align = [this, d](size_t layer, const float* q, const kc::AttentionArgs& cross) {
+    for (size_t i = 0; i < alignment_layers_.size(); ++i) {
+      if (alignment_layers_[i] != static_cast<int>(layer)) continue;
+      int32_t* out = aligned_.as<int32_t>() + i * static_cast<size_t>(cross.batch) * cross.q_len;
+      TNMT_RETURN_IF_ERROR(kc::AttentionArgmax(*ctx_, out, q, d, cross_.layers[layer].as<float>(), 0, 2 * d, cross));
+    }
+    return absl::OkStatus();
+  };
+  graph::StepCache cache(pools, d_slot, args, align);
   return graph::DecodeStep(cuda_engine::CudaLayerOps(*ctx_, *w_, a.half), a, d_ids, d_pos, n, cache, a.logits);
 }
 

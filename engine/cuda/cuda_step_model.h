@@ -4,7 +4,8 @@
 // rows * (2 + 2k) numbers back to the host. A step that gathers logits (forced decoding: a
 // score, a target prefix, a repetition penalty) or wants whole distributions (an ensemble)
 // copies the rows' logits back instead and scores them on the host with the CPU engine's
-// ScoreRow. Alignments are refused (UNIMPLEMENTED).
+// ScoreRow. Alignments run kernels::cuda::AttentionArgmax after the asked layers'
+// cross-attention (such a step runs eagerly, outside the CUDA graphs).
 //
 // Memory layout, as engine/layers DecoderState: K/V live in slot pools (one slot = one
 // position's K and V, [2 * d_model] float32, in every decoder layer); the self-attention pool
@@ -126,6 +127,10 @@ class CudaStepModel : public StepModel {
   cuda_engine::ActivationBuffer act_;
   cuda_engine::PinnedBuffer upload_, download_;
   cuda_engine::PinnedBuffer logits_host_;  // [rows, vocab] for host scoring (see Step)
+  // The current step's alignment layers, and their AttentionArgmax rows [layers, B].
+  std::vector<int32_t> alignment_layers_;
+  kernels::cuda::DeviceBuffer aligned_;
+  cuda_engine::PinnedBuffer aligned_host_;
 
   const CudaStepOptions options_;
   std::vector<int32_t> pad_slots_;  // self slots of padded rows (graphs only), never freed

@@ -3,7 +3,7 @@
 // (sources joining a running decode, beam-like reorders, a source leaving and its id reused)
 // must give the same source ids and the same step scores: log-sum-exp, eos logit and the top
 // k (values within the dtype's tolerance; ids equal except between near-equal values), and the
-// gathered logits and whole distributions of forced decoding and ensembles.
+// gathered logits and whole distributions of forced decoding and ensembles, and alignments.
 // Skips without a CUDA device.
 #include "engine/cuda/cuda_step_model.h"
 
@@ -212,7 +212,8 @@ TEST_P(CudaStepModelTest, StepScoresMatchCpuAcrossJoinsReordersAndReleases) {
 }
 
 // Forced decoding's gathered logits and an ensemble's whole distributions: scored on the host
-// from the GPU's logits, as the CPU scores its own. Alignments are refused, changing nothing.
+// from the GPU's logits, as the CPU scores its own; alignments from the GPU's AttentionArgmax
+// equal the CPU's; a layer out of range is refused, changing nothing.
 TEST_P(CudaStepModelTest, GatheredLogitsAndDistributionsAsOnTheCpu) {
   using kernels::cuda::testing::MaxScaledError;
   std::vector<int32_t> a = AddSources({5, 9});
@@ -239,10 +240,18 @@ TEST_P(CudaStepModelTest, GatheredLogitsAndDistributionsAsOnTheCpu) {
     }
     ids = {want.top_id[0], want.top_id[4]};
   }
-  StepScores aligned;
-  aligned.alignment_layers = {0};
-  EXPECT_EQ(gpu_->Step(ids.data(), 4, &aligned).code(), absl::StatusCode::kUnimplemented);
-  Step(ids, 4, "after the refused step");
+  // Alignments of two layers (the step runs eagerly, also with graphs on), then a plain step.
+  StepScores want, got;
+  want.alignment_layers = got.alignment_layers = {0, static_cast<int32_t>(c().decoder_layers - 1)};
+  ASSERT_TRUE(cpu_->Step(ids.data(), 4, &want).ok());
+  const absl::Status st = gpu_->Step(ids.data(), 4, &got);
+  ASSERT_TRUE(st.ok()) << st;
+  Compare(want, got, "aligned step");
+  EXPECT_EQ(got.aligned, want.aligned) << "alignments (layers 0 and last, 2 rows each)";
+  StepScores bad;
+  bad.alignment_layers = {c().decoder_layers};
+  EXPECT_EQ(gpu_->Step(ids.data(), 4, &bad).code(), absl::StatusCode::kInvalidArgument);
+  Step({want.top_id[0], want.top_id[4]}, 4, "after the aligned step");
 }
 
 TEST_P(CudaStepModelTest, ErrorsAsOnTheCpu) {

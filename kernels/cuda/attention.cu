@@ -237,6 +237,63 @@ __global__ void __launch_bounds__(kThreads) AttentionGeneral(Params p) {
 
 bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
+constexpr int kMaxArgmaxHeads = 256;
+
+// Head h's scaled score of key j for query row qr, in double without contraction (the CPU's
+// sum of products, in its order).
+__device__ double ArgmaxScore(const Params& p, const RowInfo& r, const float* qr, int h, int j) {
+  const float* kh = p.k + KeyOffset(p, r, j) + static_cast<int64_t>(h) * p.d_head;
+  double s = 0.0;
+  for (int c = 0; c < p.d_head; ++c) {
+    s = __dadd_rn(s, __dmul_rn(static_cast<double>(qr[h * p.d_head + c]), static_cast<double>(kh[c])));
+  }
+  return __dmul_rn(s, static_cast<double>(p.scale));
+}
+
+// One thread per query row: each head's max and softmax normalizer, then each key's mean
+// probability over the heads (recomputing the scores instead of storing them).
+__global__ void AttentionArgmaxKernel(Params p, int num_heads, int64_t rows, int32_t* out) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= rows) return;
+  RowInfo r;
+  r.row = row;
+  const int b = static_cast<int>(row / p.q_len);
+  const int i = static_cast<int>(row % p.q_len);
+  r.g = p.kv_index != nullptr ? p.kv_index[b] : b;
+  int limit = p.k_valid != nullptr ? p.k_valid[r.g] : p.k_len;
+  if (limit > p.k_len) limit = p.k_len;
+  if (p.causal_offset >= 0 && i + p.causal_offset + 1 < limit) limit = i + p.causal_offset + 1;
+  r.limit = limit;
+  r.groups = p.k_groups != nullptr ? p.k_groups + r.g * p.k_groups_stride : nullptr;
+  if (limit <= 0) {
+    out[row] = -1;
+    return;
+  }
+  const float* qr = p.q + row * p.ld_q;
+  double mx[kMaxArgmaxHeads], sum[kMaxArgmaxHeads];
+  for (int h = 0; h < num_heads; ++h) {
+    double m = -INFINITY;
+    for (int j = 0; j < limit; ++j) m = fmax(m, ArgmaxScore(p, r, qr, h, j));
+    double s = 0.0;
+    for (int j = 0; j < limit; ++j) s = __dadd_rn(s, exp(__dadd_rn(ArgmaxScore(p, r, qr, h, j), -m)));
+    mx[h] = m;
+    sum[h] = s;
+  }
+  int best = 0;
+  double best_mean = -1.0;
+  for (int j = 0; j < limit; ++j) {
+    double mean = 0.0;
+    for (int h = 0; h < num_heads; ++h) {
+      mean = __dadd_rn(mean, __ddiv_rn(exp(__dadd_rn(ArgmaxScore(p, r, qr, h, j), -mx[h])), sum[h]));
+    }
+    if (mean > best_mean) {
+      best_mean = mean;
+      best = j;
+    }
+  }
+  out[row] = best;
+}
+
 }  // namespace
 
 absl::Status MultiHeadAttention(Context& ctx, float* out, int64_t ld_out, const float* q,
@@ -281,6 +338,28 @@ absl::Status MultiHeadAttention(Context& ctx, float* out, int64_t ld_out, const 
       default: AttentionGeneral<8><<<grid, kThreads, 0, stream>>>(p); break;
     }
   }
+  return TNMT_CUDA_LAUNCH_CHECK();
+}
+
+absl::Status AttentionArgmax(Context& ctx, int32_t* out, const float* q, int64_t ld_q, const float* k,
+                             int64_t ld_kv, int64_t kv_group_stride, const AttentionArgs& a) {
+  if (a.batch < 0 || a.q_len < 0 || a.k_len < 0 || a.num_heads < 0 || a.d_head < 0) {
+    return absl::InvalidArgumentError("cuda::AttentionArgmax: negative size");
+  }
+  const int64_t rows = static_cast<int64_t>(a.batch) * a.q_len;
+  if (rows == 0) return absl::OkStatus();
+  if (a.num_heads > kMaxArgmaxHeads) {
+    return absl::UnimplementedError(
+        absl::StrCat("cuda::AttentionArgmax: ", a.num_heads, " heads > ", kMaxArgmaxHeads));
+  }
+  Params p{nullptr,     0,          q,         ld_q,      k,          nullptr,
+           ld_kv,       kv_group_stride,       a.q_len,   a.k_len,    a.d_head,
+           a.scale,     a.kv_index, a.k_valid, a.causal_offset,       a.k_groups,
+           a.k_groups_stride};
+  constexpr int kRowsPerBlock = 64;
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (blocks > 0x7fffffff) return absl::InvalidArgumentError("cuda::AttentionArgmax: too many rows");
+  AttentionArgmaxKernel<<<static_cast<unsigned>(blocks), kRowsPerBlock, 0, ctx.stream()>>>(p, a.num_heads, rows, out);
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 

@@ -30,4 +30,12 @@ absl::Status MultiHeadAttention(Context& ctx, float* out, int64_t ld_out, const 
                                 int64_t ld_q, const float* k, const float* v, int64_t ld_kv,
                                 int64_t kv_group_stride, const AttentionArgs& args);
 
+// Alignment, as kernels/cpu AttentionArgmax: for each query row, the visible key with the
+// highest attention probability averaged over the heads (ties: the lowest; no visible key:
+// -1), in double from the same scaled dot products and softmax, summed in the CPU's order
+// without contraction, so it agrees with the CPU except where exp's last bit separates two
+// keys. One thread per row: for alignments, not for speed. num_heads <= 256.
+absl::Status AttentionArgmax(Context& ctx, int32_t* out, const float* q, int64_t ld_q, const float* k,
+                             int64_t ld_kv, int64_t kv_group_stride, const AttentionArgs& args);
+
 }  // namespace tnmt::kernels::cuda

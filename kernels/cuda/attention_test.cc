@@ -34,7 +34,9 @@ struct Config {
 
 class AttentionTest : public CudaTest {
  protected:
-  double Run(const Config& c) {
+  // Runs both kernels on the same random inputs; returns the attention's max scaled error and
+  // sets *argmax_differ to the rows whose alignment (AttentionArgmax) differs from the CPU's.
+  double Run(const Config& c, int64_t* argmax_differ) {
     std::uniform_int_distribution<int> any(0, 1 << 30);
     const int d = c.heads * c.d_head;
     const int64_t ld_q = d + c.ld_pad, ld_out = d + c.ld_pad;
@@ -91,6 +93,14 @@ class AttentionTest : public CudaTest {
                                               ld_kv, group_stride, g);
     EXPECT_TRUE(s.ok()) << s;
     std::vector<float> got = ToHost(dout, rows * ld_out);
+    std::vector<int32_t> want_align(rows);
+    cpu::AttentionArgmax(want_align.data(), q.data(), ld_q, kv.data(), ld_kv, group_stride, a);
+    int32_t* dalign = Alloc<int32_t>(rows);
+    const absl::Status sa = AttentionArgmax(*ctx_, dalign, ToDevice(q), ld_q, dkv, ld_kv, group_stride, g);
+    EXPECT_TRUE(sa.ok()) << sa;
+    const std::vector<int32_t> got_align = ToHost(dalign, rows);
+    *argmax_differ = 0;
+    for (int64_t r = 0; r < rows; ++r) *argmax_differ += got_align[r] != want_align[r];
     // Compare the written columns only (padding columns stay poisoned on both sides' terms).
     std::vector<float> got_d, want_d;
     for (int64_t r = 0; r < rows; ++r) {
@@ -119,9 +129,13 @@ TEST_F(AttentionTest, MatchesCpuKernel) {
       {"long dense dh128", 2, 3, 700, 4, 128, 2, false, true, false, 650},
   };
   for (const Config& c : configs) {
-    const double err = Run(c);
+    int64_t argmax_differ = -1;
+    const double err = Run(c, &argmax_differ);
     EXPECT_LE(err, 2e-5) << c.name;
-    std::printf("attention %-20s max scaled error %.2e\n", c.name.c_str(), err);
+    // Random scores have no near-ties: every alignment is the CPU's.
+    EXPECT_EQ(argmax_differ, 0) << c.name << ": AttentionArgmax rows differing from the CPU's";
+    std::printf("attention %-20s max scaled error %.2e, %lld alignments differ\n", c.name.c_str(), err,
+                static_cast<long long>(argmax_differ));
   }
 }
 
