@@ -5,7 +5,10 @@
 # benchmark, translate_bench and the tnmt CLI built with --config=cuda, the shared libraries
 # they need that a GPU machine without Bazel/gRPC lacks (OpenBLAS, which the CPU references
 # dlopen, and the SentencePiece library included), and the Multi30k text of data/multi30k
-# (tools/get-multi30k.sh; the end-to-end translation and training checks) when it is there. The CUDA libraries themselves
+# (tools/get-multi30k.sh; the end-to-end translation and training checks) when it is there, and
+# the Python peers' scripts in bench/ (bench/torch_train_peer.py, bench/gpu/*.py: the check's
+# step 6 runs them with the GPU machine's own torch and transformers; they make their models
+# there, from translate_bench and the demo model). The CUDA libraries themselves
 # (cudart, cuBLASLt, NCCL) are not bundled: hundreds of MB, and the GPU machine has them.
 # Then, on the GPU machine, from the repository root:
 #   tests/gpu/check.sh build/gpu-bundle
@@ -17,7 +20,7 @@ bazel build --config=cuda "${tests[@]}" "${tools[@]}" //engine/tokenizer:libtnmt
 out=build/gpu-bundle
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/bin" "$stage/lib" "$stage/data"
+mkdir -p "$stage/bin" "$stage/lib" "$stage/data" "$stage/bench/gpu"
 copy_libs() {  # libraries outside glibc/libstdc++ and the CUDA toolkit
   ldd "$1" | awk '/=>/ {print $3}' |
     grep -vE '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+)\.so|/usr/local/cuda|ld-linux' |
@@ -40,12 +43,15 @@ corpus=data/multi30k
 if [[ -d "$corpus" ]]; then
   for f in "$corpus"/*.gz; do gunzip -c "$f" > "$stage/data/$(basename "${f%.gz}")"; done
 fi
+# The peers, laid out as in the repository (torch_train_peer.py imports gpu/tnmt_batches.py).
+cp bench/torch_train_peer.py "$stage/bench/"
+cp bench/gpu/hf_decode_peer.py bench/gpu/tnmt_batches.py "$stage/bench/gpu/"
 # Every library a binary needs must now come from the bundle, glibc/libstdc++ or CUDA.
 LD_LIBRARY_PATH="$stage/lib" bash -c 'for b in "$0"/bin/* "$0"/lib/*; do ldd "$b"; done' "$stage" |
   awk '/not found/ && $1 !~ /^lib(cuda|cublas|nccl|cudnn|nvrtc)/ {print; bad=1} END {exit bad}' ||
   { echo "build_bundle: unresolved libraries above" >&2; exit 1; }
 rm -rf "$out" && mkdir -p "$out"
-tar -C "$stage" -cf - bin lib data | xz -T2 -6 > "$out/bundle.tar.xz"
+tar -C "$stage" -cf - bin lib data bench | xz -T2 -6 > "$out/bundle.tar.xz"
 # The commit built, and whether tracked files differed from it (the check's log names this).
 echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- || echo ' with uncommitted changes')" > "$out/REVISION"
 size_kb=$(du -sk "$out" | cut -f1)
