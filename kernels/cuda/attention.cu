@@ -50,9 +50,10 @@ struct RowInfo {
   const int32_t* groups;
 };
 
-__device__ __forceinline__ RowInfo GetRow(const Params& p) {
+// The keys query row `row` sees: its K/V group, how many keys are visible, its slot table.
+__device__ __forceinline__ RowInfo GetRow(const Params& p, int64_t row) {
   RowInfo r;
-  r.row = blockIdx.x;
+  r.row = row;
   const int b = static_cast<int>(r.row / p.q_len);
   const int i = static_cast<int>(r.row % p.q_len);
   r.g = p.kv_index != nullptr ? p.kv_index[b] : b;
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) AttentionFast(Params p) {
   constexpr int kStep = kGroups * kUnroll;
   __shared__ float s_m[kGroups], s_l[kGroups];
   __shared__ __align__(16) float s_acc[kGroups * DH];
-  const RowInfo r = GetRow(p);
+  const RowInfo r = GetRow(p, blockIdx.x);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int part = lane % L, group = warp * G + lane / L;
   const int64_t col = static_cast<int64_t>(blockIdx.y) * DH + part * 4;
@@ -173,7 +174,7 @@ __global__ void __launch_bounds__(kThreads) AttentionGeneral(Params p) {
   constexpr int kStep = kWarps * kUnroll;
   __shared__ float s_m[kWarps], s_l[kWarps];
   __shared__ float s_acc[kWarps * T * 32];
-  const RowInfo r = GetRow(p);
+  const RowInfo r = GetRow(p, blockIdx.x);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int dh = p.d_head;
   const int64_t col = static_cast<int64_t>(blockIdx.y) * dh;
@@ -255,16 +256,8 @@ __device__ double ArgmaxScore(const Params& p, const RowInfo& r, const float* qr
 __global__ void AttentionArgmaxKernel(Params p, int num_heads, int64_t rows, int32_t* out) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= rows) return;
-  RowInfo r;
-  r.row = row;
-  const int b = static_cast<int>(row / p.q_len);
-  const int i = static_cast<int>(row % p.q_len);
-  r.g = p.kv_index != nullptr ? p.kv_index[b] : b;
-  int limit = p.k_valid != nullptr ? p.k_valid[r.g] : p.k_len;
-  if (limit > p.k_len) limit = p.k_len;
-  if (p.causal_offset >= 0 && i + p.causal_offset + 1 < limit) limit = i + p.causal_offset + 1;
-  r.limit = limit;
-  r.groups = p.k_groups != nullptr ? p.k_groups + r.g * p.k_groups_stride : nullptr;
+  const RowInfo r = GetRow(p, row);
+  const int limit = r.limit;
   if (limit <= 0) {
     out[row] = -1;
     return;
