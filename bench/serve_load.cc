@@ -56,6 +56,7 @@
 
 #include "proto/grpc/health/v1/health.grpc.pb.h"
 #include "proto/tnmt/v1/translation.grpc.pb.h"
+#include "server/status_mapping.h"
 #include "tools/tnmt/args.h"
 #include "tools/tnmt/connection.h"
 
@@ -105,16 +106,8 @@ const std::vector<std::string>& DefaultTexts() {
   return texts;
 }
 
-std::string CodeName(int code) {
-  static const char* const kNames[] = {
-      "OK",           "CANCELLED",          "UNKNOWN",           "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS",    "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",    "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",       "DATA_LOSS",
-      "UNAUTHENTICATED"};
-  if (code >= 0 && code < static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) return kNames[code];
-  return "CODE_" + std::to_string(code);
-}
+// A gRPC code's name, as the server writes it (server/status_mapping.h).
+std::string CodeName(int code) { return server::CodeName(static_cast<grpc::StatusCode>(code)); }
 
 bool FileExists(const std::string& path) {
   struct stat st;

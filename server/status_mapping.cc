@@ -1,6 +1,8 @@
 // Error mapping; see status_mapping.h.
 #include "server/status_mapping.h"
 
+#include "absl/strings/str_cat.h"
+
 #include <optional>
 
 #include "absl/strings/cord.h"
@@ -106,6 +108,48 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
   details.set_code(static_cast<int32_t>(s.code()));
   details.set_message(std::string(s.message()));
   return grpc::Status(code, std::string(s.message()), details.SerializeAsString());
+}
+
+int HttpStatusFor(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return 200;
+    case grpc::StatusCode::CANCELLED: return 499;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::OUT_OF_RANGE: return 400;
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return 504;
+    case grpc::StatusCode::NOT_FOUND: return 404;
+    case grpc::StatusCode::ALREADY_EXISTS:
+    case grpc::StatusCode::ABORTED: return 409;
+    case grpc::StatusCode::PERMISSION_DENIED: return 403;
+    case grpc::StatusCode::UNAUTHENTICATED: return 401;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return 429;
+    case grpc::StatusCode::UNIMPLEMENTED: return 501;
+    case grpc::StatusCode::UNAVAILABLE: return 503;
+    default: return 500;  // UNKNOWN, INTERNAL, DATA_LOSS
+  }
+}
+
+std::string CodeName(grpc::StatusCode code) {
+  // gRPC's and absl's codes are the same numbers with the same names.
+  const std::string name = absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+  return name.empty() ? absl::StrCat("CODE_", static_cast<int>(code)) : name;
+}
+
+grpc::StatusCode GrpcCodeForHttpStatus(int http_status) {
+  switch (http_status) {
+    case 400: return grpc::StatusCode::INVALID_ARGUMENT;
+    case 401: return grpc::StatusCode::UNAUTHENTICATED;
+    case 403: return grpc::StatusCode::PERMISSION_DENIED;
+    case 404: return grpc::StatusCode::NOT_FOUND;
+    case 413:
+    case 429: return grpc::StatusCode::RESOURCE_EXHAUSTED;
+    case 500: return grpc::StatusCode::INTERNAL;
+    case 501: return grpc::StatusCode::UNIMPLEMENTED;
+    case 503: return grpc::StatusCode::UNAVAILABLE;
+    case 504: return grpc::StatusCode::DEADLINE_EXCEEDED;
+    default: return grpc::StatusCode::UNKNOWN;
+  }
 }
 
 }  // namespace tnmt::server

@@ -40,4 +40,13 @@ std::string FieldOf(absl::string_view message);
 // with a google.rpc.BadRequest field violation for an INVALID_ARGUMENT naming its field.
 grpc::Status ToGrpcStatus(const absl::Status& s);
 
+// gRPC codes over HTTP (the web API): the HTTP status of a code (OK 200; INVALID_ARGUMENT,
+// FAILED_PRECONDITION, OUT_OF_RANGE 400; NOT_FOUND 404; RESOURCE_EXHAUSTED 429; UNAVAILABLE
+// 503; DEADLINE_EXCEEDED 504; ...; UNKNOWN, INTERNAL, DATA_LOSS 500), the code an HTTP error
+// of the transport itself stands for (400 INVALID_ARGUMENT, 413 and 429 RESOURCE_EXHAUSTED,
+// ...; others UNKNOWN), and a code's name ("RESOURCE_EXHAUSTED"; an unknown one "CODE_N").
+int HttpStatusFor(grpc::StatusCode code);
+grpc::StatusCode GrpcCodeForHttpStatus(int http_status);
+std::string CodeName(grpc::StatusCode code);
+
 }  // namespace tnmt::server

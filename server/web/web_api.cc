@@ -19,6 +19,7 @@
 #include "proto/enum_names.h"
 #include "proto/google/rpc/error_details.pb.h"
 #include "proto/google/rpc/status.pb.h"
+#include "server/status_mapping.h"
 #include "server/web/pages.h"
 
 namespace tnmt::server::web {
@@ -108,49 +109,6 @@ std::string LoopbackTarget(const std::string& host, int port) {
   return absl::StrCat(host, ":", port);
 }
 
-int HttpStatusFor(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return 200;
-    case grpc::StatusCode::CANCELLED: return 499;
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::FAILED_PRECONDITION:
-    case grpc::StatusCode::OUT_OF_RANGE: return 400;
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return 504;
-    case grpc::StatusCode::NOT_FOUND: return 404;
-    case grpc::StatusCode::ALREADY_EXISTS:
-    case grpc::StatusCode::ABORTED: return 409;
-    case grpc::StatusCode::PERMISSION_DENIED: return 403;
-    case grpc::StatusCode::UNAUTHENTICATED: return 401;
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return 429;
-    case grpc::StatusCode::UNIMPLEMENTED: return 501;
-    case grpc::StatusCode::UNAVAILABLE: return 503;
-    default: return 500;  // UNKNOWN, INTERNAL, DATA_LOSS
-  }
-}
-
-std::string CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return absl::StrCat("CODE_", static_cast<int>(code));
-  }
-}
-
 HttpResponse JsonError(grpc::StatusCode code, const std::string& message, int http_status) {
   HttpResponse response = JsonReply(json{{"code", CodeName(code)}, {"message", message}});
   response.status = http_status > 0 ? http_status : HttpStatusFor(code);
@@ -167,21 +125,7 @@ HttpResponse FormatHttpError(const HttpRequest& request, int status, const std::
     response.status = 405;
     return response;
   }
-  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
-  switch (status) {
-    case 400: code = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case 401: code = grpc::StatusCode::UNAUTHENTICATED; break;
-    case 403: code = grpc::StatusCode::PERMISSION_DENIED; break;
-    case 404: code = grpc::StatusCode::NOT_FOUND; break;
-    case 413: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
-    case 429: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
-    case 500: code = grpc::StatusCode::INTERNAL; break;
-    case 501: code = grpc::StatusCode::UNIMPLEMENTED; break;
-    case 503: code = grpc::StatusCode::UNAVAILABLE; break;
-    case 504: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
-    default: break;
-  }
-  return JsonError(code, status == 404 ? absl::StrCat("no API route ", request.path) : message,
+  return JsonError(GrpcCodeForHttpStatus(status), status == 404 ? absl::StrCat("no API route ", request.path) : message,
                    status);
 }
 

@@ -63,10 +63,6 @@ struct WebOptions {
 // ("", "0.0.0.0", "::", "[::]"), the host itself otherwise (bracketed if it is IPv6).
 std::string LoopbackTarget(const std::string& host, int port);
 
-// gRPC code -> HTTP status (400, 401, 403, 404, 409, 429, 499, 500, 501, 503, 504).
-int HttpStatusFor(grpc::StatusCode code);
-// "INVALID_ARGUMENT", ...
-std::string CodeName(grpc::StatusCode code);
 
 // A JSON error reply {"code", "message"} with HttpStatusFor(code) (or `http_status` if > 0).
 HttpResponse JsonError(grpc::StatusCode code, const std::string& message, int http_status = 0);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/jobs/training_service.h"
+#include "server/status_mapping.h"
 #include "server/web/pages.h"
 
 namespace tnmt::server::web {
