@@ -2,16 +2,12 @@
 #include "engine/cpu/cpu_step_model.h"
 
 #include <algorithm>
-#include <limits>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/layers/cpu_layer_ops.h"
 #include "engine/layers/encoder.h"
-#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/cpu/topk.h"
 
 namespace tnmt {
 
@@ -44,12 +40,7 @@ absl::Status CpuStepModel::Step(const int32_t* ids, int k, StepScores* s) {
   const int V = c_.vocab_size;
   TNMT_RETURN_IF_ERROR(s->Reset(rows, k, V));
   TNMT_RETURN_IF_ERROR(s->CheckGather(rows, V));
-  for (int32_t layer : s->alignment_layers) {
-    if (layer < 0 || layer >= static_cast<int>(w_.decoder.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("alignment layer ", layer, " outside [0, ",
-                                                     w_.decoder.size(), ")"));
-    }
-  }
+  TNMT_RETURN_IF_ERROR(s->CheckAlignmentLayers(static_cast<int>(w_.decoder.size())));
   state_.set_alignment_layers(s->alignment_layers);
   const float* hidden = nullptr;
   TNMT_RETURN_IF_ERROR(DecoderForward(c_, w_, &state_, ids, 1, /*logits=*/nullptr, &ws_, &hidden));

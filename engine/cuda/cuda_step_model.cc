@@ -227,12 +227,7 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   // Gathered logits (forced decoding) and whole distributions (ensembles) are scored on the
   // host from the downloaded logits, by the CPU engine's ScoreRow: the same scoring code.
   const bool host_scoring = !s->gather_offsets.empty() || s->want_logprobs;
-  for (int32_t layer : s->alignment_layers) {
-    if (layer < 0 || layer >= static_cast<int>(w_->decoder.size())) {
-      return absl::InvalidArgumentError(absl::StrCat("alignment layer ", layer, " outside [0, ",
-                                                     w_->decoder.size(), ")"));
-    }
-  }
+  TNMT_RETURN_IF_ERROR(s->CheckAlignmentLayers(static_cast<int>(w_->decoder.size())));
   if (k > kc::kMaxTopK) {
     return absl::InvalidArgumentError(
         absl::StrCat("step candidates k=", k, " above the CUDA top-k limit of ", kc::kMaxTopK));
@@ -391,7 +386,7 @@ absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* 
   const graph::StepAttention args = graph::PlanAttention(
       c_, plan_, max_steps_, tables, d_valid, d_src, d_src_lengths_.as<int32_t>(), d_src_slots_.as<int32_t>(),
       index_.src_stride(), /*fixed_bounds=*/true);
-  // The graph's view of the device pools (no alignments on the GPU).
+  // The graph's view of the device pools; alignments after the asked layers' cross-attention.
   struct Pools {
     CudaStepModel* m;
     float* self_pool(size_t layer) { return m->self_.layers[layer].as<float>(); }

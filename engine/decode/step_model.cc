@@ -45,6 +45,16 @@ absl::Status StepScores::CheckGather(int n, int vocab_size) {
   return absl::OkStatus();
 }
 
+absl::Status StepScores::CheckAlignmentLayers(int decoder_layers) const {
+  for (int32_t layer : alignment_layers) {
+    if (layer < 0 || layer >= decoder_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("alignment layer ", layer, " outside [0, ", decoder_layers, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void ScoreRow(const float* row, int64_t r, int vocab, int eos_id, int pad_id, StepScores* s) {
   const int V = vocab, k = s->k;
   if (s->want_lse || s->want_logprobs) {

@@ -54,6 +54,8 @@ struct StepScores {
 
   // Checks the gather arrays against `rows` and `vocab_size` and sizes gather_logit.
   absl::Status CheckGather(int rows, int vocab_size);
+  // Checks every alignment layer against the model's decoder layers.
+  absl::Status CheckAlignmentLayers(int decoder_layers) const;
 
   // Checks 1 <= k < vocab_size (StepModel::Step's contract) and sizes the vectors for `rows`;
   // leaves the gather and alignment requests as they are.
