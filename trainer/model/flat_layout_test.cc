@@ -2,8 +2,13 @@
 // stages in backward order (shared embeddings last, an unshared output projection first);
 // buckets contiguous, covering, closing at stage boundaries, each tensor final by its bucket's
 // last stage; FlatModel offsets point at the right data; Gather/Scatter round-trip exactly.
+// The layout of the tiny variants is pinned: it is part of the checkpoint format of optimizer
+// state.
 #include "trainer/model/flat_layout.h"
 
+#include <cstdint>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -127,6 +132,63 @@ TEST(FlatLayoutTest, LayoutStagesAndBuckets) {
         for (int64_t i = a.offset + a.numel; i < L->tensors()[t + 1].offset; ++i) ASSERT_EQ(flat[i], 0.0f);
       }
     }
+  }
+}
+
+// FNV-1a (64 bits) of a text.
+uint64_t HashText(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+std::string Describe(const FlatLinear& l) {
+  std::ostringstream o;
+  o << l.weight << ' ' << l.bias << ' ' << l.out << ' ' << l.in << ';';
+  return o.str();
+}
+std::string Describe(const FlatLayerNorm& n) {
+  std::ostringstream o;
+  o << n.gamma << ' ' << n.beta << ';';
+  return o.str();
+}
+
+TEST(FlatLayoutTest, OffsetsArePinned) {
+  struct Pinned {
+    int64_t size;
+    uint64_t tensors, model, buckets;
+  };
+  const std::vector<Pinned> pinned = {
+      {41024, 3920481694937655774ull, 10952046417441258195ull, 1370119304555221168ull},
+      {43392, 8478109523341729905ull, 16705557449942725528ull, 7076572261996971710ull},
+      {42240, 13395694009020036323ull, 1161347474359013178ull, 15514799791911020653ull},
+  };
+  const auto variants = testing::TinyVariants();
+  ASSERT_EQ(variants.size(), pinned.size());
+  for (size_t v = 0; v < variants.size(); ++v) {
+    SCOPED_TRACE(variants[v].name);
+    const ModelConfig& c = variants[v].config;
+    auto w = InitializeWeights(c, 3);
+    ASSERT_TRUE(w.ok());
+    auto L = FlatLayout::Create(c, *w, 20000);
+    ASSERT_TRUE(L.ok()) << L.status();
+    std::ostringstream tensors, model, buckets;
+    for (const FlatTensor& t : L->tensors()) {
+      tensors << t.name << ' ' << t.param_index << ' ' << t.offset << ' ' << t.numel << ' ' << t.stage << '\n';
+    }
+    const FlatModel& m = L->model();
+    model << m.encoder_embed << ' ' << m.decoder_embed << ' ' << m.output_projection << ' '
+          << m.encoder_positions << ' ' << m.decoder_positions << ';';
+    auto layer = MakeParamVisitor([&](const LinearGroup&, const FlatLinear& l) { model << Describe(l); },
+                                  [&](const char*, const FlatLayerNorm& n) { model << Describe(n); });
+    for (const FlatEncoderLayer& l : m.encoder) VisitEncoderLayer(layer, l);
+    for (const FlatDecoderLayer& l : m.decoder) VisitDecoderLayer(layer, l);
+    model << Describe(m.encoder_final_ln) << Describe(m.decoder_final_ln);
+    for (const GradBucket& b : L->buckets()) buckets << b.offset << ' ' << b.count << ' ' << b.last_stage << ';';
+    EXPECT_EQ(L->size(), pinned[v].size);
+    EXPECT_EQ(HashText(tensors.str()), pinned[v].tensors) << tensors.str();
+    EXPECT_EQ(HashText(model.str()), pinned[v].model) << model.str();
+    EXPECT_EQ(HashText(buckets.str()), pinned[v].buckets) << buckets.str();
   }
 }
 
