@@ -1,10 +1,14 @@
 // In-process collectives: all-reduce of floats and doubles and broadcast across 1-4 threads,
-// identical results on every rank, repeated calls (barrier reuse), bad roots.
+// identical results on every rank, repeated calls (barrier reuse), bad roots; RunInProcessGroup:
+// a failed rank stops the ranks waiting for it and its error is the result, naming it.
 #include "trainer/collective/collective.h"
 
+#include <atomic>
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "absl/strings/match.h"
 
 namespace tnmt::train {
 namespace {
@@ -48,6 +52,78 @@ TEST(CollectiveTest, InProcessAllReduceAndBroadcast) {
       EXPECT_EQ(ddata[r][0], n * (n - 1) / 2.0);
       EXPECT_EQ(ddata[r][1], 0.5 * n);
     }
+  }
+}
+
+TEST(RunInProcessGroupTest, EveryRankRunsOnItsOwnThreadAndSums) {
+  for (int n : {1, 3}) {
+    std::vector<double> got(n, 0);
+    std::vector<std::thread::id> ids(n);
+    absl::Status s = RunInProcessGroup(n, [&](Collective* c) {
+      double x = c->rank() + 1;
+      absl::Status r = c->AllReduceSum(&x, 1);
+      got[c->rank()] = x;
+      ids[c->rank()] = std::this_thread::get_id();
+      return r;
+    });
+    ASSERT_TRUE(s.ok()) << s;
+    for (int r = 0; r < n; ++r) EXPECT_EQ(got[r], n * (n + 1) / 2.0);
+    EXPECT_EQ(ids[0], std::this_thread::get_id());  // rank 0 on the caller
+    for (int r = 1; r < n; ++r) EXPECT_NE(ids[r], ids[0]);
+  }
+}
+
+TEST(RunInProcessGroupTest, AFailedRankStopsTheOthersWaitingForIt) {
+  std::vector<absl::Status> seen(3);
+  absl::Status s = RunInProcessGroup(3, [&](Collective* c) {
+    if (c->rank() == 1) return absl::NotFoundError("no data for rank 1");
+    float x[4] = {1, 2, 3, 4};
+    absl::Status r;
+    for (int step = 0; step < 3 && r.ok(); ++step) r = c->AllReduceSum(x, 4);  // waits for rank 1
+    seen[c->rank()] = r;
+    return r;
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "rank 1: no data for rank 1");
+  for (int r : {0, 2}) {
+    EXPECT_EQ(seen[r].code(), absl::StatusCode::kAborted);
+    EXPECT_TRUE(absl::StrContains(seen[r].message(), "rank 1 failed")) << seen[r];
+  }
+}
+
+TEST(RunInProcessGroupTest, AFailureAfterSomeStepsStopsABroadcastToo) {
+  std::atomic<int> completed{0};
+  absl::Status s = RunInProcessGroup(2, [&](Collective* c) {
+    std::vector<float> p(100, static_cast<float>(c->rank()));
+    for (int step = 0; step < 1000; ++step) {
+      if (c->rank() == 0 && step == 5) return absl::InternalError("disk full");
+      absl::Status r = c->Broadcast(p.data(), 100, 0);
+      if (!r.ok()) return r;
+      ++completed;
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(s.message(), "rank 0: disk full");
+  EXPECT_EQ(completed.load(), 10);  // 5 broadcasts on each rank, then rank 1 stopped
+}
+
+TEST(RunInProcessGroupTest, ARankEndingEarlyIsAnErrorForThoseStillWaiting) {
+  absl::Status s = RunInProcessGroup(2, [&](Collective* c) {
+    if (c->rank() == 0) return absl::OkStatus();
+    double x = 1;
+    return c->AllReduceSum(&x, 1);
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(absl::StrContains(s.message(), "rank 1: rank 0 ended its run")) << s;
+}
+
+TEST(RunInProcessGroupTest, RanksThatEndTogetherSucceed) {
+  for (int round = 0; round < 50; ++round) {
+    absl::Status s = RunInProcessGroup(4, [&](Collective* c) {
+      double x = 1;
+      return c->AllReduceSum(&x, 1);
+    });
+    ASSERT_TRUE(s.ok()) << s;
   }
 }
 
