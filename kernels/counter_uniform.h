@@ -13,7 +13,7 @@
 
 namespace tnmt::kernels {
 
-// The hash's constants, for vectorized copies of it (kernels/cpu/backward.cc's AVX2 dropout).
+// The hash's constants, for vectorized copies of it (the CPU kernels' AVX2 dropout).
 constexpr uint64_t kCounterStep = 0x9e3779b97f4a7c15ull;  // the input advances by this per index
 constexpr uint64_t kCounterMix1 = 0xbf58476d1ce4e5b9ull;
 constexpr uint64_t kCounterMix2 = 0x94d049bb133111ebull;

@@ -120,7 +120,7 @@ absl::Status CudaLayerOps::Embed(float* x, const int32_t* ids, const int32_t* po
 absl::Status CudaLayerOps::Attention(float* out, int64_t ld_out, const float* q, int64_t ld_q,
                                      const float* k, const float* v, int64_t ld_kv,
                                      int64_t kv_group_stride,
-                                     const kernels::cpu::AttentionArgs& args) const {
+                                     const kernels::AttentionArgs& args) const {
   return kc::MultiHeadAttention(ctx_, out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, args);
 }
 

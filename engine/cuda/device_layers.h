@@ -65,7 +65,7 @@ class CudaLayerOps {
                      bool decoder) const;
   absl::Status Attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
                          const float* v, int64_t ld_kv, int64_t kv_group_stride,
-                         const kernels::cpu::AttentionArgs& args) const;
+                         const kernels::AttentionArgs& args) const;
   absl::Status ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows,
                            const float* src, int64_t src_stride, const int32_t* src_rows,
                            int64_t count, int width) const;

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/decode/option_table.h"
-#include "kernels/cpu/counter_uniform.h"
+#include "kernels/counter_uniform.h"
 
 namespace tnmt {
 

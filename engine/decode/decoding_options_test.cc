@@ -19,7 +19,7 @@
 #include "engine/layers/decoder.h"
 #include "engine/layers/encoder.h"
 #include "engine/runtime/loaded_model.h"
-#include "kernels/cpu/counter_uniform.h"
+#include "kernels/counter_uniform.h"
 
 namespace tnmt {
 namespace {

@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "engine/graph/kv_index.h"
 #include "engine/model/config.h"
-#include "kernels/cpu/attention.h"
+#include "kernels/attention.h"
 
 namespace tnmt::graph {
 
@@ -52,7 +52,7 @@ absl::Status PlanStep(KvIndex& index, int t_new, int padded, int max_steps, cons
 // by the plan's furthest / src_longest, or with fixed_bounds by max_steps / src_stride, the
 // same for every step (what a captured CUDA graph replays).
 struct StepAttention {
-  kernels::cpu::AttentionArgs self, cross;
+  kernels::AttentionArgs self, cross;
 };
 StepAttention PlanAttention(const ModelConfig& c, const StepPlan& plan, int max_steps, const int32_t* tables,
                             const int32_t* valid, const int32_t* sources, const int32_t* src_lengths,
@@ -69,9 +69,9 @@ class StepCache {
   float* self_pool(size_t layer) { return pools_.self_pool(layer); }
   float* cross_pool(size_t layer) { return pools_.cross_pool(layer); }
   const int32_t* new_slots() const { return new_slots_; }
-  const kernels::cpu::AttentionArgs& self_args() const { return args_.self; }
-  const kernels::cpu::AttentionArgs& cross_args() const { return args_.cross; }
-  absl::Status AfterCrossAttention(size_t layer, const float* q, const kernels::cpu::AttentionArgs& a) {
+  const kernels::AttentionArgs& self_args() const { return args_.self; }
+  const kernels::AttentionArgs& cross_args() const { return args_.cross; }
+  absl::Status AfterCrossAttention(size_t layer, const float* q, const kernels::AttentionArgs& a) {
     return after_cross_(layer, q, a);
   }
 

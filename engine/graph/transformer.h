@@ -22,7 +22,7 @@
 //                bool decoder) const;          // token embedding (scaled) + position
 //   Status Attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
 //                    const float* v, int64_t ld_kv, int64_t kv_group_stride,
-//                    const AttentionArgs& args) const;   // kernels/cpu/attention.h contract
+//                    const AttentionArgs& args) const;   // kernels/attention.h contract
 //   Status ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows,
 //                      const float* src, int64_t src_stride, const int32_t* src_rows,
 //                      int64_t count, int width) const;  // kernels/cuda/step_ops.h contract
@@ -39,11 +39,11 @@
 #include "absl/status/statusor.h"
 #include "engine/core/status_macros.h"
 #include "engine/model/config.h"
-#include "kernels/cpu/attention.h"
+#include "kernels/attention.h"
 
 namespace tnmt::graph {
 
-using kernels::cpu::AttentionArgs;
+using kernels::AttentionArgs;
 
 // Scratch of one forward pass over `rows` rows, float32, in the device's memory.
 struct Activations {

@@ -6,13 +6,19 @@
 // unless the name says Accumulate.
 #pragma once
 
-#include "kernels/cpu/counter_uniform.h"
-
 #include <cstdint>
 
+#include "kernels/adam.h"
+#include "kernels/attention.h"
+#include "kernels/counter_uniform.h"
 #include "kernels/cpu/elementwise.h"
 
 namespace tnmt::kernels::cpu {
+
+// The contracts shared with the CUDA kernels.
+using ::tnmt::kernels::AdamOptions;       // kernels/adam.h
+using ::tnmt::kernels::AttentionDropout;  // kernels/attention.h
+using ::tnmt::kernels::CounterUniform;    // kernels/counter_uniform.h
 
 // dx: [rows, d] = d LayerNorm(x) / dx · dy, recomputing mean and 1/std from x exactly as the
 // forward LayerNorm (elementwise.h) computed them.
@@ -25,15 +31,6 @@ void ActivationBackward(float* dx, const float* dy, const float* pre, int64_t co
 
 // db: [n] += column sums of dy: [rows, n].
 void AccumulateColumnSum(float* db, const float* dy, int64_t rows, int n);
-
-// Attention dropout: the probabilities that multiply v are dropped as Dropout would drop the
-// whole probs tensor [batch, heads, q_len, k_len] (element (b, h, i, j) at its index there),
-// while probs keeps the undropped values the backward needs. p == 0: none.
-struct AttentionDropout {
-  float p = 0.0f;
-  uint64_t seed = 0;
-  uint64_t stream = 0;
-};
 
 // Training attention for one projected Q/K/V set; saves probabilities for the backward.
 // q: rows b*q_len+i (stride ld_q); k, v: rows b*k_len+j (stride ld_kv), per group b.
@@ -102,10 +99,8 @@ double LabelSmoothedCrossEntropyWithRDropBf16(float* logits, const int32_t* targ
                                               float eps, float alpha, int32_t pad, double* nll_sum, int64_t* count,
                                               int64_t block_pairs = 0);
 
-// Uniform in [0, 1) from (seed, stream, index) (counter_uniform.h, shared with CUDA).
-using ::tnmt::kernels::CounterUniform;
-
-// In place: x[i] = keep ? x[i] / (1 - p) : 0, keep iff CounterUniform(seed, stream, i) >= p.
+// In place: x[i] = keep ? x[i] / (1 - p) : 0, keep iff CounterUniform(seed, stream, i) >= p
+// (kernels/counter_uniform.h, the same bits as on the GPU).
 // Used identically for the forward and (on the gradient) the backward. p == 0: no-op.
 void Dropout(float* x, int64_t count, float p, uint64_t seed, uint64_t stream);
 
@@ -130,14 +125,6 @@ void DropoutActivationBackward(float* dx, const float* pre, int64_t count, Activ
 // mask is the one Dropout(tensor, ...) applies there. Runs on the calling thread.
 void DropoutBlock(float* x, int64_t count, uint64_t first_index, float p, uint64_t seed,
                   uint64_t stream);
-
-struct AdamOptions {
-  float lr = 0.0f;
-  float beta1 = 0.9f;
-  float beta2 = 0.98f;
-  float eps = 1e-9f;
-  int64_t step = 1;  // 1-based, for bias correction
-};
 
 // Adam with bias correction: m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps). grad_scale multiplies g first.

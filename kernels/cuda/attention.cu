@@ -18,8 +18,8 @@ namespace tnmt::kernels::cuda {
 
 namespace {
 
-// A change of the CPU's AttentionArgs (a new field) must be reflected here.
-static_assert(sizeof(cpu::AttentionArgs) == 64, "cpu::AttentionArgs changed: update the CUDA kernel");
+// A change of AttentionArgs (kernels/attention.h: a new field) must be reflected here.
+static_assert(sizeof(AttentionArgs) == 64, "AttentionArgs changed: update the CUDA kernel");
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;

@@ -1,6 +1,6 @@
 // Fused multi-head attention on the GPU with the exact semantics of
-// kernels/cpu/attention.h (MultiHeadAttention): the same layouts and the same AttentionArgs
-// (slot tables per K/V group k_groups, kv_index, k_valid, causal_offset), float32. Meant for
+// kernels/cpu/attention.h (MultiHeadAttention): the layouts and AttentionArgs of
+// kernels/attention.h (slot tables per K/V group k_groups, kv_index, k_valid, causal_offset), float32. Meant for
 // the decode step reading the KV cache (q_len small); any q_len works.
 //
 // One thread block per (query row, head); the keys are split over the block's lanes and
@@ -14,14 +14,13 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "kernels/cpu/attention.h"
+#include "kernels/attention.h"
 #include "kernels/cuda/context.h"
 
 namespace tnmt::kernels::cuda {
 
-// Same fields and meaning as the CPU's; every pointer in it (kv_index, k_valid, k_groups)
-// must point to device memory here.
-using AttentionArgs = cpu::AttentionArgs;
+// Every pointer in it (kv_index, k_valid, k_groups) must point to device memory here.
+using ::tnmt::kernels::AttentionArgs;
 
 // out: [batch * q_len, ld_out]; q: [batch * q_len, ld_q]; key j of K/V group g at
 // k + g' * kv_group_stride + j * ld_kv with g' = k_groups[g * stride + j] (or g). All device

@@ -66,7 +66,7 @@ class AttentionTest : public CudaTest {
     for (int g = 0; g < c.groups; ++g) valid[g] = g == 0 ? 0 : any(rng_) % (c.k_len + 1);
     if (c.groups > 1) valid[1] = c.k_len;
 
-    cpu::AttentionArgs a;
+    AttentionArgs a;
     a.batch = c.batch;
     a.q_len = c.q_len;
     a.k_len = c.k_len;

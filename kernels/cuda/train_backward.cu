@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/counter_uniform.h"
+#include "kernels/counter_uniform.h"
 #include "kernels/cuda/check.h"
 
 namespace tnmt::kernels::cuda {

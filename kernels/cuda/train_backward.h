@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/activation.h"
-#include "kernels/cpu/backward.h"
+#include "kernels/attention.h"
 #include "kernels/cuda/context.h"
 
 namespace tnmt::kernels::cuda {
@@ -46,7 +46,7 @@ absl::Status AccumulateColumnSum(Context& ctx, float* db, const float* dy, int64
 // Any k_len (the probability row itself is the working buffer); d_head in [1, 4096].
 // drop: attention dropout as on the CPU (the same elements dropped: the counter RNG over the
 // probs index); probs keeps the undropped values. Scratch with drop.p > 0: the probs' size.
-using AttentionDropout = cpu::AttentionDropout;
+using ::tnmt::kernels::AttentionDropout;  // kernels/attention.h
 absl::Status AttentionTrainForward(Context& ctx, float* out, int64_t ld_out, float* probs,
                                    const float* q, int64_t ld_q, const float* k, const float* v,
                                    int64_t ld_kv, int batch, int q_len, int k_len, int heads,

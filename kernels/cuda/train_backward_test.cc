@@ -298,7 +298,7 @@ AttnResult ReferenceAttention(const AttnCase& c, const AttnInputs& in) {
 
 // The CPU kernels (forward, then backward from their own probabilities), with attention
 // dropout `drop`.
-AttnResult CpuAttention(const AttnCase& c, const AttnInputs& in, const cpu::AttentionDropout& drop = {}) {
+AttnResult CpuAttention(const AttnCase& c, const AttnInputs& in, const AttentionDropout& drop = {}) {
   const AttnLayout L(c);
   const int64_t ld_kv = L.ld_kv(c);
   const float* kv = c.fused ? in.a.data() : in.b.data();

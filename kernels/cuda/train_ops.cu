@@ -1,7 +1,7 @@
 // Training kernels; see train_ops.h.
 #include "kernels/cuda/train_ops.h"
 
-#include "kernels/cpu/counter_uniform.h"
+#include "kernels/counter_uniform.h"
 
 #include <algorithm>
 #include <cmath>

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "kernels/cpu/backward.h"  // AdamOptions
+#include "kernels/adam.h"
 #include "kernels/cuda/context.h"
 
 namespace tnmt::kernels::cuda {
@@ -35,7 +35,7 @@ absl::Status Dropout(Context& ctx, float* x, int64_t count, float p, uint64_t se
 // As cpu::AdamUpdate (bias-corrected Adam; g multiplied by grad_scale first), in the CPU's
 // expression order with each operation rounded on its own (no fused multiply-adds); the CPU's
 // x86-64-v3/v4 builds may fuse some, so the two can differ in the last bit or two.
-using AdamOptions = cpu::AdamOptions;
+using ::tnmt::kernels::AdamOptions;  // kernels/adam.h
 absl::Status AdamUpdate(Context& ctx, float* w, float* m, float* v, const float* g, int64_t count,
                         float grad_scale, const AdamOptions& options);
 

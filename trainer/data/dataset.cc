@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
-#include "kernels/cpu/counter_uniform.h"
+#include "kernels/counter_uniform.h"
 #include "trainer/data/text_reader.h"
 
 namespace tnmt::data {

@@ -193,7 +193,7 @@ class CudaTrainEngine : public TrainEngine {
       scale = static_cast<float>(grad_scale / loss_scale_);
     }
     ++adam_step_;
-    kernels::cpu::AdamOptions o = adam_options_;  // betas and eps of the Adam given
+    kernels::AdamOptions o = adam_options_;  // betas and eps of the Adam given
     o.lr = static_cast<float>(lr);
     o.step = adam_step_;
     TNMT_RETURN_IF_ERROR(k::AdamUpdate(*ctx_, params_.as<float>(), m_.as<float>(), v_.as<float>(),
@@ -314,7 +314,7 @@ class CudaTrainEngine : public TrainEngine {
 
   int64_t adam_step_ = 0;
 
-  kernels::cpu::AdamOptions adam_options_;
+  kernels::AdamOptions adam_options_;
   double loss_scale_;
   const int window_;
   int good_steps_ = 0;

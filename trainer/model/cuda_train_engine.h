@@ -2,7 +2,7 @@
 // master parameters, gradients and Adam moments in device memory; float16/bfloat16 copies of
 // the weights for the GEMMs in mixed precision; NCCL over the GPUs of the data-parallel group,
 // gradient buckets all-reduced while the backward runs. Adam's hyper-parameters are the
-// paper's (kernels::cpu::AdamOptions defaults), as trainer/optim's Adam::Create uses.
+// paper's (kernels::AdamOptions defaults), as trainer/optim's Adam::Create uses.
 //
 // This header needs no CUDA: in a build without --config=cuda the factory is a stub that says
 // so (cuda_train_engine_stub.cc), so the train loop links either way.

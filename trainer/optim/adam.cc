@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "engine/core/status_macros.h"
+#include "kernels/cpu/backward.h"
 #include "trainer/model/parameters.h"
 
 namespace tnmt::train {
@@ -25,7 +26,7 @@ double GlobalGradNorm(const ModelConfig& c, ModelWeights* grads) {
 }
 
 absl::StatusOr<Adam> Adam::Create(const ModelConfig& c, const ModelWeights& params,
-                                  kernels::cpu::AdamOptions options) {
+                                  kernels::AdamOptions options) {
   Adam a;
   a.config_ = c;
   a.options_ = options;
@@ -36,7 +37,7 @@ absl::StatusOr<Adam> Adam::Create(const ModelConfig& c, const ModelWeights& para
 
 void Adam::Step(ModelWeights* params, ModelWeights* grads, double lr, float grad_scale) {
   ++step_;
-  kernels::cpu::AdamOptions o = options_;
+  kernels::AdamOptions o = options_;
   o.lr = static_cast<float>(lr);
   o.step = step_;
   auto p = TrainableParams(config_, params);

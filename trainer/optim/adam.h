@@ -7,7 +7,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
-#include "kernels/cpu/backward.h"
+#include "kernels/adam.h"
 
 namespace tnmt::train {
 
@@ -26,7 +26,7 @@ class Adam {
  public:
   // Moments start at zero, shaped like `params`.
   static absl::StatusOr<Adam> Create(const ModelConfig& c, const ModelWeights& params,
-                                     kernels::cpu::AdamOptions options = {});
+                                     kernels::AdamOptions options = {});
 
   // One update with learning rate `lr` (step counter advanced first, 1-based), gradients
   // multiplied by `grad_scale` (e.g. 1/tokens, times a clipping factor).
@@ -34,14 +34,14 @@ class Adam {
 
   int64_t step() const { return step_; }
   // Betas and epsilon (lr and step are set per update).
-  const kernels::cpu::AdamOptions& options() const { return options_; }
+  const kernels::AdamOptions& options() const { return options_; }
   void set_step(int64_t s) { step_ = s; }
   ModelWeights& m() { return m_; }
   ModelWeights& v() { return v_; }
 
  private:
   ModelConfig config_;
-  kernels::cpu::AdamOptions options_;
+  kernels::AdamOptions options_;
   int64_t step_ = 0;
   ModelWeights m_, v_;
 };

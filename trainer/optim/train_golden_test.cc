@@ -158,7 +158,7 @@ TEST_P(TrainGoldenTest, ThreeAdamSteps) {
   const json& adam = golden_.at("adam");
   ASSERT_EQ(adam.at("d_model").get<int>(), config_.d_model);
   ASSERT_EQ(adam.at("grad_scale").get<std::string>(), "1/tokens");
-  kernels::cpu::AdamOptions ao;
+  kernels::AdamOptions ao;
   ao.beta1 = adam.at("beta1").get<float>();
   ao.beta2 = adam.at("beta2").get<float>();
   ao.eps = adam.at("eps").get<float>();
