@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/decode/beam_search.h"
+#include "engine/runtime/batching_policy.h"
 #include "server/status_mapping.h"
 
 namespace tnmt::server {
@@ -155,11 +156,14 @@ std::vector<std::unique_ptr<Scheduler::Queued>> Scheduler::AdmitLocked(
     ++runs.back().count;
   }
   // Round r takes the r-th sentence of every request that has one, in arrival order; the first
-  // sentence that does not fit the budgets ends the admission. A sentence kept out of the
-  // reserved rows (SchedulerOptions::reserved_rows) is passed over, not an end.
+  // sentence that does not fit the budgets (engine/runtime/batching_policy.h: the decoder's
+  // rows and this admission's padded source tokens) ends the admission. A sentence kept out of
+  // the reserved rows (SchedulerOptions::reserved_rows) is passed over, not an end.
+  BatchLimits limits;
+  limits.max_rows = options_.max_batch_rows;
+  limits.max_tokens = options_.max_batch_tokens;
+  BatchFill fill(limits, live_rows, 0, /*first_always_fits=*/decoder_idle);
   std::vector<size_t> chosen;
-  int rows = live_rows;
-  size_t longest = 0;
   bool full = false;
   size_t rounds = 0;
   for (const Run& run : runs) rounds = std::max(rounds, run.count);
@@ -168,24 +172,22 @@ std::vector<std::unique_ptr<Scheduler::Queued>> Scheduler::AdmitLocked(
       if (round >= run.count) continue;
       const Queued& q = *queue_[run.start + round];
       const int beam = q.task.options.beam_size;
-      const size_t len = std::max(longest, q.task.ids.size());
-      const bool first = chosen.empty() && decoder_idle;  // a lone oversized sentence still runs
-      if (!first && (rows + beam > options_.max_batch_rows ||
-                     static_cast<int64_t>(len) * (chosen.size() + 1) > options_.max_batch_tokens)) {
+      const int64_t length = static_cast<int64_t>(q.task.ids.size());
+      if (!fill.Fits(length, beam)) {
         full = true;
         break;
       }
       // Into the reserved rows only for short work or while the request stays small; other
       // sentences wait, and the requests after them still get their turn.
+      const bool first = chosen.empty() && decoder_idle;  // a lone oversized sentence still runs
       int& mine = request_rows[q.request];
-      if (!first && rows + beam > options_.max_batch_rows - reserved && mine + beam > small_request_rows &&
+      if (!first && fill.rows() + beam > options_.max_batch_rows - reserved && mine + beam > small_request_rows &&
           static_cast<int64_t>(beam) * MaxOutputLength(q.task.options, static_cast<int>(q.task.ids.size()),
                                                        model_->config) > options_.reserved_cost) {
         continue;
       }
       mine += beam;
-      rows += beam;
-      longest = len;
+      fill.Add(length, beam);
       chosen.push_back(run.start + round);
     }
   }

@@ -9,6 +9,7 @@
 #include "engine/core/status_macros.h"
 #include "engine/decode/beam_search.h"
 #include "engine/decode/ensemble_step_model.h"
+#include "engine/runtime/batching_policy.h"
 
 namespace tnmt {
 
@@ -117,20 +118,24 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
     sources[i] = *std::move(ids);
     todo.push_back(i);
   }
-  // Longest first, so the first batch shows the peak memory at once; stable for determinism.
-  std::stable_sort(todo.begin(), todo.end(),
-                   [&](int a, int b) { return sources[a].size() > sources[b].size(); });
+  // Longest first, so the first batch shows the peak memory at once.
+  std::vector<int64_t> length_of(n);
+  for (int i = 0; i < n; ++i) length_of[i] = static_cast<int64_t>(sources[i].size());
+  SortLongestFirst(&todo, length_of);
   int done = n - static_cast<int>(todo.size());
   if (todo.empty()) return out;
   // One decoder for the whole input (on a GPU it owns a stream and scratch worth keeping), with
   // continuous batching: sentences join the running decode as others finish, so it never runs
   // on with a batch's last few sentences while the rest of the input waits. Groups of sentences
   // are encoded together (one encoder pass each), and the groups being decoded hold at most
-  // max_batch_tokens padded source tokens. A sentence's result does not depend on what else
-  // is decoded with it, so the output is that of decoding each batch separately.
+  // max_batch_tokens padded source tokens (engine/runtime/batching_policy.h). A sentence's
+  // result does not depend on what else is decoded with it, so the output is that of decoding
+  // each batch separately.
   TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> step, NewStepModel());
   BeamDecoder decoder = BeamDecoder::Create(c, std::move(step));
   const bool pieces = opt.decode.return_token_scores || opt.decode.return_alignments;
+  BatchLimits limits;
+  limits.max_tokens = opt.max_batch_tokens;
   std::vector<int> line_of;      // by handle (handles count up from 0)
   std::vector<int64_t> cost_of;  // by handle: its padded source length (its group's longest)
   int64_t in_flight = 0;         // padded source tokens of the sentences being decoded
@@ -138,11 +143,11 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
   std::vector<BeamDecoder::Done> finished;
   while (pos < todo.size() || !decoder.empty()) {
     if (pos < todo.size()) {
-      const int64_t longest = static_cast<int64_t>(sources[todo[pos]].size());
+      BatchFill fill(limits, 0, in_flight, /*first_always_fits=*/decoder.empty());
+      int64_t count = 0;
+      while (pos + count < todo.size() && fill.TryAdd(length_of[todo[pos + count]])) ++count;
       const int64_t left = static_cast<int64_t>(todo.size() - pos);
-      const int64_t full = std::max<int64_t>(1, opt.max_batch_tokens / longest);
-      const int64_t room = decoder.empty() ? full : (opt.max_batch_tokens - in_flight) / longest;
-      const int64_t count = std::min(room, left);
+      const int64_t full = FullBatch(limits, length_of[todo[pos]]);
       // Join in groups of at least an eighth of a full batch (or all that is left): the
       // encoder is inefficient on a few sentences at a time.
       if (count >= std::min(std::max<int64_t>(1, full / 8), left)) {
@@ -152,12 +157,12 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
           group.push_back({sources[i], prefixes[i], opt.first_stream + static_cast<uint64_t>(i)});
         }
         TNMT_ASSIGN_OR_RETURN(std::vector<int64_t> handles, decoder.Add(group, opt.decode));
-        in_flight += count * longest;
+        in_flight += fill.padded_tokens();
         for (int64_t k = 0; k < count; ++k) {
           const size_t h = static_cast<size_t>(handles[k]);
           if (line_of.size() <= h) line_of.resize(h + 1, -1), cost_of.resize(h + 1, 0);
           line_of[h] = todo[pos + k];
-          cost_of[h] = longest;
+          cost_of[h] = fill.longest();
         }
         pos += count;
       }
@@ -209,15 +214,23 @@ absl::StatusOr<std::vector<absl::StatusOr<PairScore>>> Translator::Score(
     tgt[i] = *std::move(t);
     todo.push_back(i);
   }
-  std::stable_sort(todo.begin(), todo.end(), [&](int a, int b) {
-    return std::max(src[a].size(), tgt[a].size()) > std::max(src[b].size(), tgt[b].size());
-  });
+  // Ordered by the longer side; a pair costs its longer side as the decoder reads it: the
+  // source, or the target after <s>.
+  std::vector<int64_t> length_of(n), cost_of(n);
+  for (int i = 0; i < n; ++i) {
+    length_of[i] = static_cast<int64_t>(std::max(src[i].size(), tgt[i].size()));
+    cost_of[i] = static_cast<int64_t>(std::max(src[i].size(), tgt[i].size() + 1));
+  }
+  SortLongestFirst(&todo, length_of);
   if (todo.empty()) return out;
   TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> model, NewStepModel());
+  BatchLimits limits;
+  limits.max_tokens = opt.max_batch_tokens;
   size_t pos = 0;
   while (pos < todo.size()) {
-    const size_t longest = std::max(src[todo[pos]].size(), tgt[todo[pos]].size() + 1);
-    const size_t count = std::min(std::max<size_t>(1, opt.max_batch_tokens / longest), todo.size() - pos);
+    BatchFill fill(limits, 0, 0, /*first_always_fits=*/true);
+    size_t count = 0;
+    while (pos + count < todo.size() && fill.TryAdd(cost_of[todo[pos + count]])) ++count;
     std::vector<std::vector<int32_t>> bs, bt;
     for (size_t k = 0; k < count; ++k) {
       bs.push_back(src[todo[pos + k]]);
