@@ -11,11 +11,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/graph/source_plan.h"
 #include "engine/graph/step_plan.h"
 #include "kernels/cuda/step_ops.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/decode_ops.h"
+#include "kernels/cuda/topk.h"
 
 namespace tnmt {
 
@@ -124,25 +125,22 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
                                                    " tokens exceeds the model's limit of ",
                                                    w_->position_rows, " positions"));
   }
-  const int64_t R = static_cast<int64_t>(batch) * src_max;  // encoder rows, padding included
-  if (R > INT_MAX) return absl::InvalidArgumentError(absl::StrCat("AddSources: ", R, " source rows"));
-  TNMT_ASSIGN_OR_RETURN(const int64_t total, graph::KvIndex::SourcePositions(lengths, batch, src_max));
-  for (int b = 0; b < batch; ++b) {
-    for (int j = 0; j < lengths[b]; ++j) {
-      const int32_t id = ids[static_cast<int64_t>(b) * src_max + j];
-      if (id < 0 || id >= c_.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("source token id ", id, " outside [0, ", c_.vocab_size, ")"));
-      }
+  // Encoder rows packed without padding (graph::PlanSource, as on the CPU); its ids checked.
+  TNMT_ASSIGN_OR_RETURN(const graph::SourcePlan plan, graph::PlanSource(ids, lengths, batch, src_max));
+  const int64_t R = plan.rows;
+  for (int32_t id : plan.ids) {
+    if (id < 0 || id >= c_.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("source token id ", id, " outside [0, ", c_.vocab_size, ")"));
     }
   }
   TNMT_RETURN_IF_ERROR(ctx_->Activate());
   // Device memory first: a failure here leaves the model as it was.
   cuda_engine::ActivationBuffer enc;
   TNMT_RETURN_IF_ERROR(enc.Ensure(ctx_->allocator(), c_, w_->dtype(), R, /*decoder=*/false));
-  TNMT_RETURN_IF_ERROR(index_.Reserve(graph::KvIndex::kCross, total, GrowPool(graph::KvIndex::kCross)));
-  // Upload: tokens [R], positions [R], lengths [batch], scatter rows [total], slots [total].
-  const int64_t words = 2 * R + batch + 2 * total;
+  TNMT_RETURN_IF_ERROR(index_.Reserve(graph::KvIndex::kCross, R, GrowPool(graph::KvIndex::kCross)));
+  // Upload, [R] each: tokens, positions, K/V groups, keys per group, cross slots.
+  const int64_t words = 5 * R;
   TNMT_RETURN_IF_ERROR(upload_.Ensure(static_cast<size_t>(words) * sizeof(int32_t)));
   kc::DeviceBuffer d_in;
   TNMT_RETURN_IF_ERROR(EnsureBuffer(d_in, static_cast<size_t>(words) * sizeof(int32_t), "source upload"));
@@ -150,24 +148,14 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
   // Host bookkeeping, as DecoderState::AddSources.
   TNMT_ASSIGN_OR_RETURN(std::vector<int32_t> out, index_.AddSources(lengths, batch, src_max));
   int32_t* h = upload_.as<int32_t>();
-  int32_t* h_tok = h;
-  int32_t* h_pos = h + R;
-  int32_t* h_len = h + 2 * R;
-  int32_t* h_rows = h_len + batch;
-  int32_t* h_slots = h_rows + total;
+  std::copy(plan.ids.begin(), plan.ids.end(), h);
+  std::copy(plan.positions.begin(), plan.positions.end(), h + R);
+  std::copy(plan.group.begin(), plan.group.end(), h + 2 * R);
+  std::copy(plan.valid.begin(), plan.valid.end(), h + 3 * R);
+  int32_t* h_slots = h + 4 * R;
   int64_t t = 0;
   for (int b = 0; b < batch; ++b) {
-    for (int j = 0; j < lengths[b]; ++j) {
-      h_rows[t] = static_cast<int32_t>(static_cast<int64_t>(b) * src_max + j);
-      h_slots[t] = index_.src_slot(out[b], j);
-      ++t;
-    }
-    for (int j = 0; j < src_max; ++j) {
-      const int64_t r = static_cast<int64_t>(b) * src_max + j;
-      h_tok[r] = j < lengths[b] ? ids[r] : c_.pad_id;  // padding: any valid id
-      h_pos[r] = j;
-    }
-    h_len[b] = lengths[b];
+    for (int j = 0; j < lengths[b]; ++j) h_slots[t++] = index_.src_slot(out[b], j);
   }
   src_dirty_ = true;
 
@@ -176,18 +164,15 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
                                                          static_cast<size_t>(words) * sizeof(int32_t),
                                                          cudaMemcpyHostToDevice, ctx_->stream())));
     const int32_t* d = d_in.as<int32_t>();
-    const int32_t* d_len = d + 2 * R;
-    const int32_t* d_rows = d_len + batch;
-    const int32_t* d_slots = d_rows + total;
     const Activations& a = enc.get();
     const cuda_engine::CudaLayerOps ops(*ctx_, *w_, a.half);
-    TNMT_RETURN_IF_ERROR(graph::Encode(ops, a, d, d + R, d_len, batch, src_max));
-    // Cross-attention K/V of every valid source position, into its slot.
+    TNMT_RETURN_IF_ERROR(graph::EncodePlanned(ops, a, plan, d, d + R, d + 2 * R, d + 3 * R));
+    // Cross-attention K/V of every source position (encoder row r), into its slot.
     struct {
       Pool* pool;
       float* cross_pool(size_t layer) { return pool->layers[layer].as<float>(); }
     } cache{&cross_};
-    TNMT_RETURN_IF_ERROR(graph::CrossKeysValues(ops, a.x, R, a.qkv, d_slots, d_rows, total, cache));
+    TNMT_RETURN_IF_ERROR(graph::CrossKeysValues(ops, a.x, R, a.qkv, d + 4 * R, /*src_rows=*/nullptr, R, cache));
     return ctx_->Synchronize();
   };
   if (absl::Status s = device_work(); !s.ok()) {

@@ -79,4 +79,6 @@ class CudaLayerOps {
   void* half_;
 };
 
+static_assert(graph::CheckLayerOps<CudaLayerOps>());
+
 }  // namespace tnmt::cuda_engine

@@ -1,32 +1,13 @@
 // The Transformer's inference graph, written once over a device's layer operations: the
-// encoder (over a padded batch, or over sentences packed without padding), the
-// cross-attention K/V of its output, and the KV-cached
-// decoder (any number of new positions per row) up to the logits. The CPU engine
+// encoder (over any layout of source rows; both devices pack sentences without padding, see
+// source_plan.h), the cross-attention K/V of its output, and the KV-cached decoder (any number
+// of new positions per row) up to the logits. The CPU engine
 // (engine/layers/encoder.cc, decoder.cc over CpuLayerOps) and the CUDA engine
 // (engine/cuda/cuda_step_model.cc over CudaLayerOps) both run these functions; only the
 // operations and where memory lives differ.
 //
-// An `Ops` type provides (every pointer in the device's memory; every call may queue work
-// asynchronously, in order):
-//   using Weights = ...;  // the model's parameter tree (ModelWeights, DeviceWeights): fields
-//                         // encoder, decoder (EncoderLayerParams / DecoderLayerParams over
-//                         // LinearParams, NormParams), encoder_final_ln, decoder_final_ln
-//   using LinearParams = ...; using NormParams = ...;
-//   const ModelConfig& config() const;  const Weights& weights() const;
-//   Status Linear(float* y, const float* x, int64_t rows, const LinearParams& l,
-//                 bool activate) const;        // y = x W^T + b, then the config's activation
-//   Status LayerNorm(float* y, const float* x, const float* residual, int64_t rows,
-//                    const NormParams& ln) const;  // y = LN(x + residual); residual may be null
-//   Status Add(float* x, const float* f, int64_t n) const;  // x += f
-//   Status Embed(float* x, const int32_t* ids, const int32_t* positions, int64_t rows,
-//                bool decoder) const;          // token embedding (scaled) + position
-//   Status Attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
-//                    const float* v, int64_t ld_kv, int64_t kv_group_stride,
-//                    const AttentionArgs& args) const;   // kernels/attention.h contract
-//   Status ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows,
-//                      const float* src, int64_t src_stride, const int32_t* src_rows,
-//                      int64_t count, int width) const;  // kernels/cuda/step_ops.h contract
-//   Status Logits(float* logits, const float* x, int64_t rows) const;  // output projection
+// `Ops` (the device's layer operations) and the decode step's `Cache` meet the contract of
+// layer_ops.h, asserted at compile time by every function here.
 //
 // Residual wiring (the config's normalize_before): post-norm x = LN(x + f(x)), pre-norm
 // x = x + f(LN(x)) with a final layer norm after each stack.
@@ -38,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/core/status_macros.h"
+#include "engine/graph/layer_ops.h"
 #include "engine/model/config.h"
 #include "kernels/attention.h"
 
@@ -97,12 +79,13 @@ absl::Status FeedForward(const Ops& ops, float* x, int64_t rows,
 // self_args: the self-attention of those rows over their sentences' keys, which are read from
 // a.qkv: key j of K/V group g at row (g * kv_group_stride + j * ld_kv) / (3d) of a.qkv, i.e.
 // kv_group_stride and ld_kv in elements of a.qkv's [rows, 3d] layout (the kernels'
-// MultiHeadAttention contract). Encode (below) lays a padded batch out this way; a caller may
-// also pack the sentences' positions one after another, with no padding rows to compute.
+// MultiHeadAttention contract): a padded batch, or the sentences' positions packed one after
+// another with no padding rows to compute (source_plan.h's EncodePlanned).
 template <class Ops>
 absl::Status EncodeRows(const Ops& ops, const Activations& a, const int32_t* ids,
                         const int32_t* positions, int64_t rows, const AttentionArgs& self_args,
                         int64_t kv_group_stride, int64_t ld_kv) {
+  static_assert(CheckLayerOps<Ops>());
   const ModelConfig& c = ops.config();
   const int d = c.d_model;
   TNMT_RETURN_IF_ERROR(ops.Embed(a.x, ids, positions, rows, /*decoder=*/false));
@@ -121,23 +104,6 @@ absl::Status EncodeRows(const Ops& ops, const Activations& a, const int32_t* ids
   return absl::OkStatus();
 }
 
-// The encoder over a padded batch into a.x: [batch * src_max, d]. ids, positions:
-// [batch * src_max] (positions[b * src_max + j] = j); lengths: [batch], 1 <= lengths[b] <=
-// src_max. Padded rows hold unspecified values and never influence valid ones (padding is
-// masked as keys).
-template <class Ops>
-absl::Status Encode(const Ops& ops, const Activations& a, const int32_t* ids,
-                    const int32_t* positions, const int32_t* lengths, int batch, int src_max) {
-  const int d = ops.config().d_model;
-  AttentionArgs args = ModelAttention(ops.config());
-  args.batch = batch;
-  args.q_len = src_max;
-  args.k_len = src_max;
-  args.k_valid = lengths;
-  return EncodeRows(ops, a, ids, positions, static_cast<int64_t>(batch) * src_max, args,
-                    static_cast<int64_t>(src_max) * 3 * d, 3 * d);
-}
-
 // Cross-attention K/V of the encoder output enc: [rows, d], every decoder layer: row
 // src_rows[i] of K|V ([rows, 2d]) goes to slot slots[i] of cache.cross_pool(layer) ([slots, 2d]),
 // i < count. scratch: [rows, 2d].
@@ -145,6 +111,7 @@ template <class Ops, class Cache>
 absl::Status CrossKeysValues(const Ops& ops, const float* enc, int64_t rows, float* scratch,
                              const int32_t* slots, const int32_t* src_rows, int64_t count,
                              Cache& cache) {
+  static_assert(CheckLayerOps<Ops>());
   const int d2 = 2 * ops.config().d_model;
   const auto& layers = ops.weights().decoder;
   for (size_t li = 0; li < layers.size(); ++li) {
@@ -165,6 +132,8 @@ absl::Status CrossKeysValues(const Ops& ops, const float* enc, int64_t rows, flo
 template <class Ops, class Cache>
 absl::Status DecodeStep(const Ops& ops, const Activations& a, const int32_t* ids,
                         const int32_t* positions, int64_t rows, Cache& cache, float* logits) {
+  static_assert(CheckLayerOps<Ops>());
+  static_assert(CheckStepCache<Cache>());
   const ModelConfig& c = ops.config();
   const int d = c.d_model;
   TNMT_RETURN_IF_ERROR(ops.Embed(a.x, ids, positions, rows, /*decoder=*/true));

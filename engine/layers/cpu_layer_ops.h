@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "engine/graph/layer_ops.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
 #include "kernels/cpu/attention.h"
@@ -42,5 +43,7 @@ class CpuLayerOps {
   const ModelConfig& c_;
   const ModelWeights& w_;
 };
+
+static_assert(graph::CheckLayerOps<CpuLayerOps>());
 
 }  // namespace tnmt

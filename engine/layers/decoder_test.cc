@@ -19,6 +19,20 @@
 namespace tnmt {
 namespace {
 
+// The graph's encoder over a padded batch, the reference the packed rows must equal: a.x:
+// [batch * src_max, d]; positions[b * src_max + j] = j; padding masked as keys.
+absl::Status EncodePadded(const CpuLayerOps& ops, const graph::Activations& a, const int32_t* ids,
+                          const int32_t* positions, const int32_t* lengths, int batch, int src_max) {
+  const int d = ops.config().d_model;
+  graph::AttentionArgs args = graph::ModelAttention(ops.config());
+  args.batch = batch;
+  args.q_len = src_max;
+  args.k_len = src_max;
+  args.k_valid = lengths;
+  return graph::EncodeRows(ops, a, ids, positions, static_cast<int64_t>(batch) * src_max, args,
+                           static_cast<int64_t>(src_max) * 3 * d, 3 * d);
+}
+
 class DecoderCacheTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -184,15 +198,15 @@ TEST_P(DecoderCacheTest, PackedEncoderEqualsThePaddedGraphBitForBit) {
   const int batch = static_cast<int>(lengths_.size());
   for (int threads : {1, 2}) {
     kernels::cpu::SetComputeThreads(threads);
-    // The padded reference: graph::Encode over every row of [batch, src_max].
+    // The padded reference: the graph's encoder over every row of [batch, src_max].
     const int64_t rows = static_cast<int64_t>(batch) * src_max_;
     std::vector<float> x(rows * d), y(rows * d), qkv(rows * 3 * d), attn(rows * d), hidden(rows * c.d_ff);
     graph::Activations a;
     a.x = x.data(), a.y = y.data(), a.qkv = qkv.data(), a.attn = attn.data(), a.hidden = hidden.data();
     std::vector<int32_t> positions(rows);
     for (int64_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>(r % src_max_);
-    ASSERT_TRUE(graph::Encode(CpuLayerOps(c, model_->weights), a, src_.data(), positions.data(), lengths_.data(),
-                              batch, src_max_)
+    ASSERT_TRUE(EncodePadded(CpuLayerOps(c, model_->weights), a, src_.data(), positions.data(), lengths_.data(),
+                             batch, src_max_)
                     .ok());
     auto packed = EncodeRows(c, model_->weights, src_.data(), lengths_.data(), batch, src_max_, &ws_);
     ASSERT_TRUE(packed.ok()) << packed.status();
