@@ -28,7 +28,7 @@ constexpr const char* kUsage =
     "  translate   translate text with a model directory (stdin -> stdout)\n"
     "  score       log-probabilities of given translations (forced decoding)\n"
     "  train       train a model on parallel text (resumable; CPU or GPU; data-parallel over\n"
-    "              several GPUs or processes with --devices, or over nodes with mpirun)\n"
+    "              several GPUs or CPU ranks with --devices, or over nodes with mpirun)\n"
     "  average     average the last checkpoints into a model directory\n"
     "  import      convert a Hugging Face Marian (OPUS-MT) model into a tnmt model directory\n"
     "  export      write a tnmt model in the Hugging Face Marian layout\n"

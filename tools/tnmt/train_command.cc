@@ -1,8 +1,9 @@
 // `tnmt train`: a JSON config (--config; keys spelled with '_' or '-') with any key overridden
 // by a flag of the same name; errors name a setting as the user gave it (flag, or file and key).
-// SIGTERM/SIGINT write a final checkpoint and exit 0. Devices: one process (--device, or
-// --devices with one entry); several devices on this node (--devices cuda:0,1 or cpu,cpu): this
-// process becomes the launcher and runs one worker per device (the same binary, told its rank by
+// SIGTERM/SIGINT write a final checkpoint and exit 0. Devices: one (--device, or --devices with
+// one entry); several CPU ranks (--devices cpu,cpu,...): threads of this process, one rank each,
+// over an in-process collective; several GPUs on this node (--devices cuda:0,1): this process
+// becomes the launcher and runs one worker per GPU (the same binary, told its rank by
 // TNMT_RANK/TNMT_WORLD_SIZE/TNMT_BOOTSTRAP_DIR, see trainer/launch); started by mpirun, it trains
 // data-parallel over MPI (one device per process). `tnmt average`: average the last K
 // checkpoints.
@@ -101,7 +102,8 @@ const Key kKeys[] = {
     {"valid_max_sentences", Kind::kInt, "dev sentences translated for BLEU; 0: all"},
     {"metrics_file", Kind::kString, "JSON-lines metrics", "SAVE_DIR/metrics.jsonl"},
     {"log_every_steps", Kind::kInt, "progress and metrics every N updates"},
-    {"threads", Kind::kInt, "compute threads per process", "all cores, shared by local workers"},
+    {"threads", Kind::kInt, "compute threads of this process, split among its --devices cpu ranks",
+     "all cores, divided among --devices cuda worker processes"},
     {"device", Kind::kString, "cpu, cuda:N, or cuda (GPU rank mod visible GPUs); several: --devices"},
     {"dtype", Kind::kString, "float32; mixed precision float16 / bfloat16 on cuda; bfloat16 GEMMs on CPUs with AVX-512 BF16"},
 };
@@ -125,21 +127,48 @@ int Fail(const char* cmd, const std::string& message) {
   return 2;
 }
 
-// Trains in this process on `collective` (a launched worker, an MPI rank, or the only process).
-// Without --threads, the cores are shared by the `local_processes` workers of this node.
-int Train(const train::TrainConfig& cfg, std::unique_ptr<train::Collective> collective, int local_processes) {
+// Compute threads of one rank: --threads (else all cores, shared by the `local_processes`
+// processes of this node) divided among the `ranks` ranks of this process, at least 1.
+int ThreadsPerRank(const train::TrainConfig& cfg, int local_processes, int ranks) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  SetCpuThreads(cfg.threads > 0 ? cfg.threads : std::max(1, cores / std::max(1, local_processes)));
-  train::KeepFreedMemory();
+  const int process = cfg.threads > 0 ? cfg.threads : std::max(1, cores / std::max(1, local_processes));
+  return std::max(1, process / ranks);
+}
+
+train::TrainHooks Hooks(const train::Collective& collective) {
   train::TrainHooks hooks;
   hooks.stop = &g_stop;
-  hooks.progress_line = ::isatty(STDERR_FILENO) && collective->rank() == 0;
-  absl::Status s = train::RunTraining(cfg, collective.get(), hooks);
+  hooks.progress_line = ::isatty(STDERR_FILENO) && collective.rank() == 0;
+  return hooks;
+}
+
+// Trains in this process on `collective` (a launched worker, an MPI rank, or the only process).
+int Train(const train::TrainConfig& cfg, std::unique_ptr<train::Collective> collective, int local_processes) {
+  SetCpuThreads(ThreadsPerRank(cfg, local_processes, 1));
+  train::KeepFreedMemory();
+  absl::Status s = train::RunTraining(cfg, collective.get(), Hooks(*collective));
   if (!s.ok()) return Fail("train", std::string(s.message()));
   return 0;
 }
 
-// Launcher: one worker process per device, each this binary with the same arguments plus
+// --devices cpu,cpu,...: one rank per device, each a thread of this process running the training
+// loop on its shard, over an in-process collective (sums in rank order: the same parameters as
+// `mpirun -np N`). Rank 0 writes checkpoints, metrics and the log. The compute threads are split
+// among the ranks; the thread pool and OpenBLAS are shared and safe to call from every rank. A
+// rank that fails stops the others at their next collective, and its error is reported.
+int TrainRanks(const train::TrainConfig& cfg, int ranks) {
+  const int threads = ThreadsPerRank(cfg, 1, ranks);
+  SetCpuThreads(threads);  // before the rank threads start: loads OpenBLAS once
+  train::KeepFreedMemory();
+  std::cerr << "tnmt train: " << ranks << " data-parallel CPU ranks in this process, " << threads
+            << " compute thread" << (threads == 1 ? "" : "s") << " each; rank 0 writes checkpoints and logs\n";
+  absl::Status s = train::RunInProcessGroup(
+      ranks, [&](train::Collective* c) { return train::RunTraining(cfg, c, Hooks(*c)); });
+  if (!s.ok()) return Fail("train", std::string(s.message()));
+  return 0;
+}
+
+// Launcher: one worker process per GPU, each this binary with the same arguments plus
 // --device; returns when all have exited (see trainer/launch/local_launch.h).
 int Launch(const train::TrainConfig& cfg, const train::DeviceList& devices, int argc, char** argv) {
   std::error_code ec;
@@ -186,13 +215,14 @@ int TrainCommand(int argc, char** argv) {
             "Trains a Transformer on parallel text. Settings come from --config FILE (JSON, keys\n"
             "as the flags, spelled with '-' or '_'); flags override it. Resumes from the newest\n"
             "checkpoint in --save-dir. SIGTERM or Ctrl-C writes a final checkpoint and exits 0.\n"
-            "Data parallelism: --devices cuda:0,1,... (or cuda: every visible GPU; or cpu,cpu: CPU\n"
-            "processes) runs one worker process per device on this node and supervises them; under\n"
-            "mpirun every process trains on its shard and gradients are all-reduced (MPI, or NCCL\n"
-            "on GPUs). See docs/training.md.");
+            "Data parallelism: --devices cpu,cpu,... trains one rank per entry as threads of this\n"
+            "process; --devices cuda:0,1,... (or cuda: every visible GPU) runs one worker process\n"
+            "per GPU on this node and supervises them; under mpirun every process trains on its\n"
+            "shard and gradients are all-reduced (MPI, or NCCL on GPUs). See docs/training.md.");
   args.AddString("config", "", "JSON file with training settings");
   args.AddString("devices", "",
-                 "devices of this node, one worker process each: cuda:0,1,3 | cuda (all visible GPUs) | cpu,cpu");
+                 "devices of this node, one rank each: cpu,cpu (threads of this process) | cuda:0,1,3 | "
+                 "cuda (all visible GPUs; a worker process per GPU)");
   // Only flags given on the command line are used (over the --config file); the stored
   // defaults are never read, --help states TrainConfig's.
   for (const Key& k : kKeys) {
@@ -265,10 +295,16 @@ int TrainCommand(int argc, char** argv) {
   }
   auto cfg = train::TrainConfig::FromJson(j, origin);
   if (!cfg.ok()) return Fail("train", std::string(cfg.status().message()));
+  if (is_worker && !absl::StartsWith(cfg->device, "cuda")) {
+    return Fail("train", absl::StrCat(train::kRankEnv, " is set, but launched workers train on GPUs (--devices cuda:...); "
+                                      "several CPU ranks: --devices cpu,cpu or mpirun"));
+  }
 
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
-  if (devices.has_value() && devices->size() > 1) return Launch(*cfg, *devices, argc, argv);
+  if (devices.has_value() && devices->size() > 1) {
+    return devices->cuda ? Launch(*cfg, *devices, argc, argv) : TrainRanks(*cfg, devices->size());
+  }
 
   std::unique_ptr<train::Collective> collective;
   int local_processes = 1;

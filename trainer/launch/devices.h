@@ -1,6 +1,6 @@
-// The device list of `tnmt train --devices`: which devices one training run uses, one worker
-// process per device. Syntax (comma-separated):
-//   cpu[,cpu...]        that many CPU processes (data-parallel through host memory)
+// The device list of `tnmt train --devices`: which devices one training run uses, one rank per
+// device. Syntax (comma-separated):
+//   cpu[,cpu...]        that many CPU ranks (threads of one process, data-parallel in memory)
 //   cuda:N[,M,...]      these GPUs; a bare number continues a cuda list (cuda:0,1,3)
 //   cuda:N,cuda:M       the same, spelled out
 //   cuda                every visible GPU (resolved with ResolveAllVisible)
@@ -17,12 +17,12 @@
 namespace tnmt::train {
 
 struct DeviceList {
-  bool cuda = false;         // false: CPU processes
+  bool cuda = false;         // false: CPU ranks
   bool all_visible = false;  // "cuda": one worker per visible GPU, ids filled by ResolveAllVisible
-  std::vector<int> ids;      // cuda: GPU ordinals in order; cpu: one 0 per process
+  std::vector<int> ids;      // cuda: GPU ordinals in order; cpu: one 0 per rank
 
   int size() const { return static_cast<int>(ids.size()); }
-  // "cpu" or "cuda:N" for worker i.
+  // "cpu" or "cuda:N" for rank i.
   std::string Name(int i) const;
 };
 

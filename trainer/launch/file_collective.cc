@@ -20,11 +20,10 @@ namespace tnmt::train {
 
 namespace {
 
-enum class OpKind : int32_t { kSumFloat = 1, kSumDouble = 2, kBroadcast = 3 };
+enum class OpKind : int32_t { kSumDouble = 2, kBroadcast = 3 };
 
 const char* KindName(int32_t kind) {
   switch (static_cast<OpKind>(kind)) {
-    case OpKind::kSumFloat: return "AllReduceSum(float)";
     case OpKind::kSumDouble: return "AllReduceSum(double)";
     case OpKind::kBroadcast: return "Broadcast(float)";
   }
@@ -80,8 +79,28 @@ class FileCollective : public Collective {
 
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
-  absl::Status AllReduceSum(float* data, int64_t count) override { return Sum(data, count, OpKind::kSumFloat); }
-  absl::Status AllReduceSum(double* data, int64_t count) override { return Sum(data, count, OpKind::kSumDouble); }
+  absl::Status AllReduceSum(float*, int64_t) override {
+    return absl::FailedPreconditionError(
+        "file collective: no float sums (it bootstraps GPU workers, whose gradients go over NCCL)");
+  }
+  absl::Status AllReduceSum(double* data, int64_t count) override {
+    if (count < 0) return absl::InvalidArgumentError("negative count");
+    absl::Status s = Exchange(OpKind::kSumDouble, count, -1, data);
+    if (!s.ok()) return Finish(s);
+    std::vector<double> sum(count, 0.0), peer;  // sum, peer: [count]
+    for (int r = 0; r < size_; ++r) {
+      const double* src = data;
+      if (r != rank_) {
+        peer.resize(count);
+        s = ReadPayload(r, peer.data(), sizeof(double) * count);
+        if (!s.ok()) return Finish(s);
+        src = peer.data();
+      }
+      for (int64_t i = 0; i < count; ++i) sum[i] += src[i];
+    }
+    std::copy(sum.begin(), sum.end(), data);
+    return Finish(s);
+  }
 
   absl::Status Broadcast(float* data, int64_t count, int root) override {
     if (root < 0 || root >= size_) return absl::InvalidArgumentError("broadcast root out of range");
@@ -92,26 +111,6 @@ class FileCollective : public Collective {
   }
 
  private:
-  template <typename T>
-  absl::Status Sum(T* data, int64_t count, OpKind kind) {
-    if (count < 0) return absl::InvalidArgumentError("negative count");
-    absl::Status s = Exchange(kind, count, -1, data);
-    if (!s.ok()) return Finish(s);
-    std::vector<T> sum(count, T(0)), peer;  // sum, peer: [count]
-    for (int r = 0; r < size_; ++r) {
-      const T* src = data;
-      if (r != rank_) {
-        peer.resize(count);
-        s = ReadPayload(r, peer.data(), sizeof(T) * count);
-        if (!s.ok()) return Finish(s);
-        src = peer.data();
-      }
-      for (int64_t i = 0; i < count; ++i) sum[i] += src[i];
-    }
-    std::copy(sum.begin(), sum.end(), data);
-    return Finish(s);
-  }
-
   std::string PathOf(int64_t op, int rank) const { return absl::StrCat(dir_, "/op-", op, ".rank-", rank); }
 
   // Payload bytes of rank r's file: everyone's data for sums, only the root's for a broadcast.

@@ -1,13 +1,15 @@
-// A host-memory Collective (collective.h semantics) between the processes of one node, through
-// files in a directory they share: the bootstrap that carries the NCCL id for
-// `tnmt train --devices cuda:0,1,...`, and the whole gradient transport of `--devices cpu,cpu`.
+// The host collective between the worker processes that `tnmt train --devices cuda:0,1,...`
+// launches on one node, through files in a directory they share. It carries what the GPUs'
+// NCCL collective cannot before it exists or for host memory: the NCCL unique id (a broadcast
+// from rank 0), the training loop's barriers (one-element double sums) and its broadcast of the
+// initial parameters. Gradients and per-step totals go over NCCL, so float sums are refused
+// (FAILED_PRECONDITION); CPU ranks use the in-process group or MPI (collective.h).
 //
 // Protocol. Every rank numbers its operations 1, 2, 3, ... (all ranks call the same operations
 // in the same order). For operation g, rank r writes `dir/op-<g>.rank-<r>` atomically (written
 // under a temporary name, then renamed), waits, polling with backoff, until the files of every
 // rank for g exist, and reads them in rank order:
-//   AllReduceSum: the sum 0 + x_0 + x_1 + ... in rank order, so every rank computes bit-identical
-//     values, exactly as MakeInProcessGroup does;
+//   AllReduceSum(double): the sum 0 + x_0 + x_1 + ... in rank order, identical on every rank;
 //   Broadcast: root's payload (the other ranks write a header-only arrival file).
 // Each file's header repeats the operation number, kind, element count and root; a rank whose
 // peers called a different operation gets an error naming both instead of mixed-up data.

@@ -1,6 +1,7 @@
-// File collective: sums and broadcasts across 1-4 threads and across forked processes equal the
-// rank-order sum bit for bit; only the last operation's files remain; a peer that never arrives
-// is a timeout naming it; mismatched calls are named; stale directories are refused.
+// File collective: double sums and broadcasts across 1-4 threads and across forked processes equal
+// the rank-order sum bit for bit; float sums are refused; only the last operation's files
+// remain; a peer that never arrives is a timeout naming it; mismatched calls are named; stale
+// directories are refused.
 #include "trainer/launch/file_collective.h"
 
 #include <dirent.h>
@@ -31,12 +32,12 @@ int CountFiles(const std::string& dir) {
   return n;
 }
 
-// Data of rank r in round k: random floats with rounding in their sums.
-std::vector<float> FloatData(int r, int k, int count) {
+// Data of rank r in round k: random doubles with rounding in their sums.
+std::vector<double> DoubleData(int r, int k, int count) {
   std::mt19937 rng(1000 * r + k);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(count);
-  for (float& x : v) x = u(rng) * (1 + r);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> v(count);
+  for (double& x : v) x = u(rng) * (1 + r);
   return v;
 }
 
@@ -46,24 +47,20 @@ int RunRank(Collective* c, int n, int rounds, int count) {
   int wrong = 0;
   const int r = c->rank();
   for (int k = 0; k < rounds; ++k) {
-    std::vector<float> x = FloatData(r, k, count);
+    std::vector<double> x = DoubleData(r, k, count);
     if (!c->AllReduceSum(x.data(), count).ok()) return -1;
-    std::vector<float> want(count, 0.0f);
+    std::vector<double> want(count, 0.0);
     for (int q = 0; q < n; ++q) {
-      const std::vector<float> xq = FloatData(q, k, count);
+      const std::vector<double> xq = DoubleData(q, k, count);
       for (int i = 0; i < count; ++i) want[i] += xq[i];
     }
     for (int i = 0; i < count; ++i) wrong += x[i] != want[i];
-    double d[2] = {static_cast<double>(r) + 0.1, 1.0 / 3};
-    if (!c->AllReduceSum(d, 2).ok()) return -1;
-    double want0 = 0, want1 = 0;
-    for (int q = 0; q < n; ++q) want0 += q + 0.1, want1 += 1.0 / 3;
-    wrong += (d[0] != want0) + (d[1] != want1);
-    std::vector<float> b(5, static_cast<float>(r));
+    std::vector<float> b(5, static_cast<float>(r) + 0.5f);
     const int root = k % n;
     if (!c->Broadcast(b.data(), 5, root).ok()) return -1;
-    for (float v : b) wrong += v != static_cast<float>(root);
-    if (!c->AllReduceSum(b.data(), 0).ok()) return -1;  // empty operations work too
+    for (float v : b) wrong += v != static_cast<float>(root) + 0.5f;
+    if (!c->AllReduceSum(x.data(), 0).ok()) return -1;  // empty operations work too
+    wrong += c->AllReduceSum(b.data(), 5).code() != absl::StatusCode::kFailedPrecondition;  // no file written
   }
   return wrong;
 }
@@ -136,7 +133,7 @@ TEST(FileCollectiveTest, MismatchedCallsAreNamed) {
   std::thread t0([&] {
     auto c = MakeFileCollective(dir, 0, 2);
     float x[3] = {1, 2, 3};
-    s0 = (*c)->AllReduceSum(x, 3);
+    s0 = (*c)->Broadcast(x, 3, 1);
   });
   std::thread t1([&] {
     auto c = MakeFileCollective(dir, 1, 2);
@@ -147,7 +144,7 @@ TEST(FileCollectiveTest, MismatchedCallsAreNamed) {
   t1.join();
   EXPECT_EQ(s0.code(), absl::StatusCode::kFailedPrecondition) << s0;
   EXPECT_NE(s0.message().find("rank 1 called AllReduceSum(double) of 3 elements but rank 0 called "
-                              "AllReduceSum(float) of 3 elements"),
+                              "Broadcast(float) of 3 elements from root 1"),
             std::string::npos)
       << s0;
   EXPECT_FALSE(s1.ok());
@@ -158,10 +155,11 @@ TEST(FileCollectiveTest, StaleDirectoryAndBadArguments) {
   {
     auto c = MakeFileCollective(dir, 0, 1);
     ASSERT_TRUE(c.ok());
-    float x = 1;
+    double x = 1;
     ASSERT_TRUE((*c)->AllReduceSum(&x, 1).ok());
-    EXPECT_EQ(x, 1.0f);
-    EXPECT_FALSE((*c)->Broadcast(&x, 1, 1).ok());
+    EXPECT_EQ(x, 1.0);
+    float f = 1;
+    EXPECT_FALSE((*c)->Broadcast(&f, 1, 1).ok());
   }
   auto again = MakeFileCollective(dir, 0, 1);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
