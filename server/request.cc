@@ -11,7 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "engine/decode/option_table.h"
+#include "engine/runtime/decoding.h"
 
 namespace tnmt::server {
 

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/decode/beam_search.h"
 #include "engine/runtime/batching_policy.h"
+#include "engine/runtime/decoding.h"
 #include "server/status_mapping.h"
 
 namespace tnmt::server {

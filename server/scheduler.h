@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "engine/decode/options.h"
+#include "engine/runtime/decoding.h"
 #include "engine/runtime/loaded_model.h"
 #include "engine/runtime/translator.h"
 #include "server/metrics.h"

@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "engine/core/status_macros.h"
-#include "engine/cuda/cuda_backend.h"
 
 namespace tnmt::server {
 
@@ -188,7 +187,7 @@ absl::Status TranslationServer::StartJobs() {
   jobs_token_ = token;
   to.max_unfinished_jobs = j.max_unfinished_jobs;
   to.policy.data_root = j.data_root;
-  to.policy.cuda_available = CudaDeviceCount() > 0;
+  to.policy.cuda_available = CudaDevicesAvailable() > 0;
   to.policy.max_spec_bytes = j.max_spec_bytes;
   for (const auto& [name, dir] : options_.models) to.policy.reserved_models.push_back(name);
   training_ = std::make_unique<jobs::TrainingServiceImpl>(to, job_store_.get(), job_runner_.get());

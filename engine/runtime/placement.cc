@@ -53,4 +53,6 @@ std::string Placement::ComputeType() const {
   return DTypeName(dtype);
 }
 
+int CudaDevicesAvailable() { return CudaDeviceCount(); }
+
 }  // namespace tnmt

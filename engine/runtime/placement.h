@@ -28,4 +28,7 @@ struct Placement {
   std::string ComputeType() const;
 };
 
+// CUDA devices a Placement may name: 0 in a CPU-only build, or without a driver or a device.
+int CudaDevicesAvailable();
+
 }  // namespace tnmt
