@@ -27,9 +27,9 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/context.h"
-#include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/random.h"
+#include "kernels/cuda/topk.h"
 #include "kernels/cuda/train_ops.h"
 
 namespace tnmt::kernels::cuda {

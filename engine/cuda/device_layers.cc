@@ -10,10 +10,9 @@
 #include "kernels/cuda/step_ops.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/convert.h"
-#include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/train_backward.h"  // AddInPlace
 
 namespace tnmt::cuda_engine {
 
@@ -105,7 +104,7 @@ absl::Status CudaLayerOps::LayerNorm(float* y, const float* x, const float* resi
 }
 
 absl::Status CudaLayerOps::Add(float* x, const float* f, int64_t n) const {
-  return kc::AddInPlace(ctx_, x, f, n);
+  return kc::Add(ctx_, x, x, f, n);
 }
 
 absl::Status CudaLayerOps::Embed(float* x, const int32_t* ids, const int32_t* positions,

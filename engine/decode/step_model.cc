@@ -71,7 +71,7 @@ void ScoreRow(const float* row, int64_t r, int vocab, int eos_id, int pad_id, St
   if (!s->gather_offsets.empty()) {
     for (int32_t g = s->gather_offsets[r]; g < s->gather_offsets[r + 1]; ++g) s->gather_logit[g] = row[s->gather_ids[g]];
   }
-  kernels::cpu::RowTopK(row, V, k, pad_id, s->top_logit.data() + r * k, s->top_id.data() + r * k);
+  kernels::cpu::TopK(s->top_logit.data() + r * k, s->top_id.data() + r * k, row, 1, V, k, pad_id);
 }
 
 }  // namespace tnmt

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
 
 namespace tnmt {

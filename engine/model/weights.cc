@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/core/status_macros.h"
-#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
 
 namespace tnmt {
 

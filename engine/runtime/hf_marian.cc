@@ -24,7 +24,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/model/weights.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
 
 namespace tnmt {
 

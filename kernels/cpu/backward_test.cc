@@ -6,6 +6,7 @@
 // and dropout statistics, and Adam against a naive double implementation.
 #include "kernels/cpu/backward.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
@@ -23,6 +24,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
 
 namespace tnmt::kernels::cpu {
 namespace {

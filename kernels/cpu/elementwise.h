@@ -41,18 +41,6 @@ void Softmax(float* x, int64_t rows, int n);
 // lse: [rows] = log(sum(exp(x[r, :]))) for x: [rows, n].
 void LogSumExp(float* lse, const float* x, int64_t rows, int n);
 
-// out: [count, d] = table[ids[i]] * scale + pos[positions[i]] (pos may be null).
-// ids must already be validated to lie in [0, vocab).
-void EmbedTokens(float* out, const int32_t* ids, const int32_t* positions, int64_t count,
-                 const float* table, const float* pos, int d, float scale);
-
-// table: [rows, d] sinusoidal positions, interleaved as the paper:
-// table[p, 2i] = sin(p / 10000^(2i/d)), table[p, 2i+1] = cos(p / 10000^(2i/d)).
-void SinusoidalPositions(float* table, int rows, int d);
-// table: [rows, d] the same sines and cosines in halves (Marian's layout, d even):
-// table[p, i] = sin(p / 10000^(2i/d)), table[p, d/2 + i] = cos(p / 10000^(2i/d)).
-void SinusoidalPositionsHalves(float* table, int rows, int d);
-
 // Converts stored half-precision bit patterns to float32.
 void HalfToFloat(float* out, const uint16_t* in, int64_t count);
 void BFloat16ToFloat(float* out, const uint16_t* in, int64_t count);

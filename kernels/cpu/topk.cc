@@ -1,4 +1,4 @@
-// RowTopK; see topk.h.
+// TopK; see topk.h.
 //
 // One pass over the row in index order. Once the list holds k entries, only a value above its
 // last entry (the threshold, which only rises) can enter, so whole blocks of 16 with nothing
@@ -78,8 +78,7 @@ SkipFn ActiveSkip() {
   return SkipPortable;
 }
 
-}  // namespace
-
+// TopK of one row: logits[0, vocab) into top_logit, top_id[0, k).
 void RowTopK(const float* logits, int vocab, int k, int32_t exclude, float* top_logit,
              int32_t* top_id) {
   const SkipFn skip = ActiveSkip();
@@ -110,6 +109,12 @@ void RowTopK(const float* logits, int vocab, int k, int32_t exclude, float* top_
     top_logit[n] = -std::numeric_limits<float>::infinity();
     top_id[n] = exclude;
   }
+}
+
+}  // namespace
+
+void TopK(float* values, int32_t* ids, const float* x, int64_t rows, int n, int k, int32_t exclude) {
+  for (int64_t r = 0; r < rows; ++r) RowTopK(x + r * n, n, k, exclude, values + r * k, ids + r * k);
 }
 
 }  // namespace tnmt::kernels::cpu

@@ -1,14 +1,15 @@
-// Top-k of a row of logits (the beam's candidate tokens per hypothesis), on the CPU. The CUDA
-// counterpart is kernels/cuda/decode_ops.h (TopK).
+// Top-k over rows of logits on the CPU (the beam's candidate tokens per hypothesis). The CUDA
+// kernel of the same operation is kernels/cuda/topk.h (TopK, the same arguments).
 #pragma once
 
 #include <cstdint>
 
 namespace tnmt::kernels::cpu {
 
-// top_logit/top_id[0, k): the k largest entries of logits[0, vocab) except index `exclude`
-// (-1: none), best first; equal values in increasing index (a later equal value never displaces
-// an earlier one). Fewer eligible entries than k: the rest are -inf with id `exclude`.
-void RowTopK(const float* logits, int vocab, int k, int32_t exclude, float* top_logit, int32_t* top_id);
+// values, ids: [rows, k] = for each row of x: [rows, n], its k largest entries except index
+// `exclude` (-1: none), best first; equal values in increasing index (a later equal value never
+// displaces an earlier one). Fewer eligible entries than k: the rest are -inf with id `exclude`.
+// Runs on the calling thread.
+void TopK(float* values, int32_t* ids, const float* x, int64_t rows, int n, int k, int32_t exclude);
 
 }  // namespace tnmt::kernels::cpu

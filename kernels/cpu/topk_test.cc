@@ -1,6 +1,6 @@
-// RowTopK against a stable sort of the whole row: every k, with ties (values drawn from a few
-// levels), an excluded index, rows not a multiple of 16 long, and fewer entries than k; on
-// every instruction-set path this CPU has (the block skip is vectorized per ISA).
+// TopK against a stable sort of the whole row: every k, with ties (values drawn from a few
+// levels), an excluded index, rows not a multiple of 16 long, and fewer entries than k, one row
+// and two rows at a time; on every instruction-set path this CPU has (the block skip is vectorized per ISA).
 #include "kernels/cpu/topk.h"
 
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 namespace tnmt::kernels::cpu {
 namespace {
 
-class RowTopKTest : public ::testing::TestWithParam<CpuIsa> {
+class TopKTest : public ::testing::TestWithParam<CpuIsa> {
  protected:
   void SetUp() override {
     if (static_cast<int>(GetParam()) > static_cast<int>(DetectedIsa())) GTEST_SKIP() << "CPU lacks " << IsaName(GetParam());
@@ -32,7 +32,17 @@ void Check(const std::vector<float>& logits, int k, int32_t exclude) {
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   std::vector<float> top(k);
   std::vector<int32_t> ids(k);
-  RowTopK(logits.data(), static_cast<int>(logits.size()), k, exclude, top.data(), ids.data());
+  const int n = static_cast<int>(logits.size());
+  TopK(top.data(), ids.data(), logits.data(), 1, n, k, exclude);
+  // The same row twice: each output row is the one-row result.
+  std::vector<float> twice(logits), top2(2 * k);
+  twice.insert(twice.end(), logits.begin(), logits.end());
+  std::vector<int32_t> ids2(2 * k);
+  TopK(top2.data(), ids2.data(), twice.data(), 2, n, k, exclude);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(std::equal(ids.begin(), ids.end(), ids2.begin() + r * k)) << "row " << r;
+    EXPECT_TRUE(std::equal(top.begin(), top.end(), top2.begin() + r * k)) << "row " << r;
+  }
   for (int i = 0; i < k; ++i) {
     if (i < static_cast<int>(order.size())) {
       EXPECT_EQ(ids[i], order[i]) << "rank " << i << " of k=" << k << ", vocab " << logits.size();
@@ -44,7 +54,7 @@ void Check(const std::vector<float>& logits, int k, int32_t exclude) {
   }
 }
 
-TEST_P(RowTopKTest, MatchesAStableSort) {
+TEST_P(TopKTest, MatchesAStableSort) {
   std::mt19937 rng(11);
   for (int vocab : {1, 3, 15, 16, 17, 100, 1000, 8003}) {
     for (int levels : {3, 1000000}) {
@@ -60,7 +70,7 @@ TEST_P(RowTopKTest, MatchesAStableSort) {
   }
 }
 
-TEST_P(RowTopKTest, RisingRowsAndInfinities) {
+TEST_P(TopKTest, RisingRowsAndInfinities) {
   // Every new value beats the list (the skip never applies), and -inf entries.
   std::vector<float> rising(300);
   for (int i = 0; i < 300; ++i) rising[i] = static_cast<float>(i);
@@ -78,7 +88,7 @@ TEST_P(RowTopKTest, RisingRowsAndInfinities) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isas, RowTopKTest,
+INSTANTIATE_TEST_SUITE_P(Isas, TopKTest,
                          ::testing::Values(CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512),
                          [](const auto& info) { return std::string(IsaName(info.param)); });
 

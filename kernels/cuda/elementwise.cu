@@ -1,8 +1,11 @@
-// CUDA row-wise kernels; see elementwise.h. One block per row, block-wide reductions in
-// shared memory; two-pass mean/variance as on the CPU.
+// CUDA elementwise and row-wise kernels; see elementwise.h. Add is a grid-stride loop; the row
+// kernels run one block per row, with block-wide reductions in shared memory; two-pass
+// mean/variance as on the CPU.
 #include "kernels/cuda/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
@@ -58,6 +61,14 @@ __global__ void BiasActivationKernel(float* y, const float* bias, int64_t total,
   }
 }
 
+// Grid-stride; out may alias x or r (each element is read before it is written).
+__global__ void AddKernel(float* out, const float* x, const float* r, int64_t count) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = x[i] + r[i];
+  }
+}
+
 __global__ void LayerNormKernel(float* out, const float* x, const float* r, const float* gamma,
                                 const float* beta, int d, float eps) {
   __shared__ float shared[32];
@@ -110,6 +121,15 @@ absl::Status BiasActivation(Context& ctx, float* y, const float* bias, int64_t r
   if (total == 0) return absl::OkStatus();
   const int blocks = static_cast<int>(std::min<int64_t>((total + kThreads - 1) / kThreads, 65535));
   BiasActivationKernel<<<blocks, kThreads, 0, stream>>>(y, bias, total, n, gelu);
+  return TNMT_CUDA_LAUNCH_CHECK();
+}
+
+absl::Status Add(Context& ctx, float* out, const float* x, const float* r, int64_t count) {
+  if (count < 0) return absl::InvalidArgumentError(absl::StrCat("cuda::Add: count ", count, " < 0"));
+  if (count == 0) return absl::OkStatus();
+  const unsigned blocks = static_cast<unsigned>(
+      std::max<int64_t>(1, std::min<int64_t>((count + kThreads - 1) / kThreads, 132 * 16)));
+  AddKernel<<<blocks, kThreads, 0, ctx.stream()>>>(out, x, r, count);
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,5 +1,5 @@
-// Row-wise CUDA kernels mirroring kernels/cpu/elementwise.h (same semantics, float32, device
-// pointers, an explicit stream). Each returns a Status that names the failing launch.
+// Elementwise and row-wise CUDA kernels mirroring kernels/cpu/elementwise.h (same names and
+// semantics, float32, device pointers, an explicit stream). Each returns a Status that names the failing launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +16,9 @@ namespace tnmt::kernels::cuda {
 // formula); other activations are an InvalidArgument error.
 absl::Status BiasActivation(Context& ctx, float* y, const float* bias, int64_t rows, int n,
                             Activation act);
+
+// out: [count] = x + r, as kernels/cpu Add (out may alias x or r: x += r is Add(out = x, x, r)).
+absl::Status Add(Context& ctx, float* out, const float* x, const float* r, int64_t count);
 
 // out: [rows, d] = LayerNorm(x + r) * gamma + beta; r may be null; out may alias x.
 absl::Status LayerNorm(Context& ctx, float* out, const float* x, const float* r, const float* gamma,

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -29,6 +31,24 @@ class CudaElementwiseTest : public cuda::testing::CudaTest {
 void ExpectClose(const std::vector<float>& a, const std::vector<float>& b, float tol) {
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], tol * (1 + std::fabs(b[i]))) << i;
+}
+
+// Bit for bit, separate and in place (out = x), as the layers' residual additions use it.
+TEST_F(CudaElementwiseTest, AddMatchesCpu) {
+  for (int64_t count : {int64_t{1}, int64_t{4099}, int64_t{1000003}}) {
+    const std::vector<float> x = Random(count), r = Random(count);
+    std::vector<float> want(count);
+    cpu::Add(want.data(), x.data(), r.data(), count);
+    float* dx = ToDevice(x);
+    float* dout = Alloc<float>(count);
+    ASSERT_TRUE(cuda::Add(*ctx_, dout, dx, ToDevice(r), count).ok());
+    const std::vector<float> got = ToHost(dout, count);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), count * sizeof(float)), 0) << count;
+    ASSERT_TRUE(cuda::Add(*ctx_, dx, dx, ToDevice(r), count).ok());
+    const std::vector<float> in_place = ToHost(dx, count);
+    EXPECT_EQ(std::memcmp(in_place.data(), want.data(), count * sizeof(float)), 0) << count;
+  }
+  EXPECT_EQ(cuda::Add(*ctx_, nullptr, nullptr, nullptr, -1).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaElementwiseTest, LayerNormMatchesCpu) {

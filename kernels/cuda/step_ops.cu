@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
@@ -81,6 +82,18 @@ __global__ void LogSumExpAndPickKernel(float* lse, float* picked, const float* x
   }
 }
 
+template <typename V>
+__global__ void GatherKernel(char* dst, int64_t dst_stride, const char* src, int64_t src_stride,
+                             const int32_t* index, int64_t units) {
+  const int64_t r = blockIdx.x;
+  const V* s = reinterpret_cast<const V*>(src + static_cast<int64_t>(index[r]) * src_stride);
+  V* d = reinterpret_cast<V*>(dst + r * dst_stride);
+  for (int64_t u = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; u < units;
+       u += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    d[u] = s[u];
+  }
+}
+
 }  // namespace
 
 absl::Status ReorderSlotTables(Context& ctx, int32_t* dst, const int32_t* src, int64_t stride,
@@ -124,6 +137,32 @@ absl::Status LogSumExpAndPick(Context& ctx, float* lse, float* picked, const flo
   if (rows > 0x7fffffff) return absl::InvalidArgumentError("LogSumExpAndPick: too many rows");
   LogSumExpAndPickKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(lse, picked, x, n,
                                                                                pick);
+  return TNMT_CUDA_LAUNCH_CHECK();
+}
+
+absl::Status GatherRows(Context& ctx, void* dst, int64_t dst_stride, const void* src,
+                        int64_t src_stride, const int32_t* index, int64_t rows, int64_t row_bytes) {
+  cudaStream_t stream = ctx.stream();
+  if (rows < 0 || row_bytes < 0) return absl::InvalidArgumentError("cuda::GatherRows: negative size");
+  if (rows == 0 || row_bytes == 0) return absl::OkStatus();
+  if (rows > 0x7fffffff) return absl::InvalidArgumentError("cuda::GatherRows: too many rows");
+  auto aligned = [&](int64_t a) {
+    return reinterpret_cast<uintptr_t>(dst) % a == 0 && reinterpret_cast<uintptr_t>(src) % a == 0 &&
+           dst_stride % a == 0 && src_stride % a == 0 && row_bytes % a == 0;
+  };
+  const int64_t unit = aligned(16) ? 16 : aligned(4) ? 4 : 1;
+  const int64_t units = row_bytes / unit;
+  const dim3 grid(static_cast<unsigned>(rows),
+                  static_cast<unsigned>(std::min<int64_t>((units + kThreads - 1) / kThreads, 64)));
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  if (unit == 16) {
+    GatherKernel<uint4><<<grid, kThreads, 0, stream>>>(d, dst_stride, s, src_stride, index, units);
+  } else if (unit == 4) {
+    GatherKernel<uint32_t><<<grid, kThreads, 0, stream>>>(d, dst_stride, s, src_stride, index, units);
+  } else {
+    GatherKernel<char><<<grid, kThreads, 0, stream>>>(d, dst_stride, s, src_stride, index, units);
+  }
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 

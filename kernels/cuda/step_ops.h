@@ -1,5 +1,5 @@
 // Small kernels of the CUDA decoder step: the decoder's slot-table reorder, row scatters into
-// the KV slot pools and the per-row log-sum-exp with the eos logit.
+// the KV slot pools, row gathers by parent index and the per-row log-sum-exp with the eos logit.
 // Device pointers, outputs first, queued on the Context's stream; each returns a Status naming the
 // failing launch. Shapes in the comments; all offsets int64.
 #pragma once
@@ -33,5 +33,11 @@ absl::Status ScatterRows(Context& ctx, float* dst, int64_t dst_stride, const int
 // picked: [rows] = x[r, pick]. x: [rows, n], 0 <= pick < n.
 absl::Status LogSumExpAndPick(Context& ctx, float* lse, float* picked, const float* x, int64_t rows,
                               int n, int32_t pick);
+
+// dst row i = src row index[i] for i < rows: `row_bytes` bytes per row, rows `dst_stride` /
+// `src_stride` bytes apart; dst and src must not overlap. Reorders KV-cache rows, or the
+// decoder's per-row slot tables (int32 rows), after beams were chosen (index = parents).
+absl::Status GatherRows(Context& ctx, void* dst, int64_t dst_stride, const void* src,
+                        int64_t src_stride, const int32_t* index, int64_t rows, int64_t row_bytes);
 
 }  // namespace tnmt::kernels::cuda

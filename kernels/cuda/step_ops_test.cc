@@ -2,11 +2,14 @@
 // each tested there against a naive loop): slot-table reorder (rows copied from their parents,
 // new rows empty, this step's slot appended), row scatters into a slot pool (with and without a
 // source row map), and the per-row log-sum-exp with a picked logit against kernels/cpu
-// LogSumExp. Plus the training engine's AddDoubles / StoreDouble.
+// LogSumExp; row gathers of slot tables and cache rows against a host copy. Plus the training
+// engine's AddDoubles / StoreDouble.
 #include "kernels/cuda/step_ops.h"
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -84,6 +87,35 @@ TEST_F(StepOpsTest, AddDoublesAndStoreDouble) {
   ASSERT_TRUE(AddDoubles(*ctx_, d_acc, ToDevice(x), 3).ok());
   ASSERT_TRUE(StoreDouble(*ctx_, d_acc + 3, 7.0).ok());
   EXPECT_EQ(ToHost(d_acc, 4), (std::vector<double>{1.75, 0.0, 2e300, 7.0}));
+}
+
+TEST_F(StepOpsTest, GatherRowsMatchesHostCopy) {
+  std::uniform_int_distribution<int> any(0, 1 << 30);
+  // Slot tables ([rows, max_steps] int32, as DecoderState::Reorder copies them), float cache
+  // rows (16-byte path), and odd byte rows with odd strides (byte path).
+  struct Case {
+    int rows, src_rows;
+    int64_t row_bytes, dst_stride, src_stride;
+  };
+  const Case cases[] = {{12, 12, 4 * 256, 4 * 256, 4 * 256},
+                        {128, 32, 4 * 1024, 4 * 1024, 4 * 1024},
+                        {9, 5, 13, 17, 19},
+                        {40, 40, 4 * 3, 4 * 5, 4 * 7}};
+  for (const Case& c : cases) {
+    std::vector<uint8_t> src(c.src_rows * c.src_stride), dst(c.rows * c.dst_stride, 0xab);
+    for (uint8_t& b : src) b = static_cast<uint8_t>(any(rng_));
+    std::vector<int32_t> index(c.rows);
+    for (int32_t& i : index) i = any(rng_) % c.src_rows;
+    std::vector<uint8_t> want = dst;
+    for (int r = 0; r < c.rows; ++r) {
+      std::memcpy(want.data() + r * c.dst_stride, src.data() + index[r] * c.src_stride, c.row_bytes);
+    }
+    uint8_t* ddst = ToDevice(dst);
+    ASSERT_TRUE(GatherRows(*ctx_, ddst, c.dst_stride, ToDevice(src), c.src_stride, ToDevice(index),
+                           c.rows, c.row_bytes)
+                    .ok());
+    EXPECT_EQ(ToHost(ddst, dst.size()), want) << "rows " << c.rows << " bytes " << c.row_bytes;
+  }
 }
 
 }  // namespace

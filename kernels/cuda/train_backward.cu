@@ -197,13 +197,6 @@ __global__ void ActivationBackwardKernel(float* dx, const float* dy, const float
   }
 }
 
-__global__ void AddInPlaceKernel(float* y, const float* x, int64_t count) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    y[i] += x[i];
-  }
-}
-
 __global__ void ScaleInPlaceKernel(float* x, int64_t count, float s) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -646,13 +639,6 @@ absl::Status EmbeddingBackward(Context& ctx, float* dtable, float* dpos, const f
   if (dpos == nullptr) return absl::OkStatus();
   // Reuses sorted_keys and order: stream order puts this sort after the kernel reading them.
   return SortedRowAdd(ctx, dpos, positions, dx, n, d, 1.0f, iota, sorted_keys, order);
-}
-
-absl::Status AddInPlace(Context& ctx, float* y, const float* x, int64_t count) {
-  TB_RETURN_IF_ERROR(CheckCount("AddInPlace", count));
-  if (count == 0) return absl::OkStatus();
-  AddInPlaceKernel<<<GridFor(count, kThreads), kThreads, 0, ctx.stream()>>>(y, x, count);
-  return TNMT_CUDA_LAUNCH_CHECK();
 }
 
 absl::Status SumOfSquares(Context& ctx, double* out, const float* x, int64_t count) {

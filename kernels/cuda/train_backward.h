@@ -74,9 +74,6 @@ absl::Status EmbeddingBackward(Context& ctx, float* dtable, float* dpos, const f
                                const int32_t* ids, const int32_t* positions, int64_t count, int d,
                                float scale);
 
-// y: [count] += x: [count].
-absl::Status AddInPlace(Context& ctx, float* y, const float* x, int64_t count);
-
 // out: device double[1] = sum of x[i]^2 over x: [count], accumulated in double in a fixed
 // order (deterministic). NaN or inf in x gives a non-finite result (the trainer's overflow
 // check for loss scaling). count == 0 writes 0.

@@ -436,7 +436,7 @@ fi
 # 7. Memory checking of our own kernels (cuBLAS's are left out: slow under the sanitizer).
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [[ -n "$sanitizer" && -z "${TNMT_GPU_CHECK_NO_SANITIZER:-}" ]]; then
-  for name in attention_test decode_ops_test step_ops_test train_ops_test train_backward_test convert_test elementwise_test context_test; do
+  for name in attention_test embedding_test topk_test step_ops_test train_ops_test train_backward_test convert_test elementwise_test context_test; do
     [[ -x "$B/bin/$name" ]] || continue
     run "memcheck $name" 90 "$sanitizer" --tool memcheck --leak-check no --error-exitcode 99 \
       "$B/bin/$name" --gtest_filter=-*OutOfMemory*

@@ -24,7 +24,6 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/convert.h"
-#include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/train_backward.h"
 #include "kernels/cuda/train_ops.h"

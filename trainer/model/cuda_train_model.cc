@@ -16,8 +16,8 @@
 #include "engine/core/status_macros.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/convert.h"
-#include "kernels/cuda/decode_ops.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/train_backward.h"
 #include "kernels/cuda/train_ops.h"
@@ -142,7 +142,7 @@ class CudaTrainOps {
     return k::LayerNormBackward(ctx_, dx, G(ln.gamma), G(ln.beta), dy, x, P(ln.gamma), rows, d_,
                                 c_.layer_norm_epsilon);
   }
-  absl::Status Add(float* y, const float* x, int64_t n) { return k::AddInPlace(ctx_, y, x, n); }
+  absl::Status Add(float* y, const float* x, int64_t n) { return k::Add(ctx_, y, y, x, n); }
   absl::Status ActivationDropout(float* x, int64_t rows, int cols, float p, uint64_t seed, uint64_t stream) {
     TNMT_RETURN_IF_ERROR(k::BiasActivation(ctx_, x, nullptr, rows, cols, c_.activation));
     return k::Dropout(ctx_, x, rows * cols, p, seed, stream);
@@ -164,7 +164,7 @@ class CudaTrainOps {
   }
   absl::Status DropoutAdd(float* y, const float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
     TNMT_RETURN_IF_ERROR(k::Dropout(ctx_, y, n, p, seed, stream));
-    return k::AddInPlace(ctx_, y, x, n);
+    return k::Add(ctx_, y, y, x, n);
   }
 
   // ---- attention ------------------------------------------------------------------------

@@ -1,10 +1,6 @@
-// Decode-path kernels; see decode_ops.h.
-#include "kernels/cuda/decode_ops.h"
+// Top-k kernel; see topk.h.
+#include "kernels/cuda/topk.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include <algorithm>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -13,39 +9,6 @@
 namespace tnmt::kernels::cuda {
 
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// Embeddings
-
-__device__ __forceinline__ float ToFloat(float x) { return x; }
-__device__ __forceinline__ float ToFloat(__half x) { return __half2float(x); }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T>
-__global__ void EmbedKernel(float* out, const int32_t* ids, const int32_t* positions,
-                            const T* table, const float* pos, int d, float scale) {
-  const int64_t i = blockIdx.x;
-  const T* e = table + static_cast<int64_t>(ids[i]) * d;
-  float* o = out + i * d;
-  const float* p = pos != nullptr ? pos + static_cast<int64_t>(positions[i]) * d : nullptr;
-  for (int j = threadIdx.x; j < d; j += blockDim.x) {
-    // Rounded as the CPU's e * scale + p (no fused multiply-add).
-    const float v = __fmul_rn(ToFloat(e[j]), scale);
-    o[j] = p != nullptr ? __fadd_rn(v, p[j]) : v;
-  }
-}
-
-__global__ void SinusoidalKernel(float* table, int d) {
-  const int64_t p = blockIdx.x;
-  for (int i = threadIdx.x; 2 * i < d; i += blockDim.x) {
-    const double freq = pow(10000.0, -2.0 * i / d);
-    table[p * d + 2 * i] = static_cast<float>(sin(p * freq));
-    if (2 * i + 1 < d) table[p * d + 2 * i + 1] = static_cast<float>(cos(p * freq));
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Top-k
 
 constexpr int kTopKThreads = 512;
 constexpr int kTopKWarps = kTopKThreads / 32;
@@ -175,55 +138,7 @@ __global__ void __launch_bounds__(kTopKThreads)
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Row gather
-
-template <typename V>
-__global__ void GatherKernel(char* dst, int64_t dst_stride, const char* src, int64_t src_stride,
-                             const int32_t* index, int64_t units) {
-  const int64_t r = blockIdx.x;
-  const V* s = reinterpret_cast<const V*>(src + static_cast<int64_t>(index[r]) * src_stride);
-  V* d = reinterpret_cast<V*>(dst + r * dst_stride);
-  for (int64_t u = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; u < units;
-       u += static_cast<int64_t>(gridDim.y) * blockDim.x) {
-    d[u] = s[u];
-  }
-}
-
 }  // namespace
-
-absl::Status EmbedTokens(Context& ctx, float* out, const int32_t* ids, const int32_t* positions,
-                         int64_t count, const void* table, DType table_type, const float* pos,
-                         int d, float scale) {
-  cudaStream_t stream = ctx.stream();
-  if (count < 0 || d < 0) return absl::InvalidArgumentError("cuda::EmbedTokens: negative size");
-  if (count == 0 || d == 0) return absl::OkStatus();
-  if (count > 0x7fffffff) return absl::InvalidArgumentError("cuda::EmbedTokens: too many tokens");
-  const unsigned blocks = static_cast<unsigned>(count);
-  const int threads = std::min(256, (d + 31) / 32 * 32);
-  switch (table_type) {
-    case DType::kFloat16:
-      EmbedKernel<<<blocks, threads, 0, stream>>>(out, ids, positions,
-                                                  static_cast<const __half*>(table), pos, d, scale);
-      break;
-    case DType::kBFloat16:
-      EmbedKernel<<<blocks, threads, 0, stream>>>(
-          out, ids, positions, static_cast<const __nv_bfloat16*>(table), pos, d, scale);
-      break;
-    default:
-      EmbedKernel<<<blocks, threads, 0, stream>>>(out, ids, positions,
-                                                  static_cast<const float*>(table), pos, d, scale);
-  }
-  return TNMT_CUDA_LAUNCH_CHECK();
-}
-
-absl::Status SinusoidalPositions(Context& ctx, float* table, int rows, int d) {
-  cudaStream_t stream = ctx.stream();
-  if (rows < 0 || d < 0) return absl::InvalidArgumentError("cuda::SinusoidalPositions: negative size");
-  if (rows == 0 || d == 0) return absl::OkStatus();
-  SinusoidalKernel<<<rows, 128, 0, stream>>>(table, d);
-  return TNMT_CUDA_LAUNCH_CHECK();
-}
 
 absl::Status TopK(Context& ctx, float* values, int32_t* ids, const float* x, int64_t rows, int n,
                   int k, int32_t exclude) {
@@ -238,33 +153,6 @@ absl::Status TopK(Context& ctx, float* values, int32_t* ids, const float* x, int
   if (rows > 0x7fffffff) return absl::InvalidArgumentError("cuda::TopK: too many rows");
   TopKKernel<<<static_cast<unsigned>(rows), kTopKThreads, 0, stream>>>(values, ids, x, n, k,
                                                                          exclude);
-  return TNMT_CUDA_LAUNCH_CHECK();
-}
-
-absl::Status GatherRows(Context& ctx, void* dst, int64_t dst_stride, const void* src,
-                        int64_t src_stride, const int32_t* index, int64_t rows, int64_t row_bytes) {
-  cudaStream_t stream = ctx.stream();
-  if (rows < 0 || row_bytes < 0) return absl::InvalidArgumentError("cuda::GatherRows: negative size");
-  if (rows == 0 || row_bytes == 0) return absl::OkStatus();
-  if (rows > 0x7fffffff) return absl::InvalidArgumentError("cuda::GatherRows: too many rows");
-  auto aligned = [&](int64_t a) {
-    return reinterpret_cast<uintptr_t>(dst) % a == 0 && reinterpret_cast<uintptr_t>(src) % a == 0 &&
-           dst_stride % a == 0 && src_stride % a == 0 && row_bytes % a == 0;
-  };
-  const int64_t unit = aligned(16) ? 16 : aligned(4) ? 4 : 1;
-  const int64_t units = row_bytes / unit;
-  constexpr int kThreads = 256;
-  const dim3 grid(static_cast<unsigned>(rows),
-                  static_cast<unsigned>(std::min<int64_t>((units + kThreads - 1) / kThreads, 64)));
-  char* d = static_cast<char*>(dst);
-  const char* s = static_cast<const char*>(src);
-  if (unit == 16) {
-    GatherKernel<uint4><<<grid, kThreads, 0, stream>>>(d, dst_stride, s, src_stride, index, units);
-  } else if (unit == 4) {
-    GatherKernel<uint32_t><<<grid, kThreads, 0, stream>>>(d, dst_stride, s, src_stride, index, units);
-  } else {
-    GatherKernel<char><<<grid, kThreads, 0, stream>>>(d, dst_stride, s, src_stride, index, units);
-  }
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
