@@ -30,6 +30,9 @@ void KeepFreedMemory();
 
 // Trains until max_steps / max_epochs or a stop request; resumes from the newest checkpoint in
 // cfg.save_dir if there is one. Every rank of `collective` must call it with the same config.
+// Ranks may be threads of one process (RunInProcessGroup): a call keeps its state to itself,
+// only rank 0 writes to save_dir (each rank its own data cache) and stderr, and the ranks may
+// share hooks.stop (they agree on it through the collective).
 absl::Status RunTraining(const TrainConfig& cfg, Collective* collective, const TrainHooks& hooks);
 
 }  // namespace tnmt::train
