@@ -507,6 +507,7 @@ class Trainer {
 void KeepFreedMemory() {
   mallopt(M_MMAP_MAX, 0);                  // large blocks from the heap, not fresh mappings
   mallopt(M_TRIM_THRESHOLD, 1 << 30);      // and the heap is not returned to the system
+  mallopt(M_ARENA_MAX, 1);                 // threads started later (CPU ranks) use that heap too
 }
 
 absl::Status RunTraining(const TrainConfig& cfg, Collective* collective, const TrainHooks& hooks) {

@@ -25,7 +25,10 @@ struct TrainHooks {
 // Makes freed memory stay in the process for reuse: every training step allocates and frees
 // the same large activation and gradient buffers (the logits alone are tokens x vocab floats,
 // ~100 MB), which glibc otherwise maps and unmaps each time, paying page faults and zeroing
-// (measured: +12-15% training tokens/s on 1 thread, same peak RSS). For processes that train.
+// (measured: +12-15% training tokens/s on 1 thread, same peak RSS). For processes that train;
+// call it before starting threads that allocate (a thread's own arena would still map and unmap
+// its large blocks: strace counts ~80 mmap/munmap calls per update for a second CPU rank
+// otherwise, and none with it).
 void KeepFreedMemory();
 
 // Trains until max_steps / max_epochs or a stop request; resumes from the newest checkpoint in

@@ -144,8 +144,8 @@ train::TrainHooks Hooks(const train::Collective& collective) {
 
 // Trains in this process on `collective` (a launched worker, an MPI rank, or the only process).
 int Train(const train::TrainConfig& cfg, std::unique_ptr<train::Collective> collective, int local_processes) {
-  SetCpuThreads(ThreadsPerRank(cfg, local_processes, 1));
   train::KeepFreedMemory();
+  SetCpuThreads(ThreadsPerRank(cfg, local_processes, 1));
   absl::Status s = train::RunTraining(cfg, collective.get(), Hooks(*collective));
   if (!s.ok()) return Fail("train", std::string(s.message()));
   return 0;
@@ -158,8 +158,8 @@ int Train(const train::TrainConfig& cfg, std::unique_ptr<train::Collective> coll
 // rank that fails stops the others at their next collective, and its error is reported.
 int TrainRanks(const train::TrainConfig& cfg, int ranks) {
   const int threads = ThreadsPerRank(cfg, 1, ranks);
-  SetCpuThreads(threads);  // before the rank threads start: loads OpenBLAS once
-  train::KeepFreedMemory();
+  train::KeepFreedMemory();  // first: every thread allocates from the one heap it keeps
+  SetCpuThreads(threads);    // before the rank threads start: loads OpenBLAS once
   std::cerr << "tnmt train: " << ranks << " data-parallel CPU ranks in this process, " << threads
             << " compute thread" << (threads == 1 ? "" : "s") << " each; rank 0 writes checkpoints and logs\n";
   absl::Status s = train::RunInProcessGroup(
