@@ -1,4 +1,4 @@
-// The Adam update's options, one struct for the CPU (kernels/cpu/backward.h AdamUpdate), the
+// The Adam update's options, one struct for the CPU (kernels/cpu/adam.h AdamUpdate), the
 // CUDA kernel (kernels/cuda/train_ops.h AdamUpdate) and the trainer's optimizers.
 // Both devices compute, with bias correction and g first multiplied by grad_scale:
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;

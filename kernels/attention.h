@@ -1,5 +1,5 @@
 // The attention contract both devices implement (kernels/cpu/attention.h and
-// kernels/cuda/attention.h for inference, the training attention of kernels/cpu/backward.h and
+// kernels/cuda/attention.h for inference, the training attention of kernels/cpu/attention.h and
 // kernels/cuda/train_backward.h): the arguments and the layouts of Q, K, V and the output.
 //
 // Inference attention (MultiHeadAttention, AttentionArgmax), on already-projected Q, K and V:

@@ -1,12 +1,16 @@
-// Checks the training kernels of backward.h. Every backward is compared with central finite
+// Checks the CPU training kernels: the gradients (elementwise.h, attention.h, embedding.h), the
+// losses (loss.h), dropout (dropout.h) and Adam (adam.h). Every backward is compared with central finite
 // differences (h = 1e-6) of a naive double-precision forward of the scalar objective
 // L = sum(w ⊙ forward(inputs)) with fixed random weights w (so dy = w); the naive forward is
 // itself checked against the float32 forward kernel, so the two describe the same function.
 // Also: the label-smoothed loss against the documented target distribution, the counter RNG
 // and dropout statistics, and Adam against a naive double implementation.
-#include "kernels/cpu/backward.h"
+#include "kernels/cpu/adam.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/loss.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 

@@ -10,10 +10,12 @@
 #include "kernels/cpu/elementwise.h"
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/vec16.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -394,6 +396,21 @@ void BFloat16ToFloat(float* out, const uint16_t* in, int64_t count) {
     const uint32_t bits = static_cast<uint32_t>(in[i]) << 16;
     std::memcpy(&out[i], &bits, sizeof(bits));
   }
+}
+
+void ActivationDropout(float* x, int64_t rows, int cols, Activation act, float p, uint64_t seed, uint64_t stream) {
+  // Blocks of rows of about 16 K elements: the activation's output is still in L1 or L2 when the
+  // mask is applied.
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 14) / std::max(cols, 1));
+  const int64_t blocks = (rows + block - 1) / block;
+  ParallelForLarge(blocks, block * cols, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t r0 = b * block, n = std::min(block, rows - r0);
+      float* xb = x + r0 * cols;
+      BiasActivation(xb, nullptr, n, cols, act);
+      if (p > 0.0f) DropoutBlock(xb, n * cols, static_cast<uint64_t>(r0 * cols), p, seed, stream);
+    }
+  });
 }
 
 }  // namespace tnmt::kernels::cpu

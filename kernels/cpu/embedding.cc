@@ -57,4 +57,17 @@ void SinusoidalPositionsHalves(float* table, int rows, int d) {
   Sinusoids(table, rows, d, half, [half](int i) { return std::pair<int, int>(i, half + i); });
 }
 
+void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_t* ids,
+                       const int32_t* positions, int64_t count, int d, float scale) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float* g = dx + i * d;
+    float* e = dtable + static_cast<int64_t>(ids[i]) * d;
+    for (int j = 0; j < d; ++j) e[j] += scale * g[j];
+    if (dpos != nullptr) {
+      float* p = dpos + static_cast<int64_t>(positions[i]) * d;
+      for (int j = 0; j < d; ++j) p[j] += g[j];
+    }
+  }
+}
+
 }  // namespace tnmt::kernels::cpu

@@ -1,6 +1,6 @@
 // Token embeddings and sinusoidal position tables on the CPU (the CUDA kernels of the same
-// names: kernels/cuda/embedding.h). Raw pointers, outputs first, row-major. The gradient,
-// EmbeddingBackward, is a training kernel (backward.h).
+// names: kernels/cuda/embedding.h), and the embedding's gradient. Raw pointers, outputs first,
+// row-major.
 #pragma once
 
 #include <cstdint>
@@ -18,5 +18,9 @@ void SinusoidalPositions(float* table, int rows, int d);
 // table: [rows, d] the same sines and cosines in halves (Marian's layout, d even):
 // table[p, i] = sin(p / 10000^(2i/d)), table[p, d/2 + i] = cos(p / 10000^(2i/d)).
 void SinusoidalPositionsHalves(float* table, int rows, int d);
+
+// dtable[ids[i]] += scale * dx[i]; dpos[positions[i]] += dx[i] (dpos may be null).
+void EmbeddingBackward(float* dtable, float* dpos, const float* dx, const int32_t* ids,
+                       const int32_t* positions, int64_t count, int d, float scale);
 
 }  // namespace tnmt::kernels::cpu

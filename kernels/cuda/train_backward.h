@@ -1,4 +1,4 @@
-// GPU backward passes and gradient utilities of the trainer, mirroring kernels/cpu/backward.h
+// GPU backward passes and gradient utilities of the trainer, mirroring kernels/cpu's gradients
 // (and the training attention forward it needs): same semantics, layouts and masking
 // conventions as the CPU functions of the same names, float32, device pointers, outputs
 // first, queued on ctx.stream(); scratch comes from ctx.allocator() and is handed back in

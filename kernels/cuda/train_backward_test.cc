@@ -1,6 +1,6 @@
-// The GPU backward kernels against the CPU ones (kernels/cpu/backward.h) on random data (the
-// attention also against a float64 reference, since the CPU attention needs OpenBLAS, which
-// not every GPU host has): odd sizes, d not a multiple of 4, strided and fused Q/K/V layouts,
+// The GPU backward kernels against the CPU ones (the gradients of kernels/cpu elementwise.h,
+// attention.h and embedding.h) on random data (the attention also against a float64
+// reference, since the CPU attention needs OpenBLAS, which not every GPU host has): odd sizes, d not a multiple of 4, strided and fused Q/K/V layouts,
 // padding (including groups with no valid key), causal masks, q_len != k_len, 700 and 1024
 // keys. Outputs are poisoned with NaN first; accumulated outputs start from nonzero values;
 // every kernel is run twice and must give the same bits.
@@ -20,7 +20,9 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/backward.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
 #include "kernels/cuda/test_util.h"
 
 namespace tnmt::kernels::cuda {

@@ -1,7 +1,7 @@
-// GPU training kernels mirroring kernels/cpu/backward.h: the label-smoothed cross-entropy
-// (forward and its gradient in one pass over the logits), dropout from the same counter-based
-// RNG (bit-identical masks, so a run may move between CPU and GPU), and the Adam update.
-// Device pointers, outputs first, queued on the Context's stream.
+// GPU training kernels mirroring kernels/cpu loss.h, dropout.h and adam.h: the label-smoothed
+// cross-entropy (forward and its gradient in one pass over the logits), dropout from the same
+// counter-based RNG (bit-identical masks, so a run may move between CPU and GPU), and the Adam
+// update. Device pointers, outputs first, queued on the Context's stream.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// Training kernels against kernels/cpu/backward.h on random data: the label-smoothed loss and
-// its gradient (pad rows, several vocabularies), dropout (bit-identical masks) and Adam
+// Training kernels against the CPU's (kernels/cpu loss.h, dropout.h, adam.h) on random data:
+// the label-smoothed loss and its gradient (pad rows, several vocabularies), dropout
+// (bit-identical masks) and Adam
 // (several steps, within an ulp or two: the CPU's x86-64-v3/v4 clones may fuse multiply-adds).
 #include "kernels/cuda/train_ops.h"
 
@@ -11,7 +12,9 @@
 
 #include <gtest/gtest.h>
 
-#include "kernels/cpu/backward.h"
+#include "kernels/cpu/adam.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cpu/loss.h"
 #include "kernels/cuda/test_util.h"
 
 namespace tnmt::kernels::cuda {

@@ -38,7 +38,7 @@
 //   Status DropoutActivationBackward(float* dx, const float* pre, int64_t n, float p,
 //                                    uint64_t seed, uint64_t stream);  // dx = act'(pre) * drop(dx)
 //   Status Dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream);  // the
-//       // counter-RNG mask of kernels/cpu/backward.h (p == 0: nothing)
+//       // counter-RNG mask of kernels/cpu/dropout.h (p == 0: nothing)
 //   Status DropoutFrom(float* y, const float* x, int64_t n, float p, uint64_t seed,
 //                      uint64_t stream);  // y = Dropout of x (p == 0: a copy)
 //   Status DropoutAdd(float* y, const float* x, int64_t n, float p, uint64_t seed,
@@ -52,7 +52,7 @@
 //                            const float* q, int64_t ld_q, const float* k, const float* v,
 //                            int64_t ld_kv, int q_len, int k_len,
 //                            float dropout, uint64_t seed, uint64_t stream);
-//       // kernels/cpu/backward.h contracts over the batch's groups (dropout: its
+//       // kernels/cpu/attention.h contracts over the batch's groups (dropout: its
 //       // AttentionDropout); source_keys: keys beyond a row's source length are masked
 //   Status Embed(float* x, bool decoder);  // the batch's source or target-input tokens
 //   Status EmbedBackward(const float* dx, bool decoder);
@@ -61,7 +61,7 @@
 //       // d(summed loss)/d(logits); the ops keep the sums
 //   Status LossWithRDrop(float* logits, int64_t rows, float label_smoothing, float alpha);
 //       // Loss of a doubled batch (DoubleForRDrop) plus R-Drop's consistency term between its
-//       // halves (kernels/cpu/backward.h RDropConsistency): in place, its gradient; the ops keep
+//       // halves (kernels/cpu/loss.h RDropConsistency): in place, its gradient; the ops keep
 //       // the sums, the term in the loss sum
 //   Status Scale(float* x, int64_t n, float s);
 //   Status LogitsBackward(float* dh, const float* dlogits, const float* h, int64_t rows);

@@ -10,10 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/layers/sublayers.h"
-#include "kernels/cpu/backward.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/loss.h"
 #include "trainer/model/train_graph.h"
 
 namespace tnmt::train {

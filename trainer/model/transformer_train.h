@@ -1,7 +1,8 @@
 // Training forward and backward of the whole encoder-decoder for one batch on the CPU: the
 // training graph (train_graph.h) over kernels/cpu, gradients accumulated (+=) into a
 // ModelWeights-shaped gradient. No general autograd: each sub-layer has its forward/backward
-// pair in the graph and its kernels in kernels/cpu/backward.h.
+// pair in the graph and its kernels in kernels/cpu (elementwise.h, attention.h, embedding.h,
+// loss.h, dropout.h).
 #pragma once
 
 #include <cstdint>

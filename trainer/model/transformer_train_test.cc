@@ -13,8 +13,8 @@
 #include "engine/layers/decoder.h"
 #include "engine/layers/encoder.h"
 #include "engine/runtime/loaded_model.h"
-#include "kernels/cpu/backward.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/loss.h"
 #include "trainer/model/parameters.h"
 
 namespace tnmt::train {

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "engine/core/status_macros.h"
-#include "kernels/cpu/backward.h"
+#include "kernels/cpu/adam.h"
 #include "trainer/model/parameters.h"
 
 namespace tnmt::train {
