@@ -15,8 +15,8 @@ fixed batch, this writes trainer/testdata/train_golden/<model>.json with
 
 //trainer/optim:train_golden_test runs the C++ trainer on the same batch and compares.
 
-Definitions (written from docs/model-format.md and the contracts in kernels/cpu/backward.h,
-not from the trainer's code):
+Definitions (written from docs/model-format.md and the contracts in kernels/cpu/loss.h and
+adam.h, not from the trainer's code):
   * forward: make_golden.py's float64 model (tests/golden; written from the document alone),
     run per sentence on the unpadded source and target, which is what padding with masks
     must amount to; dropout 0;
