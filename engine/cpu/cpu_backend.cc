@@ -20,7 +20,7 @@ class CpuBackend : public DecodeBackend {
     return std::unique_ptr<StepModel>(*std::move(m));
   }
   std::string Describe() const override { return describe_; }
-  int64_t weight_bytes() const override { return w_.Bytes(); }
+  int64_t weight_bytes() const override { return w_.Bytes(c_); }
 
  private:
   const ModelConfig& c_;

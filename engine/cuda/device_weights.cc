@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -98,26 +100,26 @@ class UploadPlan {
   std::map<std::tuple<const void*, int64_t, int>, size_t> index_;
 };
 
-void AddLinear(UploadPlan& plan, const Linear& l, kc::DType type, const char* what,
+void AddLinear(UploadPlan& plan, const Linear& l, kc::DType type, const std::string& what,
                DeviceLinear* out) {
   if (l.weight.rank() != 2) {
-    plan.Add(Tensor(), type, what, nullptr);  // records the error
+    plan.Add(Tensor(), type, what.c_str(), nullptr);  // records the error
     return;
   }
   out->out = static_cast<int>(l.weight.dim(0));
   out->in = static_cast<int>(l.weight.dim(1));
-  plan.Add(l.weight, type, what, [out](const void* p) { out->weight = p; });
+  plan.Add(l.weight, type, what.c_str(), [out](const void* p) { out->weight = p; });
   if (!l.bias.empty()) {
-    plan.Add(l.bias, kc::DType::kFloat32, what,
+    plan.Add(l.bias, kc::DType::kFloat32, what.c_str(),
              [out](const void* p) { out->bias = static_cast<const float*>(p); });
   }
 }
 
-void AddLayerNorm(UploadPlan& plan, const LayerNormWeights& ln, const char* what,
+void AddLayerNorm(UploadPlan& plan, const LayerNormWeights& ln, const std::string& what,
                   DeviceLayerNorm* out) {
-  plan.Add(ln.gamma, kc::DType::kFloat32, what,
+  plan.Add(ln.gamma, kc::DType::kFloat32, what.c_str(),
            [out](const void* p) { out->gamma = static_cast<const float*>(p); });
-  plan.Add(ln.beta, kc::DType::kFloat32, what,
+  plan.Add(ln.beta, kc::DType::kFloat32, what.c_str(),
            [out](const void* p) { out->beta = static_cast<const float*>(p); });
 }
 
@@ -141,42 +143,24 @@ absl::StatusOr<std::shared_ptr<const DeviceWeights>> DeviceWeights::Upload(
   }
   TNMT_ASSIGN_OR_RETURN(dw->ctx_, kc::Context::Create(device, /*workspace_bytes=*/0));
 
+  // Every tensor of the model tree, in its order: vocabulary tables (GEMM operands) in dtype,
+  // position tables and the logits bias in float32. Layers sized before any address into them
+  // is taken.
   UploadPlan plan;
-  DeviceWeights* d = dw.get();
-  plan.Add(w.encoder_embed, dtype, "encoder_embed", [d](const void* p) { d->encoder_embed = p; });
-  plan.Add(w.decoder_embed, dtype, "decoder_embed", [d](const void* p) { d->decoder_embed = p; });
-  plan.Add(w.output_projection, dtype, "output_projection",
-           [d](const void* p) { d->output_projection = p; });
-  if (c.final_logits_bias) {
-    plan.Add(w.final_logits_bias, kc::DType::kFloat32, "final_logits_bias",
-             [d](const void* p) { d->final_logits_bias = static_cast<const float*>(p); });
-  }
-  plan.Add(w.encoder_positions, kc::DType::kFloat32, "encoder_positions",
-           [d](const void* p) { d->encoder_positions = static_cast<const float*>(p); });
-  plan.Add(w.decoder_positions, kc::DType::kFloat32, "decoder_positions",
-           [d](const void* p) { d->decoder_positions = static_cast<const float*>(p); });
-  // Sized before any address into them is taken.
-  dw->encoder.resize(w.encoder.size());
-  dw->decoder.resize(w.decoder.size());
-  auto layer = [&](const std::string& stack) {
-    return MakeParamVisitor(
-        [&plan, dtype, stack](const LinearGroup& g, const Linear& l, DeviceLinear& o) {
-          AddLinear(plan, l, dtype, (stack + " " + g.name).c_str(), &o);
-        },
-        [&plan, stack](const char* name, const LayerNormWeights& ln, DeviceLayerNorm& o) {
-          AddLayerNorm(plan, ln, (stack + " " + name).c_str(), &o);
-        });
-  };
-  for (size_t i = 0; i < w.encoder.size(); ++i) {
-    VisitEncoderLayer(layer(absl::StrCat("encoder layer ", i)), w.encoder[i], dw->encoder[i]);
-  }
-  for (size_t i = 0; i < w.decoder.size(); ++i) {
-    VisitDecoderLayer(layer(absl::StrCat("decoder layer ", i)), w.decoder[i], dw->decoder[i]);
-  }
-  if (c.normalize_before) {
-    AddLayerNorm(plan, w.encoder_final_ln, "encoder.layer_norm", &dw->encoder_final_ln);
-    AddLayerNorm(plan, w.decoder_final_ln, "decoder.layer_norm", &dw->decoder_final_ln);
-  }
+  ResizeLayers(c, *dw);
+  VisitModel(MakeModelVisitor(
+                 [&plan, dtype](const TableInfo& t, const Tensor& x, auto& o) {
+                   using Pointer = std::remove_reference_t<decltype(o)>;
+                   const kc::DType type = t.kind == TableKind::kEmbedding ? dtype : kc::DType::kFloat32;
+                   plan.Add(x, type, t.name, [&o](const void* p) { o = static_cast<Pointer>(p); });
+                 },
+                 [&plan, dtype](const Site& s, const LinearGroup& g, const Linear& l, DeviceLinear& o) {
+                   AddLinear(plan, l, dtype, s.Name(g.name), &o);
+                 },
+                 [&plan](const Site& s, const char* name, const LayerNormWeights& ln, DeviceLayerNorm& o) {
+                   AddLayerNorm(plan, ln, s.Name(name), &o);
+                 }),
+             c, w, *dw);
   TNMT_RETURN_IF_ERROR(plan.status());
 
   dw->bytes_ = plan.bytes();
@@ -188,6 +172,7 @@ absl::StatusOr<std::shared_ptr<const DeviceWeights>> DeviceWeights::Upload(
   }
   dw->arena_ = *std::move(arena);
   TNMT_RETURN_IF_ERROR(plan.Upload(*dw->ctx_, dw->arena_.as<char>()));
+  TieModel(c, *dw);
   // The staging buffer went back to the cache: hand that memory back to the device.
   TNMT_RETURN_IF_ERROR(dw->ctx_->allocator().ReleaseCache());
   return std::shared_ptr<const DeviceWeights>(std::move(dw));

@@ -37,7 +37,10 @@ struct DeviceLayerNorm {
 using DeviceEncoderLayer = EncoderLayerParams<DeviceLinear, DeviceLayerNorm>;
 using DeviceDecoderLayer = DecoderLayerParams<DeviceLinear, DeviceLayerNorm>;
 
-class DeviceWeights {
+// The model tree (param_tree.h) over device pointers: vocabulary tables in dtype(), position
+// tables [position_rows, d] and the logits bias (null unless config.final_logits_bias) in
+// float32; tied tables share their source's pointer; final layer norms null unless pre-norm.
+class DeviceWeights : public ModelParams<const void*, const float*, DeviceLinear, DeviceLayerNorm> {
  public:
   // Uploads `w` (host float32, shapes as `c` implies) to `device` in `dtype`. Synchronizes
   // before returning; `w` is not referenced afterwards. Out of device memory is
@@ -55,17 +58,7 @@ class DeviceWeights {
   kernels::cuda::DType dtype() const { return dtype_; }
   int64_t bytes() const { return bytes_; }
 
-  const void* encoder_embed = nullptr;      // [vocab, d] dtype
-  const void* decoder_embed = nullptr;      // [vocab, d] dtype
-  const void* output_projection = nullptr;  // [vocab, d] dtype
-  const float* final_logits_bias = nullptr;  // [vocab]; null unless config.final_logits_bias
-  const float* encoder_positions = nullptr;  // [position_rows, d]
-  const float* decoder_positions = nullptr;  // [position_rows, d]
-  int position_rows = 0;                     // MaxPositions(config)
-  std::vector<DeviceEncoderLayer> encoder;
-  std::vector<DeviceDecoderLayer> decoder;
-  DeviceLayerNorm encoder_final_ln;  // pre-norm only
-  DeviceLayerNorm decoder_final_ln;  // pre-norm only
+  int position_rows = 0;  // MaxPositions(config)
 
  private:
   DeviceWeights() = default;

@@ -33,27 +33,22 @@ struct LayerNormWeights {
 using EncoderLayerWeights = EncoderLayerParams<Linear, LayerNormWeights>;
 using DecoderLayerWeights = DecoderLayerParams<Linear, LayerNormWeights>;
 
-struct ModelWeights {
-  Tensor encoder_embed;      // [vocab, d]
-  Tensor decoder_embed;      // [vocab, d] (same storage as encoder_embed when shared)
-  Tensor output_projection;  // [vocab, d] (same storage as decoder_embed when shared)
-  Tensor final_logits_bias;  // [vocab], added to the logits; empty unless config.final_logits_bias
-  Tensor encoder_positions;  // [rows, d]: learned table, or the precomputed sinusoid
-  Tensor decoder_positions;  // [rows, d]
-  std::vector<EncoderLayerWeights> encoder;
-  std::vector<DecoderLayerWeights> decoder;
-  LayerNormWeights encoder_final_ln;  // pre-norm only
-  LayerNormWeights decoder_final_ln;  // pre-norm only
+// The model tree (param_tree.h) over host tensors: tied tables share storage, sinusoidal
+// positions are the precomputed table, final layer norms are empty unless pre-norm, the logits
+// bias empty unless config.final_logits_bias.
+struct ModelWeights : ModelParams<Tensor, Tensor, Linear, LayerNormWeights> {
   // output_projection packed for GemmPacked (PackForInference); empty otherwise.
   kernels::cpu::PackedMatrix output_projection_packed;
 
   // Rows of the sinusoidal table precomputed at load (longest supported sequence).
-  static constexpr int kSinusoidRows = 4096;
+  static constexpr int kSinusoidRows = kSinusoidTableRows;
 
   // Takes tensors by fairseq name; `source` (the file) is named in every error. Missing,
   // misshapen and unexpected tensors are errors.
   static absl::StatusOr<ModelWeights> Build(const ModelConfig& config, TensorMap tensors,
                                             const std::string& source);
+  // Every tensor the config implies, parameters zero (sinusoid tables computed, ties made).
+  static absl::StatusOr<ModelWeights> Zeros(const ModelConfig& config);
 
   // Packs every linear (encoder, decoder, cross-attention K/V) and the output projection for
   // GemmPacked (every CPU has a packed kernel), so no inference GEMM re-packs weights
@@ -69,7 +64,7 @@ struct ModelWeights {
   int64_t PackedBytes() const;
   // Bytes of every parameter tensor (shared storage once) plus the packed copies: what the
   // model holds in memory for inference.
-  int64_t Bytes() const;
+  int64_t Bytes(const ModelConfig& config) const;
 
   // Inverse of Build: fairseq names to unfused tensors (for writing checkpoints).
   std::map<std::string, Tensor> ToTensors(const ModelConfig& config) const;

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "trainer/model/parameters.h"
@@ -14,84 +13,75 @@ namespace {
 
 int64_t RoundUp(int64_t n, int64_t align) { return (n + align - 1) / align * align; }
 
-// Calls f(tensor, stage, slot) for every tensor field of `w` with the stage that uses it and
-// the FlatModel offset that describes it.
-template <typename F>
-void VisitFields(const ModelWeights& w, const BackwardStages& s, FlatModel* m, F f) {
-  auto linear = [&](const Linear& l, int stage, FlatLinear* fl) {
-    f(l.weight, stage, &fl->weight);
-    f(l.bias, stage, &fl->bias);
-    fl->out = static_cast<int>(l.weight.dim(0));
-    fl->in = static_cast<int>(l.weight.dim(1));
-  };
-  auto ln = [&](const LayerNormWeights& l, int stage, FlatLayerNorm* fl) {
-    f(l.gamma, stage, &fl->gamma);
-    f(l.beta, stage, &fl->beta);
-  };
-  auto layer = [&](int stage) {
-    return MakeParamVisitor(
-        [&, stage](const LinearGroup&, const Linear& l, FlatLinear& fl) { linear(l, stage, &fl); },
-        [&, stage](const char*, const LayerNormWeights& l, FlatLayerNorm& fl) { ln(l, stage, &fl); });
-  };
-  f(w.output_projection, s.output(), &m->output_projection);
-  ln(w.decoder_final_ln, s.decoder_final_ln(), &m->decoder_final_ln);
-  m->decoder.resize(w.decoder.size());
-  for (int i = static_cast<int>(w.decoder.size()) - 1; i >= 0; --i) {
-    VisitDecoderLayer(layer(s.decoder_layer(i)), w.decoder[i], m->decoder[i]);
+// The backward stage that finishes the gradient of the tensor at `at`. A tied table is visited
+// as its source, whose stage is the tie's last use: the encoder's embeddings come after the
+// decoder's, the decoder's after the output projection.
+int StageOf(const TensorAt& at, const BackwardStages& s) {
+  if (at.table != nullptr) {
+    switch (at.table->role) {
+      case TableRole::kEncoderEmbed:
+      case TableRole::kEncoderPositions:
+        return s.encoder_embed();
+      case TableRole::kDecoderEmbed:
+      case TableRole::kDecoderPositions:
+        return s.decoder_embed();
+      case TableRole::kOutputProjection:
+      case TableRole::kFinalLogitsBias:
+        return s.output();
+    }
   }
-  f(w.decoder_embed, s.decoder_embed(), &m->decoder_embed);
-  f(w.decoder_positions, s.decoder_embed(), &m->decoder_positions);
-  ln(w.encoder_final_ln, s.encoder_final_ln(), &m->encoder_final_ln);
-  m->encoder.resize(w.encoder.size());
-  for (int i = static_cast<int>(w.encoder.size()) - 1; i >= 0; --i) {
-    VisitEncoderLayer(layer(s.encoder_layer(i)), w.encoder[i], m->encoder[i]);
-  }
-  f(w.encoder_embed, s.encoder_embed(), &m->encoder_embed);
-  f(w.encoder_positions, s.encoder_embed(), &m->encoder_positions);
+  const bool encoder = at.site.stack == Stack::kEncoder;
+  if (at.site.layer < 0) return encoder ? s.encoder_final_ln() : s.decoder_final_ln();
+  return encoder ? s.encoder_layer(at.site.layer) : s.decoder_layer(at.site.layer);
 }
 
 }  // namespace
 
 absl::StatusOr<FlatLayout> FlatLayout::Create(const ModelConfig& c, const ModelWeights& w, int64_t bucket_bytes) {
-  FlatLayout L;
-  L.stages_.encoder_layers = static_cast<int>(w.encoder.size());
-  L.stages_.decoder_layers = static_cast<int>(w.decoder.size());
-  const std::vector<ParamRef> refs = TrainableParams(c, const_cast<ModelWeights*>(&w));
-  std::map<const void*, int> index_of;
-  for (size_t i = 0; i < refs.size(); ++i) index_of[refs[i].tensor->data<void>()] = static_cast<int>(i);
-
-  // The stage of each tensor: its last use in the backward.
-  std::vector<int> stage(refs.size(), -1);
-  FlatModel scratch;
-  VisitFields(w, L.stages_, &scratch, [&](const Tensor& t, int st, int64_t*) {
-    if (t.empty()) return;
-    auto it = index_of.find(t.data<void>());
-    if (it != index_of.end()) stage[it->second] = std::max(stage[it->second], st);
-  });
-  std::vector<int> order(refs.size());
-  for (size_t i = 0; i < refs.size(); ++i) {
-    if (stage[i] < 0) return absl::InternalError(absl::StrCat("FlatLayout: ", refs[i].name, " is used by no stage"));
-    order[i] = static_cast<int>(i);
+  if (static_cast<int>(w.encoder.size()) != c.encoder_layers ||
+      static_cast<int>(w.decoder.size()) != c.decoder_layers) {
+    return absl::InvalidArgumentError("FlatLayout: layer counts disagree with the config");
   }
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return stage[a] < stage[b]; });
+  FlatLayout L;
+  L.stages_.encoder_layers = c.encoder_layers;
+  L.stages_.decoder_layers = c.decoder_layers;
+  ResizeLayers(c, L.model_);
 
-  std::map<const void*, int64_t> offset_of;
+  // The trained tensors in TrainableParams' order (the tree's), each with its stage and the
+  // FlatModel offset that describes it; then ordered by stage, the tree's order within one.
+  std::vector<FlatTensor> listed;
+  std::vector<int64_t*> slots;
+  VisitTrained(
+      c,
+      [&](const TensorAt& at, const Tensor& t, int64_t& slot) {
+        FlatTensor f;
+        f.name = at.name;
+        f.param_index = static_cast<int>(listed.size());
+        f.numel = t.numel();
+        f.stage = StageOf(at, L.stages_);
+        listed.push_back(std::move(f));
+        slots.push_back(&slot);
+      },
+      w, L.model_);
+  std::vector<int> order(listed.size());
+  for (size_t i = 0; i < listed.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return listed[a].stage < listed[b].stage; });
   for (int i : order) {
-    FlatTensor t;
-    t.name = refs[i].name;
-    t.param_index = i;
+    FlatTensor t = listed[i];
     t.offset = L.size_;
-    t.numel = refs[i].tensor->numel();
-    t.stage = stage[i];
-    offset_of[refs[i].tensor->data<void>()] = t.offset;
+    *slots[i] = t.offset;
     L.size_ += RoundUp(t.numel, kAlign);
     L.tensors_.push_back(std::move(t));
   }
-  VisitFields(w, L.stages_, &L.model_, [&](const Tensor& t, int, int64_t* slot) {
-    if (t.empty()) return;
-    auto it = offset_of.find(t.data<void>());
-    if (it != offset_of.end()) *slot = it->second;
-  });
+  TieModel(c, L.model_);
+  const int64_t d = c.d_model, ff = c.d_ff;
+  VisitModel(MakeModelVisitor([](const TableInfo&, int64_t&) {},
+                              [&](const Site&, const LinearGroup& g, FlatLinear& l) {
+                                l.out = static_cast<int>(g.rows(d, ff));
+                                l.in = static_cast<int>(g.cols(d, ff));
+                              },
+                              [](const Site&, const char*, FlatLayerNorm&) {}),
+             c, L.model_);
 
   // Buckets: whole stages, closed once they hold bucket_bytes.
   GradBucket open;

@@ -5,7 +5,8 @@
 //
 // Invariants: tensors are ordered by the backward stage that finishes their gradients (see
 // BackwardStages: the output projection first, the decoder's top layer next, ..., the encoder's
-// embeddings last; a shared tensor counts at its last use), each starts at a multiple of kAlign
+// embeddings last; a shared tensor counts at its last use, which is its source's in the model
+// tree), in the model tree's order within a stage (param_tree.h), each starts at a multiple of kAlign
 // elements and the padding between them is zero; buckets are contiguous, cover [0, size()),
 // end at stage boundaries, and every tensor in a bucket is final once the backward has finished
 // the bucket's last_stage.
@@ -33,12 +34,13 @@ struct FlatLayerNorm {
 };
 using FlatEncoderLayer = EncoderLayerParams<FlatLinear, FlatLayerNorm>;
 using FlatDecoderLayer = DecoderLayerParams<FlatLinear, FlatLayerNorm>;
-struct FlatModel {
-  int64_t encoder_embed = -1, decoder_embed = -1, output_projection = -1;  // may coincide (shared)
-  int64_t encoder_positions = -1, decoder_positions = -1;                  // learned positions only
-  std::vector<FlatEncoderLayer> encoder;
-  std::vector<FlatDecoderLayer> decoder;
-  FlatLayerNorm encoder_final_ln, decoder_final_ln;  // pre-norm only
+// The model tree over offsets: tied tables share their source's offset; tensors that are not
+// trained (sinusoid tables, the logits bias) and absent ones stay -1.
+struct FlatModel : ModelParams<int64_t, int64_t, FlatLinear, FlatLayerNorm> {
+  FlatModel() {
+    encoder_embed = decoder_embed = output_projection = -1;
+    final_logits_bias = encoder_positions = decoder_positions = -1;
+  }
 };
 
 struct FlatTensor {

@@ -67,7 +67,7 @@ TEST(ParametersTest, InitializationAndViewsArePinned) {
     EXPECT_EQ(init.h, pinned[v].init);
     EXPECT_EQ(file.h, pinned[v].file);
     EXPECT_EQ(count, pinned[v].count);
-    EXPECT_EQ(w->Bytes(), pinned[v].bytes);
+    EXPECT_EQ(w->Bytes(c), pinned[v].bytes);
     // Ties: the same storage, as the config says.
     EXPECT_EQ(w->encoder_embed.f32() == w->decoder_embed.f32(), c.share_embeddings);
     EXPECT_EQ(w->decoder_embed.f32() == w->output_projection.f32(), c.share_decoder_input_output_embed);
