@@ -29,20 +29,16 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/test_util.h"
 
 namespace tnmt::kernels::cpu {
 namespace {
 
+using testing::Random;
+
 constexpr double kFdStep = 1e-6;  // central-difference step on the double forward
 constexpr double kGradRel = 1e-3;  // float32 analytic gradient vs double finite difference
 constexpr double kGradAbs = 2e-5;
-
-std::vector<float> Random(size_t count, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(count);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 std::vector<double> ToDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
@@ -62,18 +58,10 @@ std::vector<double> FiniteDiff(const std::function<double(const std::vector<doub
   return g;
 }
 
-// got[i] within abs + rel * |want[i]|; reports the first few mismatches.
+// The shared comparison with this file's default tolerances.
 void ExpectAllNear(const std::vector<float>& got, const std::vector<double>& want,
                    const std::string& what, double abs = kGradAbs, double rel = kGradRel) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int failures = 0;
-  for (size_t i = 0; i < got.size() && failures < 5; ++i) {
-    const double tol = abs + rel * std::fabs(want[i]);
-    if (!(std::fabs(got[i] - want[i]) <= tol)) {
-      ++failures;
-      ADD_FAILURE() << what << ": [" << i << "] = " << got[i] << ", want " << want[i];
-    }
-  }
+  testing::ExpectAllNear(got, want, what, abs, rel);
 }
 
 // want + base, the expected contents of an accumulated (+=) gradient buffer.
@@ -803,7 +791,7 @@ TEST(LabelSmoothedCrossEntropy, RDropBfloat16GradientIsTheRoundedFloatGradient) 
     if (static_cast<int>(isa) > static_cast<int>(DetectedIsa())) continue;
     SetIsaForTesting(isa);
     for (int64_t block : {int64_t{1}, int64_t{3}, int64_t{0}}) {
-      SCOPED_TRACE(testing::Message() << IsaName(isa) << " block " << block);
+      SCOPED_TRACE(::testing::Message() << IsaName(isa) << " block " << block);
       const int vocab = 37, pad = 1;
       const std::vector<int32_t> targets = {5, 1, 0, 6, 9, 5, 1, 0, 6, 9};  // 5 pairs, pair 1 pad
       const int64_t pairs = 5, rows = 2 * pairs;
@@ -984,7 +972,7 @@ TEST(RDropConsistency, BlockedLossGivesTheWholeBatchGradient) {
   for (int threads : {1, 2}) {
     SetComputeThreads(threads);
     for (int64_t block : {0, 1, 5, 23}) {
-      SCOPED_TRACE(testing::Message() << "block " << block << ", threads " << threads);
+      SCOPED_TRACE(::testing::Message() << "block " << block << ", threads " << threads);
       std::vector<float> got = logits;
       double nll = 0.0;
       int64_t count = 0;
@@ -1113,7 +1101,7 @@ TEST(Dropout, FusedWithTheActivationMatchesTheOpsInTurn) {
       SetComputeThreads(threads);
       for (Activation act : {Activation::kRelu, Activation::kGelu, Activation::kGeluErf, Activation::kSwish}) {
         for (float p : {0.0f, 0.3f}) {
-          SCOPED_TRACE(testing::Message() << IsaName(isa) << " threads " << threads << " act "
+          SCOPED_TRACE(::testing::Message() << IsaName(isa) << " threads " << threads << " act "
                                           << static_cast<int>(act) << " p " << p);
           const int64_t rows = 37;
           const int cols = 1100;  // 14 rows per block of 16 K elements: 3 blocks, the last partial

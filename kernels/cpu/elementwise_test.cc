@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/test_util.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -20,28 +21,15 @@
 namespace tnmt::kernels::cpu {
 namespace {
 
+using testing::Random;
+
 constexpr double kTol = 1e-5;  // absolute and relative tolerance for float32 results
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-std::vector<float> Random(size_t count, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(count);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// Compares got[i] with want[i] within abs + rel * |want|; reports the first few mismatches.
+// The shared comparison with this file's default tolerances.
 void ExpectAllNear(const std::vector<float>& got, const std::vector<double>& want,
                    const std::string& what, double abs = kTol, double rel = kTol) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int failures = 0;
-  for (size_t i = 0; i < got.size() && failures < 5; ++i) {
-    const double tol = abs + rel * std::fabs(want[i]);
-    if (!(std::fabs(got[i] - want[i]) <= tol)) {
-      ++failures;
-      ADD_FAILURE() << what << ": [" << i << "] = " << got[i] << ", want " << want[i];
-    }
-  }
+  testing::ExpectAllNear(got, want, what, abs, rel);
 }
 
 std::string Dims(int64_t rows, int n) {
