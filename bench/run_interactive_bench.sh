@@ -5,12 +5,16 @@
 # translating the same sentence in-process (bench/ct2_latency.py: no network, no server) on the
 # same weights (tools/convert/export_ctranslate2.py), in one run on one machine. Both after a
 # warm-up call, beam 4 with length penalty 0.6 unless set; p50/p90/p99 over the lines
-# (nearest rank). Runs alternate engines; each row is one run, REPEAT rows per engine.
+# (nearest rank). Runs alternate engines; each row is one run, REPEAT rows per engine. A second
+# table splits tnmt's mean call from the server's own metrics (/metrics before and after each
+# run): the decode steps, the rest in the server (its batching window, encoding, parsing,
+# tokenizing, responding), and the network and client.
 #
 #   bench/run_interactive_bench.sh DATA_DIR
 #     DATA_DIR  holds test_2016_flickr.en.gz (tools/get-multi30k.sh)
 # Environment:
 #   MODEL=models/demo   LINES=300 (the first LINES lines)   THREADS=1   BEAM=4   REPEAT=2
+#   SERVE_ARGS="..." (more `tnmt serve` flags, e.g. "--max-queue-delay-ms 0")
 #   PYTHON=build/py-tools/bin/python3 (deploy/install-py-tools.sh: ctranslate2, sentencepiece)
 #   WORK=DIR (default: a new temp dir)
 set -euo pipefail
@@ -37,7 +41,7 @@ LOAD="$BIN/bench/serve_load"
 "$PYTHON" tools/convert/export_ctranslate2.py "$MODEL" "$WORK/ct2" --force > /dev/null
 
 # The server, warm: started once, one call before the measured ones.
-"$TNMT" serve --model "m=$MODEL" --threads "$THREADS" --port 0 --http-port 0 \
+"$TNMT" serve --model "m=$MODEL" --threads "$THREADS" --port 0 --http-port 0 ${SERVE_ARGS:-} \
   --ready-file "$WORK/ready" > "$WORK/serve.log" 2>&1 &
 server=$!
 trap 'kill -TERM $server 2> /dev/null; wait $server 2> /dev/null' EXIT
@@ -46,14 +50,41 @@ for _ in $(seq 600); do
   kill -0 "$server" 2> /dev/null || { echo "run_interactive_bench: tnmt serve exited:" >&2; tail -5 "$WORK/serve.log" >&2; exit 1; }
   sleep 0.1
 done
-read -r port _ < "$WORK/ready"
+read -r port http_port < "$WORK/ready"
+# metrics FILE: the server's /metrics now.
+metrics() { "$PYTHON" -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+  "http://localhost:$http_port/metrics" > "$1"; }
 head -1 "$WORK/src.en" > "$WORK/warm.en"
 "$LOAD" --target "localhost:$port" --model m --clients 1 --requests 1 --input "$WORK/warm.en" > /dev/null
 
 : > "$WORK/rows"
+: > "$WORK/overhead"
 for r in $(seq "$REPEAT"); do
+  metrics "$WORK/metrics-before-$r"
   "$LOAD" --target "localhost:$port" --model m --clients 1 --texts-per-request 1 \
     --requests "$(wc -l < "$WORK/src.en")" --beam-size "$BEAM" --input "$WORK/src.en" --json > "$WORK/tnmt-$r.json"
+  metrics "$WORK/metrics-after-$r"
+  # Where a call's time goes, from the server's own metrics over this run: the RPC's wall time
+  # in the server, its decode steps (tnmt_compute_duration_seconds), the rest in the server
+  # (batching window, encoding, parse, tokenize, detokenize, respond) and outside it (network,
+  # client).
+  "$PYTHON" - "$WORK/metrics-before-$r" "$WORK/metrics-after-$r" "$WORK/tnmt-$r.json" >> "$WORK/overhead" <<'PY'
+import json, re, sys
+def read(path):
+    v = {}
+    for line in open(path):
+        m = re.match(r'(tnmt_(?:request|compute)_duration_seconds_(?:sum|count))\{([^}]*)\} (\S+)', line)
+        if m and ('method="Translate"' in m.group(2) or "compute" in m.group(1)):
+            v[m.group(1)] = v.get(m.group(1), 0.0) + float(m.group(3))
+    return v
+a, b = read(sys.argv[1]), read(sys.argv[2])
+d = {k: b.get(k, 0.0) - a.get(k, 0.0) for k in b}
+calls = d["tnmt_request_duration_seconds_count"]
+rpc = 1000 * d["tnmt_request_duration_seconds_sum"] / calls
+compute = 1000 * d["tnmt_compute_duration_seconds_sum"] / calls
+client = json.load(open(sys.argv[3]))["latency_ms"]["mean"]
+print("%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f" % (calls, client, rpc, compute, rpc - compute, client - rpc))
+PY
   "$PYTHON" -c 'import json, sys
 j = json.load(open(sys.argv[1])); l = j["latency_ms"]
 if j["ok"] != j["requests"]: sys.exit("run_interactive_bench: %d of %d calls failed" % (j["requests"] - j["ok"], j["requests"]))
@@ -67,9 +98,16 @@ done
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 echo "== $cpu; $(nproc) cores; tnmt: $("$TNMT" --version); ctranslate2 $("$PYTHON" -c 'import ctranslate2; print(ctranslate2.__version__)')"
-echo "== model $MODEL, the first $LINES lines of test_2016_flickr.en, one per call, beam $BEAM, $THREADS compute thread(s); work dir $WORK"
+echo "== model $MODEL, the first $LINES lines of test_2016_flickr.en, one per call, beam $BEAM, $THREADS compute thread(s)${SERVE_ARGS:+, tnmt serve $SERVE_ARGS}; work dir $WORK"
 echo "| engine | calls | p50 ms | p90 ms | p99 ms | mean ms |"
 echo "|---|---|---|---|---|---|"
 awk -F '\t' '{printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6}' "$WORK/rows"
 awk -F '\t' '{e = ($1 ~ /^tnmt/) ? "t" : "c"; if (!(e in p) || $3 < p[e]) p[e] = $3}
   END {printf "best p50: tnmt %.1f ms, CTranslate2 %.1f ms (CTranslate2 / tnmt %.2fx)\n", p["t"], p["c"], p["c"] / p["t"]}' "$WORK/rows"
+echo
+echo "tnmt per call, means over each run (ms): the client's latency; the RPC's time in the server; its decode steps;"
+echo "the rest in the server (batching window --max-queue-delay-ms, encoding, parse, tokenize, detokenize, respond);"
+echo "outside the server (network, client)"
+echo "| calls | client | server RPC | decode steps | rest in the server | network + client |"
+echo "|---|---|---|---|---|---|"
+awk -F '\t' '{printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6}' "$WORK/overhead"
