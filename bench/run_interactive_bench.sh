@@ -7,7 +7,7 @@
 # warm-up call, beam 4 with length penalty 0.6 unless set; p50/p90/p99 over the lines
 # (nearest rank). Runs alternate engines; each row is one run, REPEAT rows per engine. A second
 # table splits tnmt's mean call from the server's own metrics (/metrics before and after each
-# run): the decode steps, the rest in the server (its batching window, encoding, parsing,
+# run): the decode steps, the encoding, the rest in the server (its batching window, parsing,
 # tokenizing, responding), and the network and client.
 #
 #   bench/run_interactive_bench.sh DATA_DIR
@@ -65,16 +65,16 @@ for r in $(seq "$REPEAT"); do
     --requests "$(wc -l < "$WORK/src.en")" --beam-size "$BEAM" --input "$WORK/src.en" --json > "$WORK/tnmt-$r.json"
   metrics "$WORK/metrics-after-$r"
   # Where a call's time goes, from the server's own metrics over this run: the RPC's wall time
-  # in the server, its decode steps (tnmt_compute_duration_seconds), the rest in the server
-  # (batching window, encoding, parse, tokenize, detokenize, respond) and outside it (network,
-  # client).
+  # in the server, its decode steps (tnmt_compute_duration_seconds), its encoding
+  # (tnmt_encode_duration_seconds), the rest in the server (batching window, parse, queue,
+  # tokenize, detokenize, respond) and outside it (network, client).
   "$PYTHON" - "$WORK/metrics-before-$r" "$WORK/metrics-after-$r" "$WORK/tnmt-$r.json" >> "$WORK/overhead" <<'PY'
 import json, re, sys
 def read(path):
     v = {}
     for line in open(path):
-        m = re.match(r'(tnmt_(?:request|compute)_duration_seconds_(?:sum|count))\{([^}]*)\} (\S+)', line)
-        if m and ('method="Translate"' in m.group(2) or "compute" in m.group(1)):
+        m = re.match(r'(tnmt_(?:request|compute|encode)_duration_seconds_(?:sum|count))\{([^}]*)\} (\S+)', line)
+        if m and ('method="Translate"' in m.group(2) or "request" not in m.group(1)):
             v[m.group(1)] = v.get(m.group(1), 0.0) + float(m.group(3))
     return v
 a, b = read(sys.argv[1]), read(sys.argv[2])
@@ -82,8 +82,9 @@ d = {k: b.get(k, 0.0) - a.get(k, 0.0) for k in b}
 calls = d["tnmt_request_duration_seconds_count"]
 rpc = 1000 * d["tnmt_request_duration_seconds_sum"] / calls
 compute = 1000 * d["tnmt_compute_duration_seconds_sum"] / calls
+encode = 1000 * d["tnmt_encode_duration_seconds_sum"] / calls
 client = json.load(open(sys.argv[3]))["latency_ms"]["mean"]
-print("%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f" % (calls, client, rpc, compute, rpc - compute, client - rpc))
+print("%d\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f" % (calls, client, rpc, compute, encode, rpc - compute - encode, client - rpc))
 PY
   "$PYTHON" -c 'import json, sys
 j = json.load(open(sys.argv[1])); l = j["latency_ms"]
@@ -106,8 +107,8 @@ awk -F '\t' '{e = ($1 ~ /^tnmt/) ? "t" : "c"; if (!(e in p) || $3 < p[e]) p[e] =
   END {printf "best p50: tnmt %.1f ms, CTranslate2 %.1f ms (CTranslate2 / tnmt %.2fx)\n", p["t"], p["c"], p["c"] / p["t"]}' "$WORK/rows"
 echo
 echo "tnmt per call, means over each run (ms): the client's latency; the RPC's time in the server; its decode steps;"
-echo "the rest in the server (batching window --max-queue-delay-ms, encoding, parse, tokenize, detokenize, respond);"
-echo "outside the server (network, client)"
-echo "| calls | client | server RPC | decode steps | rest in the server | network + client |"
-echo "|---|---|---|---|---|---|"
-awk -F '\t' '{printf "| %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6}' "$WORK/overhead"
+echo "its encoding; the rest in the server (batching window --max-queue-delay-ms, parse, queue, tokenize, detokenize,"
+echo "respond); outside the server (network, client)"
+echo "| calls | client | server RPC | decode steps | encoding | rest in the server | network + client |"
+echo "|---|---|---|---|---|---|---|"
+awk -F '\t' '{printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7}' "$WORK/overhead"

@@ -66,6 +66,7 @@ struct ServerMetrics::ModelSeries {
   std::string label;
   prometheus::Histogram* queue_duration;
   prometheus::Histogram* compute_duration;
+  prometheus::Histogram* encode_duration;
   prometheus::Histogram* batch_sentences;
   prometheus::Histogram* batch_tokens;
   prometheus::Counter* sentences;
@@ -101,6 +102,10 @@ ServerMetrics::ServerMetrics(ServerMetricsOptions options)
                            .Name("tnmt_compute_duration_seconds")
                            .Help("Decoding wall time per observation (batch or sentence).")
                            .Register(r);
+  encode_duration_ = &prometheus::BuildHistogram()
+                          .Name("tnmt_encode_duration_seconds")
+                          .Help("Encoder wall time per admission (the sentences admitted together).")
+                          .Register(r);
   batch_sentences_ = &prometheus::BuildHistogram()
                           .Name("tnmt_batch_sentences")
                           .Help("Sentences per decoded batch.")
@@ -243,6 +248,7 @@ ServerMetrics::ModelSeries& ServerMetrics::Model(std::string_view model) {
   series->label = label;
   series->queue_duration = &queue_duration_->Add(labels, LatencyBuckets());
   series->compute_duration = &compute_duration_->Add(labels, LatencyBuckets());
+  series->encode_duration = &encode_duration_->Add(labels, LatencyBuckets());
   series->batch_sentences = &batch_sentences_->Add(labels, SentenceBuckets());
   series->batch_tokens = &batch_tokens_->Add(labels, TokenBuckets());
   series->sentences = &sentences_->Add(labels);
@@ -310,6 +316,10 @@ void ServerMetrics::ObserveQueueWait(std::string_view model, double seconds) {
 
 void ServerMetrics::ObserveCompute(std::string_view model, double seconds) {
   Model(model).compute_duration->Observe(seconds);
+}
+
+void ServerMetrics::ObserveEncode(std::string_view model, double seconds) {
+  Model(model).encode_duration->Observe(seconds);
 }
 
 void ServerMetrics::BatchDone(std::string_view model, int sentences, int source_tokens) {

@@ -20,6 +20,8 @@
 //   tnmt_queue_duration_seconds{model}              histogram time a sentence waited to decode
 //   tnmt_compute_duration_seconds{model}            histogram decode time (per batch or per
 //                                                             sentence: the caller decides)
+//   tnmt_encode_duration_seconds{model}             histogram encoder time per admission (the
+//                                                             sentences admitted together)
 //   tnmt_batch_sentences{model}                     histogram sentences per decoded batch
 //   tnmt_batch_tokens{model}                        histogram source tokens per decoded batch
 //   tnmt_sentences_total{model}                     counter   sentences translated
@@ -80,6 +82,7 @@ class ServerMetrics {
   void SetQueueLength(std::string_view model, int64_t sentences);
   void ObserveQueueWait(std::string_view model, double seconds);
   void ObserveCompute(std::string_view model, double seconds);
+  void ObserveEncode(std::string_view model, double seconds);
   void BatchDone(std::string_view model, int sentences, int source_tokens);
   void SentenceDone(std::string_view model, int source_tokens, int generated_tokens);
 
@@ -114,6 +117,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>* request_duration_;
   prometheus::Family<prometheus::Histogram>* queue_duration_;
   prometheus::Family<prometheus::Histogram>* compute_duration_;
+  prometheus::Family<prometheus::Histogram>* encode_duration_;
   prometheus::Family<prometheus::Histogram>* batch_sentences_;
   prometheus::Family<prometheus::Histogram>* batch_tokens_;
   prometheus::Family<prometheus::Counter>* sentences_;

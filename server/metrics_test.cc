@@ -153,6 +153,7 @@ TEST(ServerMetrics, SchedulerAndModelSeries) {
   metrics.ObserveQueueWait("en-de", 0.002);
   metrics.ObserveCompute("en-de", 1.5);
   metrics.ObserveCompute("en-de", 0.04);
+  metrics.ObserveEncode("en-de", 0.003);
   metrics.BatchDone("en-de", 8, 200);
   metrics.SentenceDone("en-de", 10, 12);
   metrics.SentenceDone("en-de", 5, 4);
@@ -168,6 +169,10 @@ TEST(ServerMetrics, SchedulerAndModelSeries) {
   EXPECT_NEAR(Value(s, "tnmt_compute_duration_seconds_sum", m), 1.54, 1e-9);
   EXPECT_EQ(Value(s, "tnmt_compute_duration_seconds_bucket", with_le("1")), 1);
   EXPECT_EQ(Value(s, "tnmt_compute_duration_seconds_bucket", with_le("2.5")), 2);
+  EXPECT_EQ(Value(s, "tnmt_encode_duration_seconds_count", m), 1);
+  EXPECT_NEAR(Value(s, "tnmt_encode_duration_seconds_sum", m), 0.003, 1e-12);
+  EXPECT_EQ(Value(s, "tnmt_encode_duration_seconds_bucket", with_le("0.0025")), 0);
+  EXPECT_EQ(Value(s, "tnmt_encode_duration_seconds_bucket", with_le("0.005")), 1);
   EXPECT_EQ(Value(s, "tnmt_batch_sentences_bucket", with_le("4")), 0);
   EXPECT_EQ(Value(s, "tnmt_batch_sentences_bucket", with_le("8")), 1);
   EXPECT_EQ(Value(s, "tnmt_batch_tokens_bucket", with_le("128")), 0);
@@ -195,6 +200,7 @@ TEST(ServerMetrics, EveryFamilyHasHelpAndType) {
       {"tnmt_request_duration_seconds", "histogram"},
       {"tnmt_queue_duration_seconds", "histogram"},
       {"tnmt_compute_duration_seconds", "histogram"},
+      {"tnmt_encode_duration_seconds", "histogram"},
       {"tnmt_batch_sentences", "histogram"},
       {"tnmt_batch_tokens", "histogram"},
       {"tnmt_generated_tokens_total", "counter"},

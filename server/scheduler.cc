@@ -309,6 +309,7 @@ void Scheduler::Run() {
       if (metrics_ != nullptr) metrics_->ObserveQueueWait(name_, Seconds(q->enqueued, now));
       groups[OptionsKey(q->task.options)].push_back(std::move(q));
     }
+    const absl::Time encode_start = absl::Now();
     for (auto& [key, group] : groups) {
       std::vector<DecodeInput> inputs;
       for (auto& q : group) inputs.push_back({q->task.ids, q->task.prefix, q->task.stream});
@@ -321,6 +322,9 @@ void Scheduler::Run() {
         group[i]->handle = (*handles)[i];
         live[(*handles)[i]] = std::move(group[i]);
       }
+    }
+    if (metrics_ != nullptr && !groups.empty()) {
+      metrics_->ObserveEncode(name_, Seconds(encode_start, absl::Now()));
     }
     if (decoder.empty()) continue;
     int batch_tokens = 0;
