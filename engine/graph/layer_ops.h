@@ -120,84 +120,83 @@ template <class C>
 using AfterCrossCall = decltype(Ref<C>().AfterCrossAttention(Ref<size_t>(), Ref<const float*>(),
                                                              Ref<const AttentionArgs>()));
 
+// Each member of the contracts, checked once: kIsLayerOps / kIsStepCache combine them, and
+// CheckLayerOps / CheckStepCache assert them one by one with the member's signature.
+template <class O>
+struct OpsMembers {
+  using S = absl::Status;
+  static constexpr bool config = Returns<const ModelConfig&, ConfigCall, O>();
+  static constexpr bool weights = Detected<O, WeightsCall>::value;
+  static constexpr bool layers = Detected<O, EncoderLayers>::value && Detected<O, DecoderLayers>::value;
+  static constexpr bool final_norms =
+      Detected<O, EncoderFinalNorm>::value && Detected<O, DecoderFinalNorm>::value;
+  static constexpr bool linear = Returns<S, LinearCall, O>();
+  static constexpr bool layer_norm = Returns<S, LayerNormCall, O>();
+  static constexpr bool add = Returns<S, AddCall, O>();
+  static constexpr bool embed = Returns<S, EmbedCall, O>();
+  static constexpr bool attention = Returns<S, AttentionCall, O>();
+  static constexpr bool scatter_rows = Returns<S, ScatterRowsCall, O>();
+  static constexpr bool logits = Returns<S, LogitsCall, O>();
+  static constexpr bool all = config && weights && layers && final_norms && linear && layer_norm &&
+                              add && embed && attention && scatter_rows && logits;
+};
+
+template <class C>
+struct CacheMembers {
+  static constexpr bool pools = Returns<float*, SelfPoolCall, C>() && Returns<float*, CrossPoolCall, C>();
+  static constexpr bool new_slots = Returns<const int32_t*, NewSlotsCall, C>();
+  static constexpr bool args = Returns<const AttentionArgs&, SelfArgsCall, C>() &&
+                               Returns<const AttentionArgs&, CrossArgsCall, C>();
+  static constexpr bool after_cross = Returns<absl::Status, AfterCrossCall, C>();
+  static constexpr bool all = pools && new_slots && args && after_cross;
+};
+
 }  // namespace layer_ops_internal
 
 // True when Ops meets the contract above (usable in tests and if constexpr).
 template <class Ops>
-inline constexpr bool kIsLayerOps = [] {
-  namespace i = layer_ops_internal;
-  using S = absl::Status;
-  return i::Returns<const ModelConfig&, i::ConfigCall, Ops>() &&
-         i::Detected<Ops, i::WeightsCall>::value && i::Detected<Ops, i::EncoderLayers>::value &&
-         i::Detected<Ops, i::DecoderLayers>::value &&
-         i::Detected<Ops, i::EncoderFinalNorm>::value &&
-         i::Detected<Ops, i::DecoderFinalNorm>::value && i::Returns<S, i::LinearCall, Ops>() &&
-         i::Returns<S, i::LayerNormCall, Ops>() && i::Returns<S, i::AddCall, Ops>() &&
-         i::Returns<S, i::EmbedCall, Ops>() && i::Returns<S, i::AttentionCall, Ops>() &&
-         i::Returns<S, i::ScatterRowsCall, Ops>() && i::Returns<S, i::LogitsCall, Ops>();
-}();
+inline constexpr bool kIsLayerOps = layer_ops_internal::OpsMembers<Ops>::all;
 
 template <class Cache>
-inline constexpr bool kIsStepCache = [] {
-  namespace i = layer_ops_internal;
-  return i::Returns<float*, i::SelfPoolCall, Cache>() &&
-         i::Returns<float*, i::CrossPoolCall, Cache>() &&
-         i::Returns<const int32_t*, i::NewSlotsCall, Cache>() &&
-         i::Returns<const AttentionArgs&, i::SelfArgsCall, Cache>() &&
-         i::Returns<const AttentionArgs&, i::CrossArgsCall, Cache>() &&
-         i::Returns<absl::Status, i::AfterCrossCall, Cache>();
-}();
+inline constexpr bool kIsStepCache = layer_ops_internal::CacheMembers<Cache>::all;
 
 // static_assert(CheckLayerOps<Ops>()): fails naming the first member Ops lacks or mistypes.
 template <class Ops>
 constexpr bool CheckLayerOps() {
-  namespace i = layer_ops_internal;
-  using S = absl::Status;
-  static_assert(i::Returns<const ModelConfig&, i::ConfigCall, Ops>(),
-                "Ops: const ModelConfig& config() const");
-  static_assert(i::Detected<Ops, i::WeightsCall>::value, "Ops: const Weights& weights() const");
-  static_assert(i::Detected<Ops, i::EncoderLayers>::value &&
-                    i::Detected<Ops, i::DecoderLayers>::value,
-                "Ops::Weights: vectors `encoder` and `decoder` of layer parameter trees");
-  static_assert(i::Detected<Ops, i::EncoderFinalNorm>::value &&
-                    i::Detected<Ops, i::DecoderFinalNorm>::value,
-                "Ops::Weights: NormParams `encoder_final_ln` and `decoder_final_ln`");
-  static_assert(i::Returns<S, i::LinearCall, Ops>(),
+  using M = layer_ops_internal::OpsMembers<Ops>;
+  static_assert(M::config, "Ops: const ModelConfig& config() const");
+  static_assert(M::weights, "Ops: const Weights& weights() const");
+  static_assert(M::layers, "Ops::Weights: vectors `encoder` and `decoder` of layer parameter trees");
+  static_assert(M::final_norms, "Ops::Weights: NormParams `encoder_final_ln` and `decoder_final_ln`");
+  static_assert(M::linear,
                 "Ops: Status Linear(float* y, const float* x, int64_t rows, const LinearParams&, "
                 "bool activate) const");
-  static_assert(i::Returns<S, i::LayerNormCall, Ops>(),
+  static_assert(M::layer_norm,
                 "Ops: Status LayerNorm(float* y, const float* x, const float* residual, int64_t "
                 "rows, const NormParams&) const");
-  static_assert(i::Returns<S, i::AddCall, Ops>(),
-                "Ops: Status Add(float* x, const float* f, int64_t n) const");
-  static_assert(i::Returns<S, i::EmbedCall, Ops>(),
+  static_assert(M::add, "Ops: Status Add(float* x, const float* f, int64_t n) const");
+  static_assert(M::embed,
                 "Ops: Status Embed(float* x, const int32_t* ids, const int32_t* positions, "
                 "int64_t rows, bool decoder) const");
-  static_assert(i::Returns<S, i::AttentionCall, Ops>(),
+  static_assert(M::attention,
                 "Ops: Status Attention(float* out, int64_t ld_out, const float* q, int64_t ld_q, "
                 "const float* k, const float* v, int64_t ld_kv, int64_t kv_group_stride, const "
                 "AttentionArgs&) const");
-  static_assert(i::Returns<S, i::ScatterRowsCall, Ops>(),
+  static_assert(M::scatter_rows,
                 "Ops: Status ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows, "
                 "const float* src, int64_t src_stride, const int32_t* src_rows, int64_t count, "
                 "int width) const");
-  static_assert(i::Returns<S, i::LogitsCall, Ops>(),
-                "Ops: Status Logits(float* logits, const float* x, int64_t rows) const");
+  static_assert(M::logits, "Ops: Status Logits(float* logits, const float* x, int64_t rows) const");
   return true;
 }
 
 template <class Cache>
 constexpr bool CheckStepCache() {
-  namespace i = layer_ops_internal;
-  static_assert(i::Returns<float*, i::SelfPoolCall, Cache>() &&
-                    i::Returns<float*, i::CrossPoolCall, Cache>(),
-                "Cache: float* self_pool(size_t layer), float* cross_pool(size_t layer)");
-  static_assert(i::Returns<const int32_t*, i::NewSlotsCall, Cache>(),
-                "Cache: const int32_t* new_slots() const");
-  static_assert(i::Returns<const AttentionArgs&, i::SelfArgsCall, Cache>() &&
-                    i::Returns<const AttentionArgs&, i::CrossArgsCall, Cache>(),
-                "Cache: const AttentionArgs& self_args() const, cross_args() const");
-  static_assert(i::Returns<absl::Status, i::AfterCrossCall, Cache>(),
+  using M = layer_ops_internal::CacheMembers<Cache>;
+  static_assert(M::pools, "Cache: float* self_pool(size_t layer), float* cross_pool(size_t layer)");
+  static_assert(M::new_slots, "Cache: const int32_t* new_slots() const");
+  static_assert(M::args, "Cache: const AttentionArgs& self_args() const, cross_args() const");
+  static_assert(M::after_cross,
                 "Cache: Status AfterCrossAttention(size_t layer, const float* q, const "
                 "AttentionArgs&)");
   return true;
