@@ -113,6 +113,7 @@ absl::Status DeviceAllocator::ReleaseCache() {
 absl::StatusOr<std::unique_ptr<Context>> Context::Create(int device, size_t workspace_bytes) {
   std::unique_ptr<Context> c(new Context());
   c->device_ = device;
+  c->timeline_.set_enabled(GpuTimeline::EnabledByEnvironment());
   if (absl::Status s = TNMT_CUDA_CHECK(cudaSetDevice(device)); !s.ok()) return s;
   if (absl::Status s = TNMT_CUDA_CHECK(cudaGetDeviceProperties(&c->props_, device)); !s.ok()) {
     return s;

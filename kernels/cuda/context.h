@@ -1,6 +1,7 @@
 // The explicit CUDA execution context of tnmt's GPU kernels: one device, one stream, one
-// cuBLASLt handle with its workspace, a caching device allocator and the cached GEMM plans
-// (kernels/cuda/gemm.h). Everything queued through a Context runs in its stream's order.
+// cuBLASLt handle with its workspace, a caching device allocator, the cached GEMM plans
+// (kernels/cuda/gemm.h) and the timeline of its device time (kernels/cuda/gpu_timeline.h).
+// Everything queued through a Context runs in its stream's order.
 // Calling convention: every kernels/cuda operation takes the Context it runs in as its first
 // argument (outputs next, then inputs, then sizes and options) and returns a Status.
 //
@@ -20,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cuda/gpu_timeline.h"
 
 namespace tnmt::kernels::cuda {
 
@@ -109,6 +111,9 @@ class Context {
   const cudaDeviceProp& props() const { return props_; }
   DeviceAllocator& allocator() { return *allocator_; }
   GemmPlanCache& gemm_plans();
+  // Device time by category of the work timed on the stream (gpu_timeline.h); on at creation
+  // when TNMT_GPU_TIMING asks for it.
+  GpuTimeline& timeline() { return timeline_; }
 
   // cudaSetDevice(device()) on the calling thread (needed before use from another thread).
   absl::Status Activate() const;
@@ -124,6 +129,7 @@ class Context {
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer workspace_;
   std::unique_ptr<GemmPlanCache, void (*)(GemmPlanCache*)> plans_{nullptr, nullptr};
+  GpuTimeline timeline_;
 };
 
 }  // namespace tnmt::kernels::cuda
