@@ -1,47 +1,54 @@
 // CPU TrainEngine; see cpu_train_engine.h.
+//
+// State: four flat float32 arrays of the FlatLayout (parameters, gradients, Adam's moments),
+// with ModelWeights views over them for the forward/backward, the snapshots and checkpoints.
+// The update (bucketed all-reduce order, gradient norm, Adam) is trainer/optim's FlatOptimizer,
+// the CUDA engine's code, here over host loops.
 #include "trainer/model/cpu_train_engine.h"
 
-#include <algorithm>
+#include <climits>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "kernels/cpu/adam.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "trainer/model/flat_layout.h"
 #include "trainer/model/parameters.h"
+#include "trainer/optim/flat_optimizer.h"
 
 namespace tnmt::train {
 
 namespace {
 
-// Flattens every gradient tensor into one buffer, all-reduces it, and copies back.
-absl::Status AllReduceGradients(Collective* c, const ModelConfig& config, ModelWeights* grads,
-                                std::vector<float>* flat) {
-  if (c->world_size() == 1) return absl::OkStatus();
-  auto refs = TrainableParams(config, grads);
-  int64_t n = 0;
-  for (ParamRef& r : refs) n += r.tensor->numel();
-  flat->resize(n);
-  int64_t off = 0;
-  for (ParamRef& r : refs) {
-    std::copy(r.tensor->f32(), r.tensor->f32() + r.tensor->numel(), flat->data() + off);
-    off += r.tensor->numel();
-  }
-  TNMT_RETURN_IF_ERROR(c->AllReduceSum(flat->data(), n));
-  off = 0;
-  for (ParamRef& r : refs) {
-    std::copy(flat->data() + off, flat->data() + off + r.tensor->numel(), r.tensor->f32());
-    off += r.tensor->numel();
-  }
+// In order, in double: the same value for any thread count.
+absl::StatusOr<double> HostSumOfSquares(const float* x, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  return sum;
+}
+
+absl::Status HostAdamUpdate(float* w, float* m, float* v, const float* g, int64_t n, float grad_scale,
+                            const kernels::AdamOptions& o) {
+  kernels::cpu::AdamUpdate(w, m, v, g, n, grad_scale, o);
   return absl::OkStatus();
 }
 
+// The flat arrays and their ModelWeights views.
+struct FlatState {
+  Tensor params_flat, grads_flat, m_flat, v_flat;  // [layout.size()]
+  ModelWeights params, grads, m, v;
+};
+
 class CpuTrainEngine : public TrainEngine {
  public:
-  CpuTrainEngine(const ModelConfig& c, Collective* coll, bool bf16, ModelWeights params, Adam adam,
-                 ModelWeights grads)
-      : c_(c), coll_(coll), bf16_(bf16), params_(std::move(params)), adam_(std::move(adam)),
-        grads_(std::move(grads)) {}
+  CpuTrainEngine(const ModelConfig& c, Collective* coll, bool bf16, FlatLayout layout, FlatState s,
+                 const kernels::AdamOptions& adam, int64_t adam_step)
+      : c_(c), coll_(coll), bf16_(bf16), layout_(std::move(layout)), s_(std::move(s)),
+        opt_(&layout_, {s_.params_flat.f32(), s_.grads_flat.f32(), s_.m_flat.f32(), s_.v_flat.f32()},
+             {HostSumOfSquares, HostAdamUpdate, nullptr}, adam, adam_step, LossScaling()) {}
 
   std::string Describe() const override {
     const std::string what = bf16_ ? "cpu, bfloat16 GEMMs (float32 weights, gradients and optimizer)" : "cpu, float32";
@@ -49,15 +56,16 @@ class CpuTrainEngine : public TrainEngine {
   }
 
   absl::Status BeginStep(int) override {
-    ZeroAll(c_, &grads_);
+    std::memset(s_.grads_flat.f32(), 0, sizeof(float) * layout_.size());
     sums_ = LossStats();
+    opt_.BeginStep();
     return absl::OkStatus();
   }
 
   absl::Status ForwardBackward(const TrainBatch& batch, const TrainStepOptions& options) override {
     TrainStepOptions o = options;
     o.bfloat16_gemms = bf16_;
-    TNMT_ASSIGN_OR_RETURN(LossStats s, train::ForwardBackward(c_, params_, batch, o, 1.0f, &grads_));
+    TNMT_ASSIGN_OR_RETURN(LossStats s, train::ForwardBackward(c_, s_.params, batch, o, 1.0f, &s_.grads));
     sums_.loss_sum += s.loss_sum;
     sums_.nll_sum += s.nll_sum;
     sums_.tokens += s.tokens;
@@ -65,7 +73,12 @@ class CpuTrainEngine : public TrainEngine {
   }
 
   absl::StatusOr<StepTotals> AllReduce(bool stop, bool save) override {
-    TNMT_RETURN_IF_ERROR(AllReduceGradients(coll_, c_, &grads_, &flat_));
+    if (coll_->world_size() > 1) {
+      float* grads = s_.grads_flat.f32();
+      TNMT_RETURN_IF_ERROR(opt_.ReduceBuckets(INT_MAX, [&](size_t, const GradBucket& b) {
+        return coll_->AllReduceSum(grads + b.offset, b.count);
+      }));
+    }
     double s[5] = {sums_.loss_sum, sums_.nll_sum, static_cast<double>(sums_.tokens), stop ? 1.0 : 0.0,
                    save ? 1.0 : 0.0};
     TNMT_RETURN_IF_ERROR(coll_->AllReduceSum(s, 5));
@@ -74,49 +87,45 @@ class CpuTrainEngine : public TrainEngine {
     return t;
   }
 
-  absl::StatusOr<double> GradNorm() override { return GlobalGradNorm(c_, &grads_); }
+  absl::StatusOr<double> GradNorm() override { return opt_.GradNorm(); }
 
-  absl::StatusOr<bool> AdamStep(double lr, float grad_scale) override {
-    adam_.Step(&params_, &grads_, lr, grad_scale);
-    return true;
-  }
+  absl::StatusOr<bool> AdamStep(double lr, float grad_scale) override { return opt_.AdamStep(lr, grad_scale); }
 
   absl::StatusOr<LossStats> EvaluateLoss(const TrainBatch& batch, float label_smoothing) override {
-    return train::EvaluateLoss(c_, params_, batch, label_smoothing);
+    return train::EvaluateLoss(c_, s_.params, batch, label_smoothing);
   }
 
   absl::StatusOr<HostState> Snapshot() override {
     HostState h;
-    h.params = &params_;
-    h.adam_m = &adam_.m();
-    h.adam_v = &adam_.v();
-    h.adam_step = adam_.step();
+    h.params = &s_.params;
+    h.adam_m = &s_.m;
+    h.adam_v = &s_.v;
+    h.adam_step = opt_.step();
     return h;
   }
 
   absl::Status CopyGradients(ModelWeights* out) override {
-    auto src = TrainableParams(c_, &grads_);
-    auto dst = TrainableParams(c_, out);
-    if (src.size() != dst.size()) return absl::InvalidArgumentError("CopyGradients: model structures differ");
-    for (size_t i = 0; i < src.size(); ++i) {
-      if (src[i].tensor->numel() != dst[i].tensor->numel()) {
-        return absl::InvalidArgumentError(absl::StrCat("CopyGradients: ", src[i].name, " shapes differ"));
-      }
-      std::copy(src[i].tensor->f32(), src[i].tensor->f32() + src[i].tensor->numel(), dst[i].tensor->f32());
-    }
-    return absl::OkStatus();
+    return layout_.Scatter(c_, s_.grads_flat.f32(), out);
   }
 
  private:
   const ModelConfig c_;
   Collective* coll_;
   const bool bf16_;  // TrainPrecision::kBFloat16: GemmBf16 for the linears
-  ModelWeights params_;
-  Adam adam_;
-  ModelWeights grads_;
+  const FlatLayout layout_;
+  FlatState s_;
+  FlatOptimizer opt_;
   LossStats sums_;
-  std::vector<float> flat_;  // all-reduce staging, kept between updates
 };
+
+// A flat array holding `w`'s trainable tensors, and `like` with views of it.
+absl::Status FlatCopy(const ModelConfig& c, const FlatLayout& layout, const ModelWeights& w, const ModelWeights& like,
+                      Tensor* flat, ModelWeights* views) {
+  TNMT_ASSIGN_OR_RETURN(*flat, Tensor::Empty({layout.size()}));
+  TNMT_RETURN_IF_ERROR(layout.Gather(c, w, flat->f32()));
+  TNMT_ASSIGN_OR_RETURN(*views, layout.Views(c, like, *flat));
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -136,9 +145,16 @@ absl::StatusOr<std::unique_ptr<TrainEngine>> MakeCpuTrainEngine(const ModelConfi
         kernels::cpu::IsaName(kernels::cpu::ActiveIsa()), "); train in float32"));
   }
   if (options.collective == nullptr) return absl::InvalidArgumentError("MakeCpuTrainEngine: no collective");
-  TNMT_ASSIGN_OR_RETURN(ModelWeights grads, ZerosLike(c, params));
+  TNMT_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(c, params, options.bucket_bytes));
+  FlatState s;
+  TNMT_RETURN_IF_ERROR(FlatCopy(c, layout, params, params, &s.params_flat, &s.params));
+  // Gradients get their own untrained tensors, so no backward can write into the parameters'.
+  TNMT_ASSIGN_OR_RETURN(ModelWeights zeros, ZerosLike(c, params));
+  TNMT_RETURN_IF_ERROR(FlatCopy(c, layout, zeros, zeros, &s.grads_flat, &s.grads));
+  TNMT_RETURN_IF_ERROR(FlatCopy(c, layout, adam.m(), adam.m(), &s.m_flat, &s.m));
+  TNMT_RETURN_IF_ERROR(FlatCopy(c, layout, adam.v(), adam.v(), &s.v_flat, &s.v));
   return std::unique_ptr<TrainEngine>(
-      new CpuTrainEngine(c, options.collective, bf16, std::move(params), std::move(adam), std::move(grads)));
+      new CpuTrainEngine(c, options.collective, bf16, std::move(layout), std::move(s), adam.options(), adam.step()));
 }
 
 }  // namespace tnmt::train

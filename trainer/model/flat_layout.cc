@@ -124,4 +124,34 @@ absl::Status FlatLayout::Scatter(const ModelConfig& c, const float* flat, ModelW
   return absl::OkStatus();
 }
 
+absl::StatusOr<ModelWeights> FlatLayout::Views(const ModelConfig& c, const ModelWeights& like,
+                                               const Tensor& flat) const {
+  if (flat.dtype() != DType::kFloat32 || flat.numel() != size_) {
+    return absl::InvalidArgumentError(absl::StrCat("FlatLayout::Views: the flat array is ", flat.ShapeString(),
+                                                   ", the layout needs [", size_, "] float32"));
+  }
+  ModelWeights w = like;
+  absl::Status status;
+  FlatModel offsets = model_;
+  VisitTrained(
+      c,
+      [&](const TensorAt& at, Tensor& t, int64_t& offset) {
+        if (!status.ok()) return;
+        if (offset < 0 || offset + t.numel() > size_) {
+          status = absl::InvalidArgumentError(absl::StrCat("FlatLayout::Views: ", at.name, " is not in the layout"));
+          return;
+        }
+        absl::StatusOr<Tensor> view = flat.Rows(offset, offset + t.numel()).Reshape(t.shape());
+        if (!view.ok()) {
+          status = view.status();
+          return;
+        }
+        t = *std::move(view);
+      },
+      w, offsets);
+  if (!status.ok()) return status;
+  TieModel(c, w);
+  return w;
+}
+
 }  // namespace tnmt::train

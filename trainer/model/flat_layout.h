@@ -74,6 +74,11 @@ class FlatLayout {
   absl::Status Gather(const ModelConfig& c, const ModelWeights& w, float* flat) const;
   // The inverse: every trainable tensor of *w from flat.
   absl::Status Scatter(const ModelConfig& c, const float* flat, ModelWeights* w) const;
+  // `like` (a ModelWeights of the same config) with every trainable tensor replaced by a view
+  // of its place in `flat` ([size()] float32 elements; tied tables share their source's view):
+  // host engines keep parameters, gradients and moments in flat arrays and compute on these
+  // views. The other tensors (sinusoid tables, a logits bias) stay `like`'s.
+  absl::StatusOr<ModelWeights> Views(const ModelConfig& c, const ModelWeights& like, const Tensor& flat) const;
 
  private:
   int64_t size_ = 0;

@@ -1,12 +1,15 @@
 // FlatLayout on every tiny model variant: tensors aligned, disjoint and covering the array;
 // stages in backward order (shared embeddings last, an unshared output projection first);
 // buckets contiguous, covering, closing at stage boundaries, each tensor final by its bucket's
-// last stage; FlatModel offsets point at the right data; Gather/Scatter round-trip exactly.
+// last stage; FlatModel offsets point at the right data; Gather/Scatter round-trip exactly;
+// Views are ModelWeights over the flat array (writes land at the layout's offsets, tied tables
+// share one view, untrained tensors stay the template's).
 // The layout of the tiny variants is pinned: it is part of the checkpoint format of optimizer
 // state.
 #include "trainer/model/flat_layout.h"
 
 #include <cstdint>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -151,6 +154,53 @@ std::string Describe(const FlatLayerNorm& n) {
   std::ostringstream o;
   o << n.gamma << ' ' << n.beta << ';';
   return o.str();
+}
+
+TEST(FlatLayoutTest, ViewsAreTheFlatArray) {
+  for (const auto& variant : testing::TinyVariants()) {
+    SCOPED_TRACE(variant.name);
+    const ModelConfig& c = variant.config;
+    auto w = InitializeWeights(c, 5);
+    ASSERT_TRUE(w.ok());
+    auto L = FlatLayout::Create(c, *w, int64_t{1} << 20);
+    ASSERT_TRUE(L.ok()) << L.status();
+    auto flat = Tensor::Zeros({L->size()});
+    ASSERT_TRUE(flat.ok());
+    ASSERT_TRUE(L->Gather(c, *w, flat->f32()).ok());
+    auto views = L->Views(c, *w, *flat);
+    ASSERT_TRUE(views.ok()) << views.status();
+    // Same values and shapes as the source, every trainable tensor inside the flat array.
+    auto src = TrainableParams(c, &*w);
+    auto got = TrainableParams(c, &*views);
+    ASSERT_EQ(src.size(), got.size());
+    const float* begin = flat->f32();
+    for (size_t i = 0; i < src.size(); ++i) {
+      EXPECT_EQ(got[i].tensor->shape(), src[i].tensor->shape()) << got[i].name;
+      const float* p = got[i].tensor->f32();
+      EXPECT_TRUE(p >= begin && p + got[i].tensor->numel() <= begin + L->size()) << got[i].name;
+      EXPECT_EQ(0, std::memcmp(p, src[i].tensor->f32(), sizeof(float) * src[i].tensor->numel())) << got[i].name;
+    }
+    // A write through a view is a write to the array at the layout's offset.
+    for (const FlatTensor& t : L->tensors()) {
+      got[t.param_index].tensor->f32()[t.numel - 1] = 1000.0f + t.param_index;
+      EXPECT_EQ(flat->f32()[t.offset + t.numel - 1], 1000.0f + t.param_index) << t.name;
+    }
+    // Tied tables are one view; the sinusoid tables are the template's.
+    if (c.share_embeddings) EXPECT_EQ(views->decoder_embed.f32(), views->encoder_embed.f32());
+    if (c.share_decoder_input_output_embed) EXPECT_EQ(views->output_projection.f32(), views->decoder_embed.f32());
+    if (c.position_encoding == PositionEncoding::kSinusoidal) {
+      EXPECT_EQ(views->encoder_positions.f32(), w->encoder_positions.f32());
+    }
+  }
+  auto w = InitializeWeights(testing::TinyVariants()[0].config, 5);
+  ASSERT_TRUE(w.ok());
+  auto L = FlatLayout::Create(testing::TinyVariants()[0].config, *w, 1);
+  ASSERT_TRUE(L.ok());
+  auto small = Tensor::Zeros({L->size() - 1});
+  ASSERT_TRUE(small.ok());
+  auto bad = L->Views(testing::TinyVariants()[0].config, *w, *small);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("the layout needs"), std::string::npos) << bad.status();
 }
 
 TEST(FlatLayoutTest, OffsetsArePinned) {

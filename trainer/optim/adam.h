@@ -1,5 +1,7 @@
-// Adam (β1 0.9, β2 0.98, ε 1e-9 by default, as the paper) over ModelWeights-shaped parameters,
-// the paper's learning-rate schedule, and global-norm gradient clipping.
+// Adam's state (β1 0.9, β2 0.98, ε 1e-9 by default, as the paper; the moments, ModelWeights-
+// shaped as checkpoints store them; the update counter) and the paper's learning-rate schedule.
+// The update itself, with the gradient norm for clipping, is FlatOptimizer's (flat_optimizer.h),
+// run by the train engines over their flat arrays.
 #pragma once
 
 #include <cstdint>
@@ -19,19 +21,13 @@ struct ScheduleOptions {
 // lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), step >= 1.
 double NoamLearningRate(int64_t step, int d_model, const ScheduleOptions& o);
 
-// sqrt(sum of squares) over every unique gradient tensor.
-double GlobalGradNorm(const ModelConfig& c, ModelWeights* grads);
-
 class Adam {
  public:
   // Moments start at zero, shaped like `params`.
   static absl::StatusOr<Adam> Create(const ModelConfig& c, const ModelWeights& params,
                                      kernels::AdamOptions options = {});
 
-  // One update with learning rate `lr` (step counter advanced first, 1-based), gradients
-  // multiplied by `grad_scale` (e.g. 1/tokens, times a clipping factor).
-  void Step(ModelWeights* params, ModelWeights* grads, double lr, float grad_scale);
-
+  // Updates applied so far (1-based bias correction: the next update is step() + 1).
   int64_t step() const { return step_; }
   // Betas and epsilon (lr and step are set per update).
   const kernels::AdamOptions& options() const { return options_; }
@@ -40,7 +36,6 @@ class Adam {
   ModelWeights& v() { return v_; }
 
  private:
-  ModelConfig config_;
   kernels::AdamOptions options_;
   int64_t step_ = 0;
   ModelWeights m_, v_;

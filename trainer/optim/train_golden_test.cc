@@ -3,8 +3,8 @@
 // fixture models (post-norm with all embeddings shared; pre-norm gelu with learned positions and
 // nothing shared), the summed label-smoothed loss, the NLL, the token count and the gradient of
 // every parameter tensor (fairseq names, via ModelWeights::ToTensors); then three Adam steps with
-// the paper's schedule on the same batch: the loss before each step, the change of every
-// parameter over the three steps, and the loss after them.
+// the paper's schedule on the same batch, through the CPU TrainEngine the trainer runs: the loss
+// before each step, the change of every parameter over the three steps, and the loss after them.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -18,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/runtime/loaded_model.h"
+#include "trainer/collective/collective.h"
+#include "trainer/model/cpu_train_engine.h"
 #include "trainer/model/parameters.h"
 #include "trainer/model/transformer_train.h"
 #include "trainer/optim/adam.h"
@@ -166,18 +168,24 @@ TEST_P(TrainGoldenTest, ThreeAdamSteps) {
   sched.warmup_steps = adam.at("warmup_steps").get<int64_t>();
   sched.scale = adam.at("schedule_scale").get<double>();
 
+  // The trainer's own update path: the CPU TrainEngine (flat arrays, FlatOptimizer).
   const auto before = Values(config_, params_);
   auto optimizer = Adam::Create(config_, params_, ao);
   ASSERT_TRUE(optimizer.ok()) << optimizer.status();
-  auto grads = ZerosLike(config_, params_);
-  ASSERT_TRUE(grads.ok());
+  auto single = MakeSingleProcessCollective();
+  TrainEngineOptions eo;
+  eo.collective = single.get();
+  auto engine = MakeCpuTrainEngine(config_, eo, params_, *std::move(optimizer));
+  ASSERT_TRUE(engine.ok()) << engine.status();
   double lr_sum = 0;
   ASSERT_EQ(adam.at("steps").size(), 3u);
+  int64_t done = 0;
   for (const json& s : adam.at("steps")) {
     const int64_t step = s.at("step").get<int64_t>();
-    ASSERT_EQ(step, optimizer->step() + 1);
-    ZeroAll(config_, &*grads);
-    auto stats = ForwardBackward(config_, params_, batch_, options_, 1.0f, &*grads);
+    ASSERT_EQ(step, done + 1);
+    ASSERT_TRUE((*engine)->BeginStep(1).ok());
+    ASSERT_TRUE((*engine)->ForwardBackward(batch_, options_).ok());
+    auto stats = (*engine)->AllReduce(false);
     ASSERT_TRUE(stats.ok()) << stats.status();
     const double want_loss = s.at("loss_sum").get<double>();
     EXPECT_NEAR(stats->loss_sum, want_loss, kLossRel * want_loss) << "before step " << step;
@@ -185,8 +193,14 @@ TEST_P(TrainGoldenTest, ThreeAdamSteps) {
     const double lr = NoamLearningRate(step, config_.d_model, sched);
     EXPECT_NEAR(lr, s.at("lr").get<double>(), 1e-12 * lr) << "step " << step;
     lr_sum += lr;
-    optimizer->Step(&params_, &*grads, lr, 1.0f / static_cast<float>(stats->tokens));
+    auto applied = (*engine)->AdamStep(lr, 1.0f / static_cast<float>(stats->tokens));
+    ASSERT_TRUE(applied.ok() && *applied);
+    ++done;
   }
+  auto host = (*engine)->Snapshot();
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ(host->adam_step, 3);
+  params_ = *host->params;
 
   // The change of every parameter over the three steps, within 1e-3 of the summed learning
   // rates plus kAdamNoise's allowance for near-zero gradients (at most 2: any change is at most
