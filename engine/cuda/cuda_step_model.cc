@@ -204,7 +204,17 @@ uint64_t Word(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uin
 
 }  // namespace
 
-absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
+absl::StatusOr<CudaStepModel::DeviceScores> CudaStepModel::StepOnDevice(const int32_t* ids, int k) {
+  DeviceScores d;
+  absl::Status s = StepImpl(ids, k, &device_step_, &d);
+  if (!s.ok()) {
+    (void)ctx_->Synchronize();
+    return s;
+  }
+  return d;
+}
+
+absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s, DeviceScores* on_device) {
   const int n = rows();
   const int V = c_.vocab_size;
   TNMT_RETURN_IF_ERROR(s->Reset(n, k, V));
@@ -293,6 +303,13 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s) {
   }
   cur_ = spare;
   index_.TablesGathered();  // tables_[cur_] now holds the rows in order
+  if (on_device != nullptr) {  // StepOnDevice: results_ stays where the caller reads it
+    index_.Advance(1);
+    const float* res = results_.as<float>();
+    const float* values = res + 2 * static_cast<int64_t>(B);
+    *on_device = {n, k, res, res + B, values, reinterpret_cast<const int32_t*>(values + static_cast<int64_t>(B) * k)};
+    return absl::OkStatus();
+  }
   TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(download_.as<float>(), results_.get(),
                                                        result_words * sizeof(float),
                                                        cudaMemcpyDeviceToHost, stream)));

@@ -74,6 +74,19 @@ class CudaStepModel : public StepModel {
   // k <= kernels::cuda::kMaxTopK (256) on the GPU.
   absl::Status Step(const int32_t* ids, int k, StepScores* scores) override;
 
+  // Step without bringing the scores back, for the GPU beam search (cuda_beam_stepper.h):
+  // queues the step on context()'s stream and says where its scores are on the device (valid
+  // until the next step); nothing gathered, no alignments, no whole distributions.
+  struct DeviceScores {
+    int rows = 0, k = 0;
+    const float* lse = nullptr;        // [rows]
+    const float* eos_logit = nullptr;  // [rows]
+    const float* top_logit = nullptr;  // [rows, k], StepScores' order
+    const int32_t* top_id = nullptr;   // [rows, k]
+  };
+  absl::StatusOr<DeviceScores> StepOnDevice(const int32_t* ids, int k);
+  kernels::cuda::Context& context() { return *ctx_; }
+
   // This model's device allocator (KV pools, slot tables, scratch, the cuBLASLt workspace;
   // not the shared weights).
   kernels::cuda::DeviceAllocator::Stats memory_stats() const;
@@ -94,7 +107,8 @@ class CudaStepModel : public StepModel {
                 std::unique_ptr<kernels::cuda::Context> ctx, const CudaStepOptions& options);
   absl::StatusOr<std::vector<int32_t>> AddSourcesImpl(const int32_t* ids, const int32_t* lengths,
                                                       int batch, int src_max);
-  absl::Status StepImpl(const int32_t* ids, int k, StepScores* scores);
+  // on_device: StepOnDevice's step (the scores stay on the device).
+  absl::Status StepImpl(const int32_t* ids, int k, StepScores* scores, DeviceScores* on_device = nullptr);
   // Grows `pool`'s device storage for KvIndex::Reserve (slot ids kept, contents copied).
   graph::KvIndex::Grow GrowPool(graph::KvIndex::PoolId pool);
   // Makes `buffer` hold at least `bytes` (contents not kept when it grows).
@@ -135,6 +149,7 @@ class CudaStepModel : public StepModel {
   const CudaStepOptions options_;
   std::vector<int32_t> pad_slots_;  // self slots of padded rows (graphs only), never freed
   graph::StepPlan plan_;             // the current step's rows and slots (buffers reused)
+  StepScores device_step_;           // StepOnDevice's (empty) requests
   cuda_engine::GraphCache graphs_;
 };
 
