@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "engine/cuda/cuda_beam_stepper.h"
 #include "engine/cuda/cuda_step_model.h"
 #include "engine/cuda/device_weights.h"
 
@@ -71,6 +72,11 @@ absl::StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaBackend(const ModelConfig
   CudaStepOptions options;
   options.cuda_graphs = p.cuda_graphs;
   return std::unique_ptr<DecodeBackend>(new CudaDecodeBackend(*std::move(dw), options));
+}
+
+std::unique_ptr<FlatBeamStepper> NewCudaBeamStepper(const StepModel& model) {
+  if (dynamic_cast<const CudaStepModel*>(&model) == nullptr) return nullptr;
+  return std::make_unique<CudaBeamStepper>();
 }
 
 bool CudaBuild() { return true; }

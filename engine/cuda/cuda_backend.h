@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/core/tensor.h"
+#include "engine/decode/flat_beam_step.h"
 #include "engine/decode/step_model.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
@@ -32,6 +33,10 @@ struct CudaPlacement {
 absl::StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaBackend(const ModelConfig& c,
                                                                const ModelWeights& w,
                                                                const CudaPlacement& p);
+
+// The GPU beam step (engine/cuda/cuda_beam_stepper.h) for `model` when it is a StepModel of
+// this engine; null otherwise (always in builds without CUDA).
+std::unique_ptr<FlatBeamStepper> NewCudaBeamStepper(const StepModel& model);
 
 // Whether this binary was built with CUDA support.
 bool CudaBuild();

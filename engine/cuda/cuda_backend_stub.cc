@@ -10,6 +10,8 @@ absl::StatusOr<std::unique_ptr<DecodeBackend>> MakeCudaBackend(const ModelConfig
       "this build has no CUDA support (rebuild with bazel build --config=cuda); use --device cpu");
 }
 
+std::unique_ptr<FlatBeamStepper> NewCudaBeamStepper(const StepModel&) { return nullptr; }
+
 bool CudaBuild() { return false; }
 
 int CudaDeviceCount() { return 0; }
