@@ -60,6 +60,7 @@
 #include "engine/core/tensor.h"
 #include "engine/cuda/cuda_backend.h"
 #include "engine/decode/beam_search.h"
+#include "engine/decode/flat_beam_decoder.h"
 #include "engine/decode/options.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/config.h"
@@ -67,6 +68,7 @@
 #include "engine/model/weights.h"
 #include "engine/runtime/compute.h"
 #include "engine/runtime/placement.h"
+#include "engine/runtime/translator.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/tnmt/args.h"
 
@@ -441,7 +443,31 @@ std::string ScoredLines(const DecodeRun& run) {
   return os.str();
 }
 
-absl::StatusOr<DecodeRun> DecodeAll(BeamDecoder& decoder,
+// BeamDecoder, or FlatBeamDecoder with TNMT_GPU_BEAM=1 (engine/runtime/translator.h: the
+// beam bookkeeping on the GPU beside the CUDA engine's scores, on the host elsewhere).
+struct BenchDecoder {
+  std::optional<BeamDecoder> beam;
+  std::optional<FlatBeamDecoder> flat;
+};
+
+BenchDecoder MakeBenchDecoder(const ModelConfig& c, std::unique_ptr<StepModel> step) {
+  BenchDecoder d;
+  if (!FlatBeamRequested()) {
+    d.beam.emplace(BeamDecoder::Create(c, std::move(step)));
+    return d;
+  }
+  std::unique_ptr<FlatBeamStepper> stepper = NewCudaBeamStepper(*step);
+  if (stepper == nullptr) stepper = std::make_unique<HostFlatBeamStepper>();
+  d.flat.emplace(c, std::move(step), std::move(stepper));
+  return d;
+}
+
+absl::StatusOr<std::vector<DecodeResult>> Decode(BenchDecoder& d, const std::vector<std::vector<int32_t>>& sources,
+                                                 const DecodeOptions& opt) {
+  return d.flat ? Decode(*d.flat, sources, opt) : Decode(*d.beam, sources, opt);
+}
+
+absl::StatusOr<DecodeRun> DecodeAll(BenchDecoder& decoder,
                                     const std::vector<std::vector<int32_t>>& sources,
                                     const DecodeOptions& opt, int batch, int out_len) {
   DecodeRun run;
@@ -577,10 +603,10 @@ int Main(int argc, char** argv) {
                   backend->Describe().c_str(), backend->weight_bytes() / 1048576.0,
                   Seconds(tu, Clock::now()));
     }
-    put("device", placement->ToString() + (gpu && f.cuda_graphs ? " graphs" : ""));
+    put("device", placement->ToString() + (gpu && f.cuda_graphs ? " graphs" : "") + (FlatBeamRequested() ? " gpu-beam" : ""));
     absl::StatusOr<std::unique_ptr<StepModel>> step = backend->NewStepModel();
     if (!step.ok()) return std::fprintf(stderr, "%s\n", step.status().ToString().c_str()), 1;
-    std::optional<BeamDecoder> decoder(BeamDecoder::Create(config, *std::move(step)));
+    std::optional<BenchDecoder> decoder(MakeBenchDecoder(config, *std::move(step)));
     const int64_t rss_model_kib = ProcStatusKiB("VmRSS");
     const int64_t maxrss_build_kib = MaxRssKiB();
     // Warm-up (untimed): one short batch, so first-touch of the workspace and BLAS thread

@@ -2,13 +2,17 @@
 #include "engine/runtime/translator.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
+#include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
 #include "engine/decode/beam_search.h"
+#include "engine/cuda/cuda_backend.h"
 #include "engine/decode/ensemble_step_model.h"
+#include "engine/decode/flat_beam_decoder.h"
 #include "engine/runtime/batching_policy.h"
 
 namespace tnmt {
@@ -31,6 +35,11 @@ std::vector<std::string> SourcePieces(const Tokenizer& tokenizer, const std::vec
   std::vector<std::string> pieces;
   for (size_t j = 0; j + 1 < source.size(); ++j) pieces.push_back(tokenizer.Piece(source[j]));
   return pieces;
+}
+
+bool FlatBeamRequested() {
+  const char* v = std::getenv("TNMT_GPU_BEAM");
+  return v != nullptr && std::string_view(v) == "1";
 }
 
 Translator::Translator(std::shared_ptr<const LoadedModel> model) : Translator(std::move(model), {}) {}
@@ -131,8 +140,6 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
   // max_batch_tokens padded source tokens (engine/runtime/batching_policy.h). A sentence's
   // result does not depend on what else is decoded with it, so the output is that of decoding
   // each batch separately.
-  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> step, NewStepModel());
-  BeamDecoder decoder = BeamDecoder::Create(c, std::move(step));
   const bool pieces = opt.decode.return_token_scores || opt.decode.return_alignments;
   BatchLimits limits;
   limits.max_tokens = opt.max_batch_tokens;
@@ -140,43 +147,58 @@ absl::StatusOr<std::vector<absl::StatusOr<LineTranslation>>> Translator::Transla
   std::vector<int64_t> cost_of;  // by handle: its padded source length (its group's longest)
   int64_t in_flight = 0;         // padded source tokens of the sentences being decoded
   size_t pos = 0;
-  std::vector<BeamDecoder::Done> finished;
-  while (pos < todo.size() || !decoder.empty()) {
-    if (pos < todo.size()) {
-      BatchFill fill(limits, 0, in_flight, /*first_always_fits=*/decoder.empty());
-      int64_t count = 0;
-      while (pos + count < todo.size() && fill.TryAdd(length_of[todo[pos + count]])) ++count;
-      const int64_t left = static_cast<int64_t>(todo.size() - pos);
-      const int64_t full = FullBatch(limits, length_of[todo[pos]]);
-      // Join in groups of at least an eighth of a full batch (or all that is left): the
-      // encoder is inefficient on a few sentences at a time.
-      if (count >= std::min(std::max<int64_t>(1, full / 8), left)) {
-        std::vector<DecodeInput> group;
-        for (int64_t k = 0; k < count; ++k) {
-          const int i = todo[pos + k];
-          group.push_back({sources[i], prefixes[i], opt.first_stream + static_cast<uint64_t>(i)});
+  // BeamDecoder, or FlatBeamDecoder (the same outputs) where TNMT_GPU_BEAM asks for it.
+  auto run = [&](auto& decoder) -> absl::Status {
+    std::vector<BeamDecoder::Done> finished;
+    while (pos < todo.size() || !decoder.empty()) {
+      if (pos < todo.size()) {
+        BatchFill fill(limits, 0, in_flight, /*first_always_fits=*/decoder.empty());
+        int64_t count = 0;
+        while (pos + count < todo.size() && fill.TryAdd(length_of[todo[pos + count]])) ++count;
+        const int64_t left = static_cast<int64_t>(todo.size() - pos);
+        const int64_t full = FullBatch(limits, length_of[todo[pos]]);
+        // Join in groups of at least an eighth of a full batch (or all that is left): the
+        // encoder is inefficient on a few sentences at a time.
+        if (count >= std::min(std::max<int64_t>(1, full / 8), left)) {
+          std::vector<DecodeInput> group;
+          for (int64_t k = 0; k < count; ++k) {
+            const int i = todo[pos + k];
+            group.push_back({sources[i], prefixes[i], opt.first_stream + static_cast<uint64_t>(i)});
+          }
+          TNMT_ASSIGN_OR_RETURN(std::vector<int64_t> handles, decoder.Add(group, opt.decode));
+          in_flight += fill.padded_tokens();
+          for (int64_t k = 0; k < count; ++k) {
+            const size_t h = static_cast<size_t>(handles[k]);
+            if (line_of.size() <= h) line_of.resize(h + 1, -1), cost_of.resize(h + 1, 0);
+            line_of[h] = todo[pos + k];
+            cost_of[h] = fill.longest();
+          }
+          pos += count;
         }
-        TNMT_ASSIGN_OR_RETURN(std::vector<int64_t> handles, decoder.Add(group, opt.decode));
-        in_flight += fill.padded_tokens();
-        for (int64_t k = 0; k < count; ++k) {
-          const size_t h = static_cast<size_t>(handles[k]);
-          if (line_of.size() <= h) line_of.resize(h + 1, -1), cost_of.resize(h + 1, 0);
-          line_of[h] = todo[pos + k];
-          cost_of[h] = fill.longest();
-        }
-        pos += count;
       }
+      finished.clear();
+      TNMT_RETURN_IF_ERROR(decoder.Step(&finished));
+      for (BeamDecoder::Done& d : finished) {
+        const int i = line_of[static_cast<size_t>(d.handle)];
+        TNMT_ASSIGN_OR_RETURN(out[i]->hypotheses, ToTextHypotheses(*model_->tokenizer, std::move(d.result), pieces));
+        if (opt.decode.return_alignments) out[i]->source_pieces = SourcePieces(*model_->tokenizer, sources[i]);
+        in_flight -= cost_of[static_cast<size_t>(d.handle)];
+      }
+      done += static_cast<int>(finished.size());
+      if (progress && !finished.empty()) progress(done, n);
     }
-    finished.clear();
-    TNMT_RETURN_IF_ERROR(decoder.Step(&finished));
-    for (BeamDecoder::Done& d : finished) {
-      const int i = line_of[static_cast<size_t>(d.handle)];
-      TNMT_ASSIGN_OR_RETURN(out[i]->hypotheses, ToTextHypotheses(*model_->tokenizer, std::move(d.result), pieces));
-      if (opt.decode.return_alignments) out[i]->source_pieces = SourcePieces(*model_->tokenizer, sources[i]);
-      in_flight -= cost_of[static_cast<size_t>(d.handle)];
-    }
-    done += static_cast<int>(finished.size());
-    if (progress && !finished.empty()) progress(done, n);
+    return absl::OkStatus();
+  };
+  TNMT_ASSIGN_OR_RETURN(std::unique_ptr<StepModel> step, NewStepModel());
+  const bool no_prefix = std::all_of(prefixes.begin(), prefixes.end(), [](const auto& p) { return p.empty(); });
+  if (FlatBeamRequested() && more_.empty() && no_prefix && FlatBeamDecoder::Supports(opt.decode)) {
+    std::unique_ptr<FlatBeamStepper> stepper = NewCudaBeamStepper(*step);
+    if (stepper == nullptr) stepper = std::make_unique<HostFlatBeamStepper>();
+    FlatBeamDecoder decoder(c, std::move(step), std::move(stepper));
+    TNMT_RETURN_IF_ERROR(run(decoder));
+  } else {
+    BeamDecoder decoder = BeamDecoder::Create(c, std::move(step));
+    TNMT_RETURN_IF_ERROR(run(decoder));
   }
   return out;
 }

@@ -49,6 +49,13 @@ absl::StatusOr<std::vector<TextHypothesis>> ToTextHypotheses(const Tokenizer& to
 // The pieces of a source (ids ending with </s>), </s> excluded: what alignments index.
 std::vector<std::string> SourcePieces(const Tokenizer& tokenizer, const std::vector<int32_t>& source);
 
+// TNMT_GPU_BEAM=1 in the environment: Translate decodes with FlatBeamDecoder
+// (engine/decode/flat_beam_decoder.h) where it applies - one model, no target prefixes,
+// options it supports - its step's selection on the GPU beside the CUDA engine's scores
+// (engine/cuda/cuda_beam_stepper.h), on the host for other engines. The outputs are the same
+// either way; the switch exists to time both paths on one card.
+bool FlatBeamRequested();
+
 class Translator {
  public:
   explicit Translator(std::shared_ptr<const LoadedModel> model);

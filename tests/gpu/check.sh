@@ -8,11 +8,13 @@
 #      comparing the GPU against the CPU code;
 #   2. end-to-end translation: `tnmt translate` of Multi30k test_2016_flickr with the bundled
 #      demo model on the CPU and on the GPU in float32/float16/bfloat16 (identical lines vs the
-#      CPU, BLEU when sacrebleu is importable, sentences/s), and `tnmt serve --device cuda`
+#      CPU, BLEU when sacrebleu is importable, sentences/s), float16 again with the beam
+#      bookkeeping on the GPU (TNMT_GPU_BEAM=1: the same lines), and `tnmt serve --device cuda`
 #      answering over gRPC as the local GPU translation does;
 #   3. the engine benchmark: translate_bench on a random Transformer-base (32k vocabulary), beam
 #      4, float16 and bfloat16, batch 1 (300 sentences), 32 and 256 (3,000 sentences each), and
-#      float16 at batch 1 and 32 again with the decode step replayed as CUDA graphs;
+#      float16 at batch 1 and 32 again with the decode step replayed as CUDA graphs, and with
+#      graphs and the beam bookkeeping on the GPU (TNMT_GPU_BEAM=1);
 #   4. training: `tnmt train` of Transformer-base on Multi30k on the GPU in bfloat16, float16
 #      and float32 for a fixed number of steps, then bfloat16 with 4x the batch and the small
 #      preset in float32 (tokens/s, where an update's time goes, estimated TFLOP/s and the
@@ -168,6 +170,18 @@ if [[ -f "$src" && -x "$TNMT" ]]; then
     if [[ $v == OK && $dtype != float32 && $((same * 100)) -lt $((lines * 80)) ]]; then v=MISMATCH; status=1; fi
     row "translate demo cuda $dtype" "$v" "$note"
   done
+  # Beam search on the GPU (TNMT_GPU_BEAM=1, docs/gpu.md): the default path's float16 lines.
+  if [[ -z $card ]]; then
+    gpu_skip "translate demo cuda float16 gpu-beam"
+  else
+    run "translate cuda float16 TNMT_GPU_BEAM=1" 120 env TNMT_GPU_BEAM=1 "$TNMT" translate --model models/demo \
+      --device cuda --dtype float16 --input "$src" --output "$work/float16-gpu-beam.txt"
+    v=$(verdict_of)
+    same=$(paste -d '\t' "$work/float16.txt" "$work/float16-gpu-beam.txt" 2>/dev/null | awk -F '\t' '$1 == $2 {n++} END {print n + 0}')
+    [[ $v == OK && $same -ne $lines ]] && v=MISMATCH
+    [[ $v == OK ]] || status=1
+    row "translate demo cuda float16 gpu-beam" "$v" "$(awk -v n="$lines" -v s="$secs" 'BEGIN {printf "%.1f sent/s", n / s}'), identical to float16 $same/$lines"
+  fi
   # The server with the demo model on the GPU: the same translations as local float16 decoding
   # (first 100 lines, through gRPC), /metrics answers, SIGTERM drains and exits 0.
   if [[ -z $card ]]; then
@@ -215,12 +229,13 @@ fi
 bench_out_len=30
 bench_model=(--vocab 32000 --src-len 28 --out-len "$bench_out_len")  # step 6 exports this model
 declare -A engine_tps train_tps  # tnmt's tokens/s, for the peers' ratios
-bench_engine() {  # bench_engine DTYPE BATCH [graphs]: one translate_bench run, a row and a PERF line
+bench_engine() {  # bench_engine DTYPE BATCH [graphs|gpu-beam]: one translate_bench run, a row and a PERF line
   local dtype=$1 batch=$2 graphs=${3:-} sentences=3000 label="$1 batch $2${3:+ $3}"
   ((batch == 1)) && sentences=300
   if [[ -z $card ]]; then gpu_skip "bench base $label"; return; fi
-  local res="$work/tb-$dtype-$batch${graphs:+-graphs}.txt"
-  run "translate_bench $label" 60 "$B/bin/translate_bench" --device cuda --dtype "$dtype" \
+  local res="$work/tb-$dtype-$batch${graphs:+-$graphs}.txt"
+  run "translate_bench $label" 60 env TNMT_GPU_BEAM=$([[ $graphs == gpu-beam ]] && echo 1 || echo 0) \
+    "$B/bin/translate_bench" --device cuda --dtype "$dtype" \
     $([[ -n $graphs ]] || echo --no-cuda-graphs) "${bench_model[@]}" --beam 4 --batch "$batch" \
     --sentences "$sentences" --no-gemm --check 0 --result "$res"
   local v tps
@@ -228,7 +243,7 @@ bench_engine() {  # bench_engine DTYPE BATCH [graphs]: one translate_bench run, 
   tps=$(awk -F= '$1 == "tokens_per_s" {printf "%.0f", $2}' "$res" 2>/dev/null)
   row "bench base $label" "$v" "${tps:-?} target tok/s ($sentences sentences)"
   [[ -n "$tps" ]] && perf+=("engine_tokens_per_s dtype=$dtype batch=$batch${graphs:+ $graphs} $tps")
-  [[ -n "$tps" ]] && engine_tps[$dtype/$batch${graphs:+/graphs}]=$tps
+  [[ -n "$tps" ]] && engine_tps[$dtype/$batch${graphs:+/$graphs}]=$tps
 }
 if [[ -x "$B/bin/translate_bench" ]]; then
   for dtype in float16 bfloat16; do
@@ -236,6 +251,8 @@ if [[ -x "$B/bin/translate_bench" ]]; then
   done
   # CUDA graphs of the decode step (the engine's default): the same runs replayed as graphs.
   for batch in 1 32 256; do bench_engine float16 "$batch" graphs; done
+  # The same with the beam bookkeeping on the GPU (TNMT_GPU_BEAM=1; graphs on).
+  for batch in 1 32 256; do bench_engine float16 "$batch" gpu-beam; done
 fi
 
 # 4. Training on Multi30k (the demo model's vocabulary) for a fixed number of steps:
