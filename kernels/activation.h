@@ -1,6 +1,5 @@
 // The feed-forward activations, one enum for every part of tnmt: the model config, the CPU
-// kernels (kernels/cpu/elementwise.h) and the CUDA kernels (kernels/cuda/elementwise.h,
-// train_backward.h).
+// kernels (kernels/cpu/elementwise.h) and the CUDA kernels (kernels/cuda/elementwise.h).
 #pragma once
 
 namespace tnmt::kernels {

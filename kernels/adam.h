@@ -1,5 +1,5 @@
 // The Adam update's options, one struct for the CPU (kernels/cpu/adam.h AdamUpdate), the
-// CUDA kernel (kernels/cuda/train_ops.h AdamUpdate) and the trainer's optimizers.
+// CUDA kernel (kernels/cuda/adam.h AdamUpdate) and the trainer's optimizers.
 // Both devices compute, with bias correction and g first multiplied by grad_scale:
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //   w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).

@@ -1,6 +1,6 @@
 // The attention contract both devices implement (kernels/cpu/attention.h and
-// kernels/cuda/attention.h for inference, the training attention of kernels/cpu/attention.h and
-// kernels/cuda/train_backward.h): the arguments and the layouts of Q, K, V and the output.
+// kernels/cuda/attention.h, for inference and the training attention): the arguments and the
+// layouts of Q, K, V and the output.
 //
 // Inference attention (MultiHeadAttention, AttentionArgmax), on already-projected Q, K and V:
 //   heads are contiguous column slices: head h uses columns [h*d_head, (h+1)*d_head);

@@ -28,9 +28,9 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/loss.h"
 #include "kernels/cuda/random.h"
 #include "kernels/cuda/topk.h"
-#include "kernels/cuda/train_ops.h"
 
 namespace tnmt::kernels::cuda {
 namespace {

@@ -1,4 +1,4 @@
-// The Adam update on the CPU (the CUDA kernel: kernels/cuda/train_ops.h), with the options of
+// The Adam update on the CPU (the CUDA kernel: kernels/cuda/adam.h), with the options of
 // kernels/adam.h.
 #pragma once
 

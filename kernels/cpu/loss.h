@@ -1,6 +1,6 @@
 // The training losses on the CPU, each turning the logits into their gradient in place: the
 // label-smoothed cross-entropy and R-Drop's consistency term (the CUDA kernels:
-// kernels/cuda/train_ops.h). Raw pointers, outputs first.
+// kernels/cuda/loss.h). Raw pointers, outputs first.
 #pragma once
 
 #include <cstdint>

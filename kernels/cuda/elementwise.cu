@@ -1,6 +1,7 @@
-// CUDA elementwise and row-wise kernels; see elementwise.h. Add is a grid-stride loop; the row
-// kernels run one block per row, with block-wide reductions in shared memory; two-pass
-// mean/variance as on the CPU.
+// CUDA elementwise and row-wise kernels, forward; see elementwise.h (the backward:
+// elementwise_backward.cu). Add and ScaleInPlace are grid-stride loops; the row kernels run one
+// block per row, with block-wide reductions in shared memory; two-pass mean/variance as on the
+// CPU.
 #include "kernels/cuda/elementwise.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/kernel_common.cuh"
 
 namespace tnmt::kernels::cuda {
 
@@ -107,6 +109,13 @@ __global__ void SoftmaxKernel(float* x, int n) {
   for (int j = threadIdx.x; j < n; j += blockDim.x) row[j] = __expf(row[j] - mx) * inv;
 }
 
+__global__ void ScaleInPlaceKernel(float* x, int64_t count, float s) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] *= s;
+  }
+}
+
 }  // namespace
 
 absl::Status BiasActivation(Context& ctx, float* y, const float* bias, int64_t rows, int n,
@@ -145,6 +154,13 @@ absl::Status Softmax(Context& ctx, float* x, int64_t rows, int n) {
   cudaStream_t stream = ctx.stream();
   if (rows == 0) return absl::OkStatus();
   SoftmaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, n);
+  return TNMT_CUDA_LAUNCH_CHECK();
+}
+
+absl::Status ScaleInPlace(Context& ctx, float* x, int64_t count, float s) {
+  TNMT_KERNEL_RETURN_IF_ERROR(internal::CheckCount("ScaleInPlace", count));
+  if (count == 0) return absl::OkStatus();
+  ScaleInPlaceKernel<<<internal::GridFor(count, kThreads), kThreads, 0, ctx.stream()>>>(x, count, s);
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 

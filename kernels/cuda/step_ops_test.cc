@@ -17,7 +17,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/step_ops.h"
 #include "kernels/cuda/test_util.h"
-#include "kernels/cuda/train_ops.h"
+#include "kernels/cuda/reduce.h"
 
 namespace tnmt::kernels::cuda {
 namespace {

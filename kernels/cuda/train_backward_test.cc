@@ -4,7 +4,10 @@
 // padding (including groups with no valid key), causal masks, q_len != k_len, 700 and 1024
 // keys. Outputs are poisoned with NaN first; accumulated outputs start from nonzero values;
 // every kernel is run twice and must give the same bits.
-#include "kernels/cuda/train_backward.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/reduce.h"
 
 
 #include <algorithm>

@@ -2,7 +2,9 @@
 // the label-smoothed loss and its gradient (pad rows, several vocabularies), dropout
 // (bit-identical masks) and Adam
 // (several steps, within an ulp or two: the CPU's x86-64-v3/v4 clones may fuse multiply-adds).
-#include "kernels/cuda/train_ops.h"
+#include "kernels/cuda/adam.h"
+#include "kernels/cuda/dropout.h"
+#include "kernels/cuda/loss.h"
 
 #include <cmath>
 #include <cstdint>

@@ -14,13 +14,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/core/status_macros.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/convert.h"
+#include "kernels/cuda/dropout.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/train_backward.h"
-#include "kernels/cuda/train_ops.h"
+#include "kernels/cuda/loss.h"
 #include "trainer/model/train_graph.h"
 
 namespace tnmt::train {

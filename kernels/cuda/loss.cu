@@ -1,12 +1,13 @@
-// Training kernels; see train_ops.h.
-#include "kernels/cuda/train_ops.h"
-
-#include "kernels/counter_uniform.h"
+// The training losses on the GPU; see loss.h. One block per row (or pair of rows) with an
+// online max/sum of exponentials merged block-wide; the rows' sums are added by a second
+// one-block kernel in a fixed order.
+#include "kernels/cuda/loss.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 
@@ -233,40 +234,6 @@ __global__ void __launch_bounds__(1024) AddPairSums(const double* pair_out, int6
   if (threadIdx.x == 0) *loss_sum += sh[0];
 }
 
-// ---------------------------------------------------------------------------------------------
-// Dropout and Adam
-
-
-__global__ void DropoutKernel(float* x, int64_t count, float p, float keep_scale, uint64_t seed,
-                              uint64_t stream) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    x[i] = CounterUniform(seed, stream, static_cast<uint64_t>(i)) >= p ? __fmul_rn(x[i], keep_scale)
-                                                                       : 0.0f;
-  }
-}
-
-__global__ void AdamKernel(float* w, float* m, float* v, const float* g, int64_t count,
-                           float grad_scale, float beta1, float beta2, float eps, float step_size,
-                           float inv_sqrt_bc2) {
-  const float one_b1 = 1.0f - beta1, one_b2 = 1.0f - beta2;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    // The CPU's expression order, each operation rounded on its own (no FMA contraction).
-    const float gi = __fmul_rn(g[i], grad_scale);
-    const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(one_b1, gi));
-    const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(one_b2, gi), gi));
-    m[i] = mi;
-    v[i] = vi;
-    const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), inv_sqrt_bc2), eps);
-    w[i] = __fsub_rn(w[i], __fdiv_rn(__fmul_rn(step_size, mi), denom));
-  }
-}
-
-unsigned GridFor(int64_t count, int threads) {
-  return static_cast<unsigned>(std::min<int64_t>((count + threads - 1) / threads, 132 * 16));
-}
-
 }  // namespace
 
 absl::Status LabelSmoothedCrossEntropy(Context& ctx, float* logits, const int32_t* targets,
@@ -309,56 +276,6 @@ absl::Status RDropConsistency(Context& ctx, float* logits, const int32_t* target
       logits, targets, pairs, vocab, 0.5f * alpha, pad, scratch->as<double>());
   if (absl::Status s = TNMT_CUDA_LAUNCH_CHECK(); !s.ok()) return s;
   AddPairSums<<<1, 1024, 0, ctx.stream()>>>(scratch->as<double>(), pairs, loss_sum);
-  return TNMT_CUDA_LAUNCH_CHECK();
-}
-
-absl::Status Dropout(Context& ctx, float* x, int64_t count, float p, uint64_t seed,
-                     uint64_t stream_id) {
-  if (count < 0) return absl::InvalidArgumentError("cuda::Dropout: negative count");
-  if (p <= 0.0f || count == 0) return absl::OkStatus();
-  const float keep_scale = 1.0f / (1.0f - p);
-  DropoutKernel<<<GridFor(count, 256), 256, 0, ctx.stream()>>>(x, count, p, keep_scale, seed,
-                                                                stream_id);
-  return TNMT_CUDA_LAUNCH_CHECK();
-}
-
-absl::Status AdamUpdate(Context& ctx, float* w, float* m, float* v, const float* g, int64_t count,
-                        float grad_scale, const AdamOptions& o) {
-  if (count < 0) return absl::InvalidArgumentError("cuda::AdamUpdate: negative count");
-  if (count == 0) return absl::OkStatus();
-  // Host-side constants exactly as the CPU computes them.
-  const double bc1 = 1.0 - std::pow(static_cast<double>(o.beta1), static_cast<double>(o.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(o.beta2), static_cast<double>(o.step));
-  const float step_size = static_cast<float>(o.lr / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  AdamKernel<<<GridFor(count, 256), 256, 0, ctx.stream()>>>(w, m, v, g, count, grad_scale, o.beta1,
-                                                             o.beta2, o.eps, step_size,
-                                                             inv_sqrt_bc2);
-  return TNMT_CUDA_LAUNCH_CHECK();
-}
-
-namespace {
-
-__global__ void AddDoublesKernel(double* acc, const double* x, int count) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < count) acc[i] += x[i];
-}
-
-__global__ void StoreDoubleKernel(double* dst, double value) { *dst = value; }
-
-}  // namespace
-
-absl::Status AddDoubles(Context& ctx, double* acc, const double* x, int count) {
-  cudaStream_t stream = ctx.stream();
-  if (count <= 0) return absl::OkStatus();
-  constexpr int kBlock = 128;
-  AddDoublesKernel<<<(count + kBlock - 1) / kBlock, kBlock, 0, stream>>>(acc, x, count);
-  return TNMT_CUDA_LAUNCH_CHECK();
-}
-
-absl::Status StoreDouble(Context& ctx, double* dst, double value) {
-  cudaStream_t stream = ctx.stream();
-  StoreDoubleKernel<<<1, 1, 0, stream>>>(dst, value);
   return TNMT_CUDA_LAUNCH_CHECK();
 }
 
