@@ -18,6 +18,7 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/safetensors.h"
 #include "engine/runtime/translator.h"
+#include "kernels/time_account.h"
 #include "trainer/bleu.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/schedule.h"
@@ -373,6 +374,7 @@ class Trainer {
           m["loss_scale"] = engine_->loss_scale();
           m["skipped_steps"] = skipped_steps_;
         }
+        TNMT_RETURN_IF_ERROR(LogDeviceTimes(secs, phases, &m));
         Metric(m);
         if (hooks_.progress_line && rank0_) {
           std::fprintf(stderr, "\rstep %lld/%lld  epoch %lld  loss %.4f  ppl %.2f  lr %.3g  %.0f tok/s  ETA %s   ",
@@ -395,6 +397,37 @@ class Trainer {
     EndProgressLine();
     if (last_saved != state_.step || !LoadLatestCheckpoint(cfg_.save_dir).ok()) TNMT_RETURN_IF_ERROR(Save());
     Log(absl::StrCat("done at step ", state_.step));
+    return absl::OkStatus();
+  }
+
+  // With device timing on (TrainEngine::TakeDeviceTimes): the window's "where every ms went"
+  // table in the log, and in the metrics each category's device ms per update ("device_ms",
+  // with the gaps) and the window's cudaMalloc calls and GEMM plans built.
+  absl::Status LogDeviceTimes(double secs, const StepPhases& phases, json* m) {
+    TNMT_ASSIGN_OR_RETURN(kernels::TimeAccount a, engine_->TakeDeviceTimes());
+    if (a.empty()) return absl::OkStatus();
+    a.AddHost("data", 1000 * phases.data);
+    a.AddHost("queue forward/backward", 1000 * phases.forward_backward);
+    a.AddHost("reduce and norm (waits for the device)", 1000 * phases.reduce);
+    a.AddHost("optimizer", 1000 * phases.update);
+    kernels::TimeWindow w;
+    w.steps = phases.updates;
+    w.wall_ms = 1000 * secs;
+    w.step = "update";
+    w.between = "between passes";
+    std::string table = kernels::FormatTimeTable(a, w);
+    if (!table.empty() && table.back() == '\n') table.pop_back();
+    Log(table);
+    const double per = 1.0 / static_cast<double>(std::max<int64_t>(1, phases.updates));
+    json d = json::object();
+    for (int i = 0; i < kernels::kNumTimeCategories; ++i) {
+      if (a.work[i].calls > 0) d[kernels::TimeCategoryName(static_cast<kernels::TimeCategory>(i))] = a.work[i].ms * per;
+    }
+    d["gaps_inside_passes"] = a.gap_ms * per;
+    d["gaps_between_passes"] = a.between_ms * per;
+    (*m)["device_ms"] = d;
+    (*m)["cuda_mallocs"] = a.device_allocs;
+    (*m)["gemm_plans_built"] = a.gemm_plans_built;
     return absl::OkStatus();
   }
 

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model/config.h"
 #include "engine/model/weights.h"
+#include "kernels/time_account.h"
 #include "trainer/collective/collective.h"
 #include "trainer/model/transformer_train.h"
 #include "trainer/train_config.h"
@@ -105,6 +106,11 @@ class TrainEngine {
 
   // Copies the current gradients into `out` (ModelWeights-shaped, e.g. from ZerosLike). Tests.
   virtual absl::Status CopyGradients(ModelWeights* out) = 0;
+
+  // Device time since the previous call, by category (kernels/time_account.h), when the engine
+  // times its device work (the CUDA engine with TNMT_GPU_TIMING=1; waits for the device);
+  // otherwise an empty account.
+  virtual absl::StatusOr<kernels::TimeAccount> TakeDeviceTimes() { return kernels::TimeAccount{}; }
 };
 
 }  // namespace tnmt::train
