@@ -238,6 +238,7 @@ class CudaTrainEngine : public TrainEngine {
   }
 
   absl::Status CopyGradients(ModelWeights* out) override { return Download(grads_, out); }
+  absl::StatusOr<kernels::TimeAccount> TakeDeviceTimes() override { return k::TakeDeviceTimes(*ctx_); }
 
  private:
   CudaModelArrays Arrays() const {
