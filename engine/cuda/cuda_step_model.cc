@@ -1,5 +1,8 @@
 // CudaStepModel; see cuda_step_model.h. Host bookkeeping mirrors engine/layers/decoder.cc
 // (DecoderState) step for step, so slot ids, reuse and errors behave as on the CPU.
+// Timing (TNMT_GPU_TIMING=1): the layer operations time their kernels by category
+// (device_layers.cc); here the copies, the top-k, the slot tables, a replayed graph as a whole,
+// and the host's part of each call (step_timing.h).
 #include "engine/cuda/cuda_step_model.h"
 
 #include <algorithm>
@@ -109,9 +112,11 @@ absl::Status CudaStepModel::Reorder(const std::vector<int32_t>& parents,
 absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSources(const int32_t* ids,
                                                                const int32_t* lengths, int batch,
                                                                int src_max) {
+  timing_.Enter();
   absl::StatusOr<std::vector<int32_t>> r = AddSourcesImpl(ids, lengths, batch, src_max);
   // On failure, work queued before it may still read the staging buffer: wait for it.
   if (!r.ok()) (void)ctx_->Synchronize();
+  timing_.Exit("encode: setup, launch and wait", /*step=*/false);
   return r;
 }
 
@@ -160,9 +165,10 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
   src_dirty_ = true;
 
   auto device_work = [&]() -> absl::Status {
-    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(d_in.get(), h,
-                                                         static_cast<size_t>(words) * sizeof(int32_t),
-                                                         cudaMemcpyHostToDevice, ctx_->stream())));
+    TNMT_RETURN_IF_ERROR(kc::Timed(*ctx_, kernels::TimeCategory::kCopy, [&] {
+      return TNMT_CUDA_CHECK(cudaMemcpyAsync(d_in.get(), h, static_cast<size_t>(words) * sizeof(int32_t),
+                                             cudaMemcpyHostToDevice, ctx_->stream()));
+    }));
     const int32_t* d = d_in.as<int32_t>();
     const Activations& a = enc.get();
     const cuda_engine::CudaLayerOps ops(*ctx_, *w_, a.half);
@@ -184,9 +190,11 @@ absl::StatusOr<std::vector<int32_t>> CudaStepModel::AddSourcesImpl(const int32_t
 }
 
 absl::Status CudaStepModel::Step(const int32_t* ids, int k, StepScores* scores) {
+  timing_.Enter();
   absl::Status s = StepImpl(ids, k, scores);
   // On failure, work queued before it may still use the staging buffers: wait for it.
   if (!s.ok()) (void)ctx_->Synchronize();
+  timing_.Exit("step: copy-out and host scoring", /*step=*/true);
   return s;
 }
 
@@ -279,25 +287,29 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s, D
   std::copy(plan_.valid.begin(), plan_.valid.end(), h + 4 * B);
   std::copy(plan_.map.begin(), plan_.map.end(), h + 5 * B);
   cudaStream_t stream = ctx_->stream();
-  TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(step_in_.get(), h, step_words * sizeof(int32_t),
-                                                       cudaMemcpyHostToDevice, stream)));
+  TNMT_RETURN_IF_ERROR(kc::Timed(*ctx_, kernels::TimeCategory::kCopy, [&] {
+    return TNMT_CUDA_CHECK(
+        cudaMemcpyAsync(step_in_.get(), h, step_words * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  }));
   if (upload_src) {
     int32_t* hs = h + step_words;
     std::copy(src_lengths.begin(), src_lengths.end(), hs);
     std::copy(src_slots.begin(), src_slots.end(), hs + src_lengths.size());
-    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(
-        cudaMemcpyAsync(d_src_lengths_.get(), hs, src_lengths.size() * sizeof(int32_t),
-                        cudaMemcpyHostToDevice, stream)));
-    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(
-        cudaMemcpyAsync(d_src_slots_.get(), hs + src_lengths.size(),
-                        src_slots.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream)));
+    TNMT_RETURN_IF_ERROR(kc::Timed(*ctx_, kernels::TimeCategory::kCopy, [&] {
+      TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(
+          d_src_lengths_.get(), hs, src_lengths.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream)));
+      return TNMT_CUDA_CHECK(cudaMemcpyAsync(d_src_slots_.get(), hs + src_lengths.size(),
+                                             src_slots.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    }));
     src_dirty_ = false;
   }
   int32_t* tables = tables_[spare].as<int32_t>();
   const int32_t* from = tables_[cur_].as<int32_t>();
   if (options_.cuda_graphs && alignment_layers_.empty()) {  // alignments: an eager step
-    TNMT_RETURN_IF_ERROR(graphs_.Run(GraphKey(B, k, tables, from), stream,
-                                     [&]() { return EnqueueStep(B, k, tables, from); }));
+    // Timed as a whole (a graph's kernels cannot be timed apart).
+    TNMT_RETURN_IF_ERROR(kc::Timed(*ctx_, kernels::TimeCategory::kGraph, [&] {
+      return graphs_.Run(GraphKey(B, k, tables, from), stream, [&]() { return EnqueueStep(B, k, tables, from); });
+    }));
   } else {
     TNMT_RETURN_IF_ERROR(EnqueueStep(B, k, tables, from));
   }
@@ -310,20 +322,25 @@ absl::Status CudaStepModel::StepImpl(const int32_t* ids, int k, StepScores* s, D
     *on_device = {n, k, res, res + B, values, reinterpret_cast<const int32_t*>(values + static_cast<int64_t>(B) * k)};
     return absl::OkStatus();
   }
-  TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(download_.as<float>(), results_.get(),
-                                                       result_words * sizeof(float),
-                                                       cudaMemcpyDeviceToHost, stream)));
-  if (align_words > 0) {
-    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(aligned_host_.as<int32_t>(), aligned_.get(),
-                                                         align_words * sizeof(int32_t), cudaMemcpyDeviceToHost,
+  TNMT_RETURN_IF_ERROR(kc::Timed(*ctx_, kernels::TimeCategory::kCopy, [&] {  // the copy back
+    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(download_.as<float>(), results_.get(),
+                                                         result_words * sizeof(float), cudaMemcpyDeviceToHost,
                                                          stream)));
-  }
-  if (host_scoring) {  // the first n rows of the logits [B, V]
-    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(logits_host_.as<float>(), act_.get().logits,
-                                                         logit_words * sizeof(float), cudaMemcpyDeviceToHost,
-                                                         stream)));
-  }
+    if (align_words > 0) {
+      TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(aligned_host_.as<int32_t>(), aligned_.get(),
+                                                           align_words * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                                           stream)));
+    }
+    if (host_scoring) {  // the first n rows of the logits [B, V]
+      TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemcpyAsync(logits_host_.as<float>(), act_.get().logits,
+                                                           logit_words * sizeof(float), cudaMemcpyDeviceToHost,
+                                                           stream)));
+    }
+    return absl::OkStatus();
+  }));
+  timing_.Phase("step: setup and launch");
   TNMT_RETURN_IF_ERROR(ctx_->Synchronize());
+  timing_.Phase("step: wait for the device");
   index_.Advance(1);
   s->aligned.clear();
   for (size_t i = 0; i < s->alignment_layers.size(); ++i) {  // the first n rows of each layer's
@@ -367,8 +384,9 @@ absl::Status CudaStepModel::EnqueueStep(int B, int k, int32_t* tables, const int
   const int32_t* d = step_in_.as<int32_t>();
   const int32_t *d_ids = d, *d_pos = d + B, *d_slot = d + 2 * B, *d_src = d + 3 * B,
                 *d_valid = d + 4 * B, *d_map = d + 5 * B;
-  TNMT_RETURN_IF_ERROR(
-      kernels::cuda::ReorderSlotTables(*ctx_, tables, from, max_steps_, d_map, d_pos, d_slot, B));
+  TNMT_RETURN_IF_ERROR(kc::Timed(*ctx_, kernels::TimeCategory::kOther, [&] {
+    return kernels::cuda::ReorderSlotTables(*ctx_, tables, from, max_steps_, d_map, d_pos, d_slot, B);
+  }));
   TNMT_RETURN_IF_ERROR(Forward(B, d_ids, d_pos, d_slot, d_src, d_valid, tables));
   float* res = results_.as<float>();
   float* lse = res;
@@ -376,9 +394,10 @@ absl::Status CudaStepModel::EnqueueStep(int B, int k, int32_t* tables, const int
   float* values = res + 2 * static_cast<int64_t>(B);
   int32_t* top_ids = reinterpret_cast<int32_t*>(values + static_cast<int64_t>(B) * k);
   const float* logits = act_.get().logits;
-  TNMT_RETURN_IF_ERROR(
-      kernels::cuda::LogSumExpAndPick(*ctx_, lse, eos, logits, B, c_.vocab_size, c_.eos_id));
-  return kc::TopK(*ctx_, values, top_ids, logits, B, c_.vocab_size, k, c_.pad_id);
+  return kc::Timed(*ctx_, kernels::TimeCategory::kTopK, [&] {
+    TNMT_RETURN_IF_ERROR(kernels::cuda::LogSumExpAndPick(*ctx_, lse, eos, logits, B, c_.vocab_size, c_.eos_id));
+    return kc::TopK(*ctx_, values, top_ids, logits, B, c_.vocab_size, k, c_.pad_id);
+  });
 }
 
 absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* d_pos,
@@ -399,7 +418,9 @@ absl::Status CudaStepModel::Forward(int n, const int32_t* d_ids, const int32_t* 
     for (size_t i = 0; i < alignment_layers_.size(); ++i) {
       if (alignment_layers_[i] != static_cast<int>(layer)) continue;
       int32_t* out = aligned_.as<int32_t>() + i * static_cast<size_t>(cross.batch) * cross.q_len;
-      TNMT_RETURN_IF_ERROR(kc::AttentionArgmax(*ctx_, out, q, d, cross_.layers[layer].as<float>(), 0, 2 * d, cross));
+      TNMT_RETURN_IF_ERROR(kc::Timed(*ctx_, kernels::TimeCategory::kAttentionForward, [&] {
+        return kc::AttentionArgmax(*ctx_, out, q, d, cross_.layers[layer].as<float>(), 0, 2 * d, cross);
+      }));
     }
     return absl::OkStatus();
   };

@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,6 +47,7 @@
 #include "engine/cuda/device_weights.h"
 #include "engine/cuda/graph_cache.h"
 #include "engine/cuda/pinned_buffer.h"
+#include "engine/cuda/step_timing.h"
 #include "engine/decode/step_model.h"
 #include "engine/graph/kv_index.h"
 #include "engine/graph/step_plan.h"
@@ -151,6 +153,8 @@ class CudaStepModel : public StepModel {
   graph::StepPlan plan_;             // the current step's rows and slots (buffers reused)
   StepScores device_step_;           // StepOnDevice's (empty) requests
   cuda_engine::GraphCache graphs_;
+  // Last: its table is written (on destruction) while the Context is alive.
+  cuda_engine::StepTiming timing_{*ctx_, "decode on cuda:" + std::to_string(ctx_->device())};
 };
 
 }  // namespace tnmt

@@ -1,4 +1,5 @@
-// Transformer building blocks on the GPU; see device_layers.h.
+// Transformer building blocks on the GPU; see device_layers.h. Each kernel call is one timed
+// call of its category when the Context's timeline is on (kernels/cuda/gpu_timeline.h).
 #include "engine/cuda/device_layers.h"
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 namespace tnmt::cuda_engine {
 
 namespace kc = kernels::cuda;
+using Cat = kernels::TimeCategory;
 
 namespace {
 
@@ -76,7 +78,8 @@ absl::Status CudaLayerOps::Linear(float* y, const float* x, int64_t rows, const 
   const kc::DType t = w_.dtype();
   const void* a = x;
   if (t != kc::DType::kFloat32) {
-    TNMT_RETURN_IF_ERROR(kc::Convert(ctx_, half_, t, x, kc::DType::kFloat32, rows * l.in));
+    TNMT_RETURN_IF_ERROR(
+        kc::Timed(ctx_, Cat::kConvert, [&] { return kc::Convert(ctx_, half_, t, x, kc::DType::kFloat32, rows * l.in); }));
     a = half_;
   }
   const bool relu = activate && c_.activation == kernels::Activation::kRelu;
@@ -88,45 +91,54 @@ absl::Status CudaLayerOps::Linear(float* y, const float* x, int64_t rows, const 
     o.epilogue = relu ? kc::Epilogue::kBiasRelu : kc::Epilogue::kBias;
     o.bias = l.bias;
   }
-  TNMT_RETURN_IF_ERROR(kc::Gemm(ctx_, false, true, static_cast<int>(rows), l.out, l.in, 1.0f, a,
-                                l.in, l.weight, l.in, 0.0f, y, l.out, o));
+  TNMT_RETURN_IF_ERROR(kc::Timed(ctx_, Cat::kGemm, [&] {
+    return kc::Gemm(ctx_, false, true, static_cast<int>(rows), l.out, l.in, 1.0f, a, l.in, l.weight, l.in, 0.0f, y,
+                    l.out, o);
+  }));
   // GELU as the CPU's tanh formula (cuBLASLt's GELU epilogue approximates differently).
   if (gelu || (relu && l.bias == nullptr)) {
-    TNMT_RETURN_IF_ERROR(kc::BiasActivation(ctx_, y, nullptr, rows, l.out, c_.activation));
+    TNMT_RETURN_IF_ERROR(kc::Timed(ctx_, Cat::kDropoutResidual,
+                                   [&] { return kc::BiasActivation(ctx_, y, nullptr, rows, l.out, c_.activation); }));
   }
   return absl::OkStatus();
 }
 
 absl::Status CudaLayerOps::LayerNorm(float* y, const float* x, const float* residual,
                                      int64_t rows, const NormParams& ln) const {
-  return kc::LayerNorm(ctx_, y, x, residual, ln.gamma, ln.beta, rows, c_.d_model,
-                       c_.layer_norm_epsilon);
+  return kc::Timed(ctx_, Cat::kLayerNormForward, [&] {
+    return kc::LayerNorm(ctx_, y, x, residual, ln.gamma, ln.beta, rows, c_.d_model, c_.layer_norm_epsilon);
+  });
 }
 
 absl::Status CudaLayerOps::Add(float* x, const float* f, int64_t n) const {
-  return kc::Add(ctx_, x, x, f, n);
+  return kc::Timed(ctx_, Cat::kDropoutResidual, [&] { return kc::Add(ctx_, x, x, f, n); });
 }
 
 absl::Status CudaLayerOps::Embed(float* x, const int32_t* ids, const int32_t* positions,
                                  int64_t rows, bool decoder) const {
   const int d = c_.d_model;
   const float scale = c_.scale_embedding ? std::sqrt(static_cast<float>(d)) : 1.0f;
-  return kc::EmbedTokens(ctx_, x, ids, positions, rows,
-                         decoder ? w_.decoder_embed : w_.encoder_embed, w_.dtype(),
-                         decoder ? w_.decoder_positions : w_.encoder_positions, d, scale);
+  return kc::Timed(ctx_, Cat::kEmbeddingForward, [&] {
+    return kc::EmbedTokens(ctx_, x, ids, positions, rows, decoder ? w_.decoder_embed : w_.encoder_embed, w_.dtype(),
+                           decoder ? w_.decoder_positions : w_.encoder_positions, d, scale);
+  });
 }
 
 absl::Status CudaLayerOps::Attention(float* out, int64_t ld_out, const float* q, int64_t ld_q,
                                      const float* k, const float* v, int64_t ld_kv,
                                      int64_t kv_group_stride,
                                      const kernels::AttentionArgs& args) const {
-  return kc::MultiHeadAttention(ctx_, out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, args);
+  return kc::Timed(ctx_, Cat::kAttentionForward, [&] {
+    return kc::MultiHeadAttention(ctx_, out, ld_out, q, ld_q, k, v, ld_kv, kv_group_stride, args);
+  });
 }
 
 absl::Status CudaLayerOps::ScatterRows(float* dst, int64_t dst_stride, const int32_t* dst_rows,
                                        const float* src, int64_t src_stride,
                                        const int32_t* src_rows, int64_t count, int width) const {
-  return kc::ScatterRows(ctx_, dst, dst_stride, dst_rows, src, src_stride, src_rows, count, width);
+  return kc::Timed(ctx_, Cat::kCopy, [&] {
+    return kc::ScatterRows(ctx_, dst, dst_stride, dst_rows, src, src_stride, src_rows, count, width);
+  });
 }
 
 absl::Status CudaLayerOps::Logits(float* logits, const float* x, int64_t rows) const {
