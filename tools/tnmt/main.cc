@@ -14,6 +14,7 @@
 #include "tools/tnmt/models_command.h"
 #include "tools/tnmt/score_command.h"
 #include "tools/tnmt/serve_command.h"
+#include "tools/tnmt/shortlist_command.h"
 #include "tools/tnmt/train_command.h"
 #include "tools/tnmt/translate_command.h"
 #include "engine/runtime/compute.h"
@@ -30,6 +31,7 @@ constexpr const char* kUsage =
     "  train       train a model on parallel text (resumable; CPU or GPU; data-parallel over\n"
     "              several GPUs or CPU ranks with --devices, or over nodes with mpirun)\n"
     "  average     average the last checkpoints into a model directory\n"
+    "  shortlist   build a vocabulary shortlist (tnmt translate --shortlist) from a corpus\n"
     "  import      convert a Hugging Face Marian (OPUS-MT) model into a tnmt model directory\n"
     "  export      write a tnmt model in the Hugging Face Marian layout\n"
     "  serve       serve translation over gRPC with health, metrics and hot reload\n"
@@ -71,6 +73,7 @@ int main(int argc, char** argv) {
   if (command == "serve") return tnmt::cli::ServeCommand(argc, argv);
   if (command == "average") return tnmt::cli::AverageCommand(argc, argv);
   if (command == "score") return tnmt::cli::ScoreCommand(argc, argv);
+  if (command == "shortlist") return tnmt::cli::ShortlistCommand(argc, argv);
   if (command == "import") return tnmt::cli::ImportCommand(argc, argv);
   if (command == "export") return tnmt::cli::ExportCommand(argc, argv);
   if (command == "jobs") return tnmt::cli::JobsCommand(argc, argv);
