@@ -24,7 +24,7 @@ help_ok() {
   grep -qE '^  --' "$2" || { echo "  $1: no flags listed"; return 1; }
 }
 
-for cmd in translate score train average import export serve health models "jobs submit" "jobs get" "jobs list" "jobs cancel" "jobs watch"; do
+for cmd in translate score train average shortlist import export serve health models "jobs submit" "jobs get" "jobs list" "jobs cancel" "jobs watch"; do
   name="${cmd// /-}"
   # shellcheck disable=SC2086
   "$TNMT" $cmd --help > "$TMP/$name.help" 2>&1

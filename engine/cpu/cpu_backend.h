@@ -10,13 +10,16 @@
 
 #include "engine/decode/step_model.h"
 #include "engine/model/config.h"
+#include "engine/model/shortlist.h"
 #include "engine/model/weights.h"
 
 namespace tnmt {
 
 // c and w must outlive the backend and every StepModel made from it. `describe` is what
-// Describe() returns (the placement, e.g. "cpu" or "cpu int8").
+// Describe() returns (the placement, e.g. "cpu" or "cpu int8"). shortlist (null: none; its
+// vocab_size the model's): the vocabulary shortlist its StepModels use when a step asks.
 std::unique_ptr<DecodeBackend> MakeCpuBackend(const ModelConfig& c, const ModelWeights& w,
-                                              std::string describe);
+                                              std::string describe,
+                                              std::shared_ptr<const Shortlist> shortlist = nullptr);
 
 }  // namespace tnmt

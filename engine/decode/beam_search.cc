@@ -238,6 +238,10 @@ absl::StatusOr<std::vector<int64_t>> BeamDecoder::Add(const std::vector<DecodeIn
   const int layers = c.decoder_layers;
   // The alignment layer is checked against the model's layers only where alignments are asked for.
   TNMT_RETURN_IF_ERROR(ValidateDecodeOptions(opt, OptionTerms::kEngine, {opt.return_alignments ? layers : 0}));
+  if (opt.use_shortlist && !model_->has_shortlist()) {
+    return absl::InvalidArgumentError(
+        "use_shortlist: the model has no vocabulary shortlist (load one with the model, one model on the CPU)");
+  }
   const int batch = static_cast<int>(inputs.size());
   if (batch == 0) return std::vector<int64_t>{};
   int src_max = 0;
@@ -351,10 +355,11 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
   // other than pad. Gathered logits: a prefix's forced token, or the tokens a repetition
   // penalty applies to.
   int k = 1;
-  bool gather = false, want_lse = false;
+  bool gather = false, want_lse = false, shortlist = !live_.empty();
   std::vector<int32_t> layers;
   for (const auto& s : live_) {
     const DecodeOptions& o = s->opt;
+    shortlist = shortlist && o.use_shortlist;
     // The normalizer is read by beam search (across hypotheses), sampling, a repetition
     // penalty (which scales log-probabilities) and every returned score.
     want_lse = want_lse || o.beam_size > 1 || o.sampling() || o.repetition_penalty != 1.0f ||
@@ -394,6 +399,7 @@ absl::Status BeamDecoder::Step(std::vector<Done>* done) {
   }
   scores_.alignment_layers = layers;
   scores_.want_lse = want_lse;
+  scores_.use_shortlist = shortlist;
   TNMT_RETURN_IF_ERROR(model_->Step(step_ids_.data(), k, &scores_));
 
   std::vector<int32_t> parents, next_ids;

@@ -26,7 +26,7 @@ struct FlatBeamDecoder::Sentence {
 bool FlatBeamDecoder::Supports(const DecodeOptions& o) {
   return o.beam_size >= 1 && o.beam_size <= kernels::kMaxFlatBeam && o.n_best == 1 && !o.sampling() &&
          !o.disable_unk && o.no_repeat_ngram_size == 0 && o.repetition_penalty == 1.0f &&
-         !o.return_alignments && !o.return_token_scores;
+         !o.return_alignments && !o.return_token_scores && !o.use_shortlist;
 }
 
 FlatBeamDecoder::FlatBeamDecoder(const ModelConfig& c, std::unique_ptr<StepModel> model,

@@ -9,7 +9,7 @@
 // length penalty and style, max_length / max_length_offset, min_length, return_scores,
 // n_best 1. Everything else falls back to BeamDecoder: target prefixes and forced decoding
 // (score), n_best > 1, sampling, disable_unk, no_repeat_ngram_size, repetition_penalty,
-// return_token_scores, return_alignments, and ensembles on the GPU (a CUDA stepper needs one
+// return_token_scores, return_alignments, use_shortlist, and ensembles on the GPU (a CUDA stepper needs one
 // CudaStepModel; the host stepper takes any StepModel). All sentences of one decoder share
 // one DecodeOptions. Sentences join between steps (continuous batching) and leave when done,
 // as in BeamDecoder; rows are laid out as BeamDecoder lays them out, so the model computes

@@ -69,6 +69,9 @@ std::vector<DecodingOption> MakeTable() {
        0, "", ""},
       {Id::kReturnScores, "return_scores", &DecodeOptions::return_scores, "", "return_scores", std::nullopt,
        FlagGroup::kNone, 0, "", ""},
+      // Set by `tnmt translate --shortlist FILE`, which also loads the table.
+      {Id::kUseShortlist, "use_shortlist", &DecodeOptions::use_shortlist, "", "", std::nullopt, FlagGroup::kNone, 0,
+       "", ""},
   };
 }
 

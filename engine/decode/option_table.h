@@ -49,8 +49,9 @@ enum class DecodingOptionId {
   kAlignmentLayer,
   kMaxLength,
   kReturnScores,
+  kUseShortlist,
 };
-inline constexpr int kNumDecodingOptions = static_cast<int>(DecodingOptionId::kReturnScores) + 1;
+inline constexpr int kNumDecodingOptions = static_cast<int>(DecodingOptionId::kUseShortlist) + 1;
 
 // Whose words a message uses for an option's name.
 enum class OptionTerms { kEngine, kFlag, kRequest };

@@ -46,6 +46,12 @@ struct DecodeOptions {
   // sampling or a repetition penalty then skips the log-softmax normalizer over the vocabulary
   // at every step (it ranks a row's tokens by their logits alone; the output is the same).
   bool return_scores = true;
+  // Off by default. True: each step scores only the candidate set of the model's vocabulary
+  // shortlist (engine/model/shortlist.h; a CPU model loaded with one, else Add refuses): the
+  // shortlisted targets of the batch's source pieces, the frequent pieces, </s> and <unk>.
+  // Outputs and scores change (log-probabilities are normalized over the candidates). It applies
+  // to a step when every sentence in it asks for it.
+  bool use_shortlist = false;
 
   bool sampling() const { return sampling_topk != 1; }
 
@@ -59,7 +65,7 @@ struct DecodeOptions {
     return std::tie(beam_size, length_penalty, length_penalty_style, max_length_offset, max_length,
                     min_length, n_best, disable_unk, no_repeat_ngram_size, repetition_penalty,
                     sampling_topk, sampling_topp, sampling_temperature, seed, return_alignments,
-                    alignment_layer, return_token_scores, return_scores);
+                    alignment_layer, return_token_scores, return_scores, use_shortlist);
   }
 };
 

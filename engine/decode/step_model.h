@@ -51,6 +51,10 @@ struct StepScores {
   // a StepModel may then leave at 0 and need not compute (unless want_logprobs); every other
   // field is as with true.
   bool want_lse = true;
+  // True: score only the candidate set of the model's vocabulary shortlist (a StepModel whose
+  // has_shortlist() is true; others return an error): top_id among the candidates, lse over
+  // them, gathered logits of any token. See engine/cpu/shortlist_projection.h.
+  bool use_shortlist = false;
 
   // Checks the gather arrays against `rows` and `vocab_size` and sizes gather_logit.
   absl::Status CheckGather(int rows, int vocab_size);
@@ -88,6 +92,8 @@ class StepModel {
   // ids: [rows()] the token at each row's next position. Runs the decoder one position for
   // every row and fills `scores` with k candidates per row (1 <= k < vocab_size).
   virtual absl::Status Step(const int32_t* ids, int k, StepScores* scores) = 0;
+  // Whether Step honours StepScores::use_shortlist (a CPU model loaded with a shortlist).
+  virtual bool has_shortlist() const { return false; }
 };
 
 class DecodeBackend {

@@ -28,7 +28,8 @@ absl::Status CheckFile(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std::string& dir,
-                                                                      const Placement& placement) {
+                                                                      const Placement& placement,
+                                                                      const std::string& shortlist) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
     return absl::NotFoundError(absl::StrCat(dir, ": model directory does not exist"));
@@ -76,6 +77,15 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std:
   for (const auto& [name, t] : tensors) m->parameter_count += t.value.numel();
   TNMT_ASSIGN_OR_RETURN(m->weights, ModelWeights::Build(c, std::move(tensors), weights_path));
   m->placement = placement;
+  if (!shortlist.empty()) {
+    if (placement.device == Device::kCuda) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shortlist ", shortlist, ": the vocabulary shortlist runs on the CPU engine only (not on ",
+          placement.ToString(), ")"));
+    }
+    TNMT_ASSIGN_OR_RETURN(Shortlist table, ReadShortlist(shortlist, c.vocab_size));
+    m->shortlist = std::make_shared<const Shortlist>(std::move(table));
+  }
   if (placement.device == Device::kCuda) {
     auto backend = MakeCudaBackend(c, m->weights, {placement.index, placement.dtype});
     if (!backend.ok()) {
@@ -88,7 +98,7 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(const std:
     // Inference weights never change after loading: pack the GEMM operands once (quantized
     // to int8 when the placement asks for it).
     m->weights.PackForInference(placement.int8);
-    m->backend = MakeCpuBackend(m->config, m->weights, placement.ToString());
+    m->backend = MakeCpuBackend(m->config, m->weights, placement.ToString(), m->shortlist);
   }
   return std::shared_ptr<const LoadedModel>(std::move(m));
 }

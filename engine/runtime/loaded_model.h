@@ -9,6 +9,7 @@
 #include "engine/decode/beam_search.h"
 #include "engine/decode/step_model.h"
 #include "engine/model/config.h"
+#include "engine/model/shortlist.h"
 #include "engine/model/weights.h"
 #include "engine/runtime/placement.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -25,6 +26,9 @@ struct LoadedModel {
   // The engine on the placement's device, never null: on the CPU over `weights` (packed for
   // inference), on a GPU over its own copy of them. Every decode makes its StepModel here.
   std::shared_ptr<const DecodeBackend> backend;
+  // The vocabulary shortlist loaded with the model (null: none); the CPU backend's StepModels
+  // use it for decodes with DecodeOptions::use_shortlist.
+  std::shared_ptr<const Shortlist> shortlist;
 };
 
 // A decoder for `model` on its device (a new StepModel of model.backend).
@@ -44,8 +48,10 @@ absl::StatusOr<std::vector<std::shared_ptr<const LoadedModel>>> LoadEnsembleMemb
 // separate source/target SentencePiece models and id map config.json names). Every failure names
 // the file and the problem (missing file, bad JSON, truncated weights, wrong shape, missing
 // tensor, vocabulary size or special ids disagreeing between config.json and spm.model).
-// With a CUDA placement the weights are also copied to that device.
+// With a CUDA placement the weights are also copied to that device. shortlist: a vocabulary
+// shortlist file to load with the model ("": none; engine/model/shortlist.h), refused with a
+// CUDA placement and when its vocabulary size is not the model's.
 absl::StatusOr<std::shared_ptr<const LoadedModel>> LoadModelDirectory(
-    const std::string& dir, const Placement& placement = {});
+    const std::string& dir, const Placement& placement = {}, const std::string& shortlist = "");
 
 }  // namespace tnmt

@@ -120,6 +120,8 @@ int TranslateCommand(int argc, char** argv) {
   args.AddString("device", "cpu", "cpu, cuda or cuda:N (CUDA builds)");
   args.AddString("dtype", "", "GPU precision: float16, bfloat16 or float32", "float16 on cuda, float32 on cpu");
   args.AddString("compute-type", "float32", "CPU: float32, or int8 (linears quantized at load; faster, scores differ slightly)");
+  args.AddString("shortlist", "", "vocabulary shortlist file (`tnmt shortlist` builds it): score only its candidate target pieces each step (CPU; faster, changes outputs)",
+                 "none (the whole vocabulary)");
   args.AddBool("progress", false, "progress bar on stderr", "on when --input is a file and stderr is a terminal");
   args.AddBool("quiet", false, "no progress bar; failed lines are counted on stderr, not listed");
   args.AddString("server", "", "translate through a running `tnmt serve` at HOST:PORT instead of --model");
@@ -173,7 +175,7 @@ int TranslateCommand(int argc, char** argv) {
   std::istream* prefixes = prefix_file.is_open() ? &prefix_file : nullptr;
 
   if (!args.GetString("server").empty()) {
-    for (const char* local : {"model", "ensemble", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device", "dtype", "compute-type"}) {
+    for (const char* local : {"model", "ensemble", "max-length-offset", "max-batch-tokens", "max-input-length", "threads", "device", "dtype", "compute-type", "shortlist"}) {
       if (args.given(local)) return Fail(absl::StrCat("--", local, " applies to local translation, not with --server"));
     }
     RemoteTranslateOptions ro;
@@ -221,9 +223,17 @@ int TranslateCommand(int argc, char** argv) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   if (args.GetInt("max-batch-tokens") < 1) return Fail("--max-batch-tokens must be positive");
   if (args.GetInt("max-input-length") < 1) return Fail("--max-input-length must be positive");
+  const std::string shortlist = args.GetString("shortlist");
+  if (args.given("shortlist") && shortlist.empty()) return Fail("--shortlist needs a file name");
+  if (!shortlist.empty() && args.given("ensemble")) {
+    return Fail("--shortlist applies to one model, not with --ensemble");
+  }
+  if (!shortlist.empty() && placement->device != Device::kCpu) {
+    return Fail(absl::StrCat("--shortlist runs on the CPU engine only, not with --device ", args.GetString("device")));
+  }
   SetCpuThreads(threads);
 
-  auto model = LoadModelDirectory(args.GetString("model"), *placement);
+  auto model = LoadModelDirectory(args.GetString("model"), *placement, shortlist);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   auto ensemble = LoadEnsembleFlag(args, **model, *placement);
   if (!ensemble.ok()) return Fail(std::string(ensemble.status().message()));
@@ -243,6 +253,7 @@ int TranslateCommand(int argc, char** argv) {
   // Plain output shows no score: greedy decoding then need not compute them (same text).
   opt.decode.return_scores = format.scores || format.n_best > 1 || format.moses || format.details();
   if (args.given("alignment-layer")) opt.decode.alignment_layer = args.GetInt("alignment-layer");
+  opt.decode.use_shortlist = !shortlist.empty();
   opt.max_batch_tokens = args.GetInt("max-batch-tokens");
   opt.max_input_length = args.GetInt("max-input-length");
   // The rules that need the model: --n-best within its beam size, --alignment-layer within its layers.
