@@ -1,10 +1,12 @@
 // Checks the CPU training kernels: the gradients (elementwise.h, attention.h, embedding.h), the
-// losses (loss.h), dropout (dropout.h) and Adam (adam.h). Every backward is compared with central finite
+// losses (loss.h) and dropout (dropout.h). Every backward is compared with central finite
 // differences (h = 1e-6) of a naive double-precision forward of the scalar objective
 // L = sum(w ⊙ forward(inputs)) with fixed random weights w (so dy = w); the naive forward is
 // itself checked against the float32 forward kernel, so the two describe the same function.
-// Also: the label-smoothed loss against the documented target distribution, the counter RNG
-// and dropout statistics, and Adam against a naive double implementation.
+// Also: the label-smoothed loss against the documented target distribution, the counter RNG,
+// dropout's instruction-set paths and fused passes, and the thread-count independence. Adam,
+// dropout's masks and statistics, and each shared kernel against a naive host loop are tested
+// once for every device in kernels/testing (*_devices_test.cc).
 #include "kernels/cpu/adam.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/dropout.h"
@@ -1044,51 +1046,6 @@ TEST(CounterUniform, StreamsAndSeedsDiffer) {
   EXPECT_NEAR(prod / n, 0.25, 0.01);
 }
 
-TEST(Dropout, ZeroProbabilityIsNoOp) {
-  std::mt19937 rng(51);
-  const std::vector<float> x = Random(1000, rng);
-  std::vector<float> y = x;
-  Dropout(y.data(), static_cast<int64_t>(y.size()), 0.0f, 3, 4);
-  EXPECT_EQ(y, x);
-}
-
-TEST(Dropout, KeepsFractionScalesAndReproducesMask) {
-  const int64_t n = 100000;
-  for (float p : {0.1f, 0.3f, 0.5f}) {
-    SCOPED_TRACE("p=" + std::to_string(p));
-    std::vector<float> ones(n, 1.0f);
-    Dropout(ones.data(), n, p, 77, 5);
-    const float kept_value = 1.0f / (1.0f - p);
-    int64_t kept = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      if (ones[i] != 0.0f) {
-        ++kept;
-        ASSERT_FLOAT_EQ(ones[i], kept_value) << i;
-      }
-      ASSERT_EQ(ones[i] != 0.0f, CounterUniform(77, 5, i) >= p) << i;
-    }
-    EXPECT_NEAR(static_cast<double>(kept) / n, 1.0 - p, 0.01);
-
-    // Same (seed, stream) on another buffer (the backward on a gradient): same positions.
-    std::mt19937 rng(52);
-    std::vector<float> g = Random(n, rng, 0.5f, 2.0f);  // never 0
-    const std::vector<float> g0 = g;
-    Dropout(g.data(), n, p, 77, 5);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      ASSERT_EQ(g[i] == 0.0f, ones[i] == 0.0f) << i;
-      if (g[i] != 0.0f) {
-        ASSERT_FLOAT_EQ(g[i], g0[i] * kept_value) << i;
-      }
-    }
-    // Another stream drops other positions.
-    std::vector<float> other(n, 1.0f);
-    Dropout(other.data(), n, p, 77, 6);
-    for (int64_t i = 0; i < n; ++i) differ += (other[i] == 0.0f) != (ones[i] == 0.0f);
-    EXPECT_GT(differ, n * p * (1.0 - p));  // ~2p(1-p) n for independent masks
-  }
-}
-
 // Every ISA path this CPU has (the AVX2 one vectorizes the hash by hand) drops exactly the
 // elements CounterUniform says and scales the rest exactly, whatever the split into ranges.
 // The fused activation and dropout passes give, element for element, the two ops in turn, for
@@ -1181,61 +1138,6 @@ TEST(Dropout, EveryIsaPathMatchesTheScalarDefinition) {
     for (int i = 0; i < 1000; ++i) ASSERT_EQ(z[i], x[i] + r[i]) << i;
   }
   SetIsaForTesting(CpuIsa::kAvx512);
-}
-
-// ------------------------------------------------------------------------------- AdamUpdate
-
-TEST(AdamUpdate, MatchesNaiveDoubleAdamOverThreeSteps) {
-  std::mt19937 rng(61);
-  const int64_t n = 64;
-  for (float grad_scale : {1.0f, 0.25f, 3.0f}) {
-    for (float eps : {1e-9f, 1e-3f}) {
-      SCOPED_TRACE("grad_scale=" + std::to_string(grad_scale) + " eps=" + std::to_string(eps));
-      AdamOptions o;
-      o.lr = 2e-3f;
-      o.beta1 = 0.9f;
-      o.beta2 = 0.98f;
-      o.eps = eps;
-      std::vector<float> w = Random(n, rng), m(n, 0.0f), v(n, 0.0f);
-      std::vector<double> wd = ToDouble(w), md(n, 0.0), vd(n, 0.0);
-      for (int64_t t = 1; t <= 3; ++t) {
-        std::vector<float> g = Random(n, rng, -2.0f, 2.0f);
-        g[0] = 0.0f;      // never any gradient: w[0] stays put
-        g[1] = 1e-7f;     // tiny gradients: eps matters
-        g[2] = -50.0f;    // large ones
-        o.step = t;
-        AdamUpdate(w.data(), m.data(), v.data(), g.data(), n, grad_scale, o);
-        const double b1 = o.beta1, b2 = o.beta2;
-        for (int64_t i = 0; i < n; ++i) {
-          const double gi = static_cast<double>(g[i]) * grad_scale;
-          md[i] = b1 * md[i] + (1.0 - b1) * gi;
-          vd[i] = b2 * vd[i] + (1.0 - b2) * gi * gi;
-          const double mhat = md[i] / (1.0 - std::pow(b1, t));
-          const double vhat = vd[i] / (1.0 - std::pow(b2, t));
-          wd[i] -= static_cast<double>(o.lr) * mhat / (std::sqrt(vhat) + eps);
-        }
-        SCOPED_TRACE("step " + std::to_string(t));
-        // m and v suffer float cancellation: absolute floors on the gradient's scale.
-        ExpectAllNear(m, md, "m", 1e-6 * grad_scale, 1e-5);
-        ExpectAllNear(v, vd, "v", 1e-6 * grad_scale * grad_scale, 1e-5);
-        ExpectAllNear(w, wd, "w", 1e-7, 1e-6);
-      }
-      EXPECT_EQ(w[0], static_cast<float>(wd[0]));
-    }
-  }
-}
-
-TEST(AdamUpdate, FirstStepMovesByLearningRate) {
-  // With bias correction the first step is lr * sign(g) (eps small), whatever |g| is.
-  AdamOptions o;
-  o.lr = 0.01f;
-  o.step = 1;
-  std::vector<float> w = {1.0f, 1.0f, 1.0f}, m(3, 0.0f), v(3, 0.0f);
-  const std::vector<float> g = {0.001f, -5.0f, 300.0f};
-  AdamUpdate(w.data(), m.data(), v.data(), g.data(), 3, 0.5f, o);
-  EXPECT_NEAR(w[0], 0.99f, 1e-6);
-  EXPECT_NEAR(w[1], 1.01f, 1e-6);
-  EXPECT_NEAR(w[2], 0.99f, 1e-6);
 }
 
 }  // namespace

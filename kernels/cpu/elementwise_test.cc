@@ -1,6 +1,9 @@
 // Checks the elementwise/row-wise CPU kernels against naive double-precision reference loops.
 // LayerNorm and LogSumExp run on every kernel path the CPU has (portable, AVX2, AVX-512), and
-// the AVX2 and AVX-512 paths must agree bit for bit.
+// the AVX2 and AVX-512 paths must agree bit for bit. Add, Softmax and LayerNorm's contract
+// (spot values, eps) are tested once for every device in
+// kernels/testing/elementwise_devices_test.cc; here what only the CPU has: its kernel paths,
+// every activation, AddBias, LayerNormStats, LogSumExp and the half-precision conversions.
 #include "kernels/cpu/elementwise.h"
 
 #include <gtest/gtest.h>
@@ -42,7 +45,7 @@ struct Dim {
 };
 const Dim kDims[] = {{1, 1}, {1, 3}, {3, 7}, {7, 17}, {5, 33}, {2, 65}, {3, 130}, {2, 1024}};
 
-// ---------------------------------------------------------------- BiasActivation / AddBias / Add
+// ---------------------------------------------------------------- BiasActivation / AddBias
 
 const double kPi = std::acos(-1.0);
 
@@ -112,29 +115,6 @@ TEST(AddBias, AddsPerColumnAndNullIsNoOp) {
     y = x;
     AddBias(y.data(), nullptr, s.rows, s.n);
     EXPECT_EQ(y, x) << "null bias must leave y unchanged";
-  }
-}
-
-TEST(Add, SeparateAndInPlace) {
-  std::mt19937 rng(3);
-  for (int64_t count : {1, 3, 7, 17, 33, 65, 130, 4099}) {
-    const std::vector<float> x = Random(count, rng, -10.0f, 10.0f);
-    const std::vector<float> r = Random(count, rng, -10.0f, 10.0f);
-    std::vector<double> want(count);
-    for (int64_t i = 0; i < count; ++i) want[i] = static_cast<double>(x[i]) + r[i];
-    const std::string what = "Add count=" + std::to_string(count);
-
-    std::vector<float> out(count, -7.0f);
-    Add(out.data(), x.data(), r.data(), count);
-    ExpectAllNear(out, want, what);
-
-    std::vector<float> in_x = x;  // out == x
-    Add(in_x.data(), in_x.data(), r.data(), count);
-    ExpectAllNear(in_x, want, what + " out==x");
-
-    std::vector<float> in_r = r;  // out == r
-    Add(in_r.data(), x.data(), in_r.data(), count);
-    ExpectAllNear(in_r, want, what + " out==r");
   }
 }
 
@@ -257,69 +237,7 @@ TEST(LayerNorm, StatsAreThoseTheForwardUsed) {
   SetIsaForTesting(CpuIsa::kAvx512);
 }
 
-TEST(LayerNorm, BiasedVarianceAndEpsInsideSqrt) {
-  // x = [1, 3]: mean 2, biased variance 1 (unbiased would be 2). With eps = 3 inside the root
-  // the scale is 1/sqrt(4) = 0.5, so the output is [-0.5, 0.5] before gamma/beta.
-  const float x[2] = {1.0f, 3.0f};
-  const float gamma[2] = {2.0f, 4.0f};
-  const float beta[2] = {10.0f, 20.0f};
-  float out[2];
-  LayerNorm(out, x, nullptr, gamma, beta, 1, 2, 3.0f);
-  EXPECT_FLOAT_EQ(out[0], 9.0f);
-  EXPECT_FLOAT_EQ(out[1], 22.0f);
-}
-
-TEST(LayerNorm, ConstantRowGivesBeta) {
-  const float x[4] = {5.0f, 5.0f, 5.0f, 5.0f};
-  const float gamma[4] = {1.0f, 2.0f, 3.0f, 4.0f};
-  const float beta[4] = {0.1f, 0.2f, 0.3f, 0.4f};
-  float out[4];
-  LayerNorm(out, x, nullptr, gamma, beta, 1, 4, 1e-5f);
-  for (int j = 0; j < 4; ++j) EXPECT_FLOAT_EQ(out[j], beta[j]) << j;
-}
-
-// ---------------------------------------------------------------- Softmax / LogSumExp
-
-std::vector<double> RefSoftmax(const std::vector<float>& x, int64_t rows, int n) {
-  std::vector<double> out(rows * n, 0.0);
-  for (int64_t i = 0; i < rows; ++i) {
-    double mx = -INFINITY;
-    for (int j = 0; j < n; ++j) mx = std::max(mx, static_cast<double>(x[i * n + j]));
-    if (mx == -INFINITY) continue;  // all masked: zeros
-    double sum = 0.0;
-    for (int j = 0; j < n; ++j) sum += std::exp(x[i * n + j] - mx);
-    for (int j = 0; j < n; ++j) out[i * n + j] = std::exp(x[i * n + j] - mx) / sum;
-  }
-  return out;
-}
-
-TEST(Softmax, RandomRows) {
-  std::mt19937 rng(5);
-  for (const Dim& s : kDims) {
-    for (float offset : {0.0f, 1000.0f, -1000.0f}) {  // large offsets must not overflow
-      std::vector<float> x = Random(s.rows * s.n, rng, -8.0f, 8.0f);
-      for (float& v : x) v += offset;
-      const std::vector<double> want = RefSoftmax(x, s.rows, s.n);
-      Softmax(x.data(), s.rows, s.n);
-      ExpectAllNear(x, want, "Softmax " + Dims(s.rows, s.n) + " offset=" + std::to_string(offset));
-    }
-  }
-}
-
-TEST(Softmax, MaskedEntriesAndFullyMaskedRow) {
-  std::mt19937 rng(6);
-  const int n = 17;
-  std::vector<float> x = Random(3 * n, rng, -3.0f, 3.0f);
-  for (int j = 0; j < n; j += 3) x[j] = -kInf;         // row 0: some masked
-  for (int j = 0; j < n; ++j) x[n + j] = -kInf;        // row 1: all masked
-  for (int j = 1; j < n; ++j) x[2 * n + j] = -kInf;    // row 2: only the first entry
-  const std::vector<double> want = RefSoftmax(x, 3, n);
-  Softmax(x.data(), 3, n);
-  ExpectAllNear(x, want, "Softmax masked");
-  for (int j = 0; j < n; j += 3) EXPECT_EQ(x[j], 0.0f) << "masked entry " << j;
-  for (int j = 0; j < n; ++j) EXPECT_EQ(x[n + j], 0.0f) << "all-masked row, entry " << j;
-  EXPECT_EQ(x[2 * n], 1.0f);
-}
+// ---------------------------------------------------------------- LogSumExp
 
 TEST(LogSumExp, RandomRowsAndLargeMagnitudes) {
   for (CpuIsa isa : Paths()) {

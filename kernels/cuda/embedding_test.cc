@@ -1,5 +1,7 @@
-// The embedding kernels against the CPU's (kernels/cpu/embedding.h): sinusoidal positions, and
-// token embeddings with and without positions from float32, float16 and bfloat16 tables.
+// What only the CUDA embedding kernels have: token embeddings from float16 and bfloat16 tables
+// (as stored in model.safetensors), with and without positions, against the CPU's EmbedTokens
+// on the table converted to float32. The float32 table, the position table and the gradient
+// are tested once for every device in kernels/testing/embedding_devices_test.cc.
 #include "kernels/cuda/embedding.h"
 
 #include <cuda_bf16.h>
@@ -25,18 +27,6 @@ using testing::CudaTest;
 using testing::MaxScaledError;
 
 class EmbeddingTest : public CudaTest {};
-
-TEST_F(EmbeddingTest, SinusoidalPositionsMatchCpu) {
-  for (auto [rows, d] : {std::pair<int, int>{300, 512}, {17, 7}, {1, 1}, {1024, 1024}}) {
-    std::vector<float> want(static_cast<size_t>(rows) * d);
-    cpu::SinusoidalPositions(want.data(), rows, d);
-    float* dt = Alloc<float>(want.size());
-    Poison(dt, want.size() * sizeof(float));
-    ASSERT_TRUE(SinusoidalPositions(*ctx_, dt, rows, d).ok());
-    const double err = MaxScaledError(ToHost(dt, want.size()), want);
-    EXPECT_LE(err, 1e-6) << rows << "x" << d;
-  }
-}
 
 TEST_F(EmbeddingTest, EmbedTokensMatchesCpuForEachTableType) {
   const int vocab = 1000, d = 512, count = 77, max_pos = 128;

@@ -2,8 +2,7 @@
 // each tested there against a naive loop): slot-table reorder (rows copied from their parents,
 // new rows empty, this step's slot appended), row scatters into a slot pool (with and without a
 // source row map), and the per-row log-sum-exp with a picked logit against kernels/cpu
-// LogSumExp; row gathers of slot tables and cache rows against a host copy. Plus the training
-// engine's AddDoubles / StoreDouble.
+// LogSumExp; row gathers of slot tables and cache rows against a host copy.
 #include "kernels/cuda/step_ops.h"
 
 #include <cmath>
@@ -17,7 +16,6 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/step_ops.h"
 #include "kernels/cuda/test_util.h"
-#include "kernels/cuda/reduce.h"
 
 namespace tnmt::kernels::cuda {
 namespace {
@@ -79,14 +77,6 @@ TEST_F(StepOpsTest, LogSumExpAndPickMatchesCpu) {
     }
   }
   EXPECT_FALSE(LogSumExpAndPick(*ctx_, nullptr, nullptr, nullptr, 1, 4, 4).ok());
-}
-
-TEST_F(StepOpsTest, AddDoublesAndStoreDouble) {
-  const std::vector<double> acc = {1.5, -2.0, 1e300, 0.25}, x = {0.25, 2.0, 1e300, -0.25};
-  double* d_acc = ToDevice(acc);
-  ASSERT_TRUE(AddDoubles(*ctx_, d_acc, ToDevice(x), 3).ok());
-  ASSERT_TRUE(StoreDouble(*ctx_, d_acc + 3, 7.0).ok());
-  EXPECT_EQ(ToHost(d_acc, 4), (std::vector<double>{1.75, 0.0, 2e300, 7.0}));
 }
 
 TEST_F(StepOpsTest, GatherRowsMatchesHostCopy) {

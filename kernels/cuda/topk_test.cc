@@ -1,6 +1,7 @@
-// Beam top-k on the GPU against a full sort with the engine's order (value descending, then
-// lower token id) on rows with many ties, -inf, NaN and an excluded pad id; and its argument
-// checks.
+// What only the GPU's top-k promises (TopK on both devices is tested once for every device in
+// kernels/testing/topk_devices_test.cc): NaN ranks below every number (rows with NaN, ties,
+// -inf and an excluded pad id against a full sort in that order), and its argument checks
+// (k above the eligible count or kMaxTopK).
 #include "kernels/cuda/topk.h"
 
 #include <algorithm>
@@ -28,14 +29,12 @@ bool Better(float a, int ia, float b, int ib) {
   return ia < ib;
 }
 
-TEST_F(TopKTest, TopKMatchesFullSort) {
+TEST_F(TopKTest, NaNRanksLowest) {
   struct Case {
     int rows, n, k, exclude;
     bool ties;
   };
-  const Case cases[] = {{64, 32000, 8, 1, false},  {128, 8000, 4, 1, false}, {16, 32000, 64, 0, true},
-                        {9, 8000, 256, -1, true},  {5, 37, 36, 3, true},     {3, 1, 1, -1, false},
-                        {7, 1000, 1, 999, true},   {256, 32000, 64, 1, false}};
+  const Case cases[] = {{64, 32000, 8, 1, false}, {9, 8000, 256, -1, true}, {5, 37, 36, 3, true}};
   for (const Case& c : cases) {
     std::vector<float> x = Random(static_cast<size_t>(c.rows) * c.n, 0.0f, 3.0f);
     std::uniform_int_distribution<int> pick(0, c.n - 1);

@@ -54,9 +54,9 @@ struct AttnCase {
   bool fused;  // self-attention with q, k, v side by side in one buffer (q_len == k_len)
 
   std::string Name() const {
-    return absl::StrCat("batch ", batch, " q_len ", q_len, " k_len ", k_len, " heads ", heads,
-                        " d_head ", d_head, " k_valid ", k_valid.empty() ? "all" : "given",
-                        causal ? " causal" : "", fused ? " fused" : "");
+    return absl::StrCat("batch ", batch, " q_len ", q_len, " k_len ", k_len, " heads ", heads, " d_head ",
+                        d_head, " k_valid ", k_valid.empty() ? "all" : "given", causal ? " causal" : "",
+                        fused ? " fused" : "");
   }
   const int32_t* valid_or_null() const { return k_valid.empty() ? nullptr : k_valid.data(); }
   int Limit(int b, int i) const {
@@ -150,8 +150,8 @@ AttnResult ReferenceAttention(const AttnCase& c, const AttnInputs& in, const Att
   for (int b = 0; b < c.batch; ++b) {
     for (int h = 0; h < c.heads; ++h) {
       auto kv_at = [&](int64_t off, int j, int t) {
-        return static_cast<double>(kv[(static_cast<int64_t>(b) * c.k_len + j) * ld_kv + off +
-                                      h * c.d_head + t]);
+        return static_cast<double>(
+            kv[(static_cast<int64_t>(b) * c.k_len + j) * ld_kv + off + h * c.d_head + t]);
       };
       for (int i = 0; i < c.q_len; ++i) {
         const int64_t qrow = static_cast<int64_t>(b) * c.q_len + i;
@@ -175,8 +175,9 @@ AttnResult ReferenceAttention(const AttnCase& c, const AttnInputs& in, const Att
         for (int j = 0; j < c.k_len; ++j) pr[j] = static_cast<float>(p[j]);
         double dot = 0.0;
         for (int j = 0; j < limit; ++j) {
-          const bool keep = drop.p <= 0.0f ||
-                            CounterUniform(drop.seed, drop.stream, static_cast<uint64_t>(prow * c.k_len + j)) >= drop.p;
+          const bool keep =
+              drop.p <= 0.0f ||
+              CounterUniform(drop.seed, drop.stream, static_cast<uint64_t>(prow * c.k_len + j)) >= drop.p;
           pd[j] = keep ? p[j] * keep_scale : 0.0;
           dp[j] = 0.0;
           for (int t = 0; t < c.d_head; ++t) dp[j] += static_cast<double>(dout[t]) * kv_at(L.v_off, j, t);
@@ -250,8 +251,8 @@ void ExpectAttentionClose(const AttnCase& c, const AttnInputs& in, const AttnRes
 
   // Gradients by region: dq; dk and dv; padding columns (bitwise unchanged).
   std::vector<float> dq_got, dq_want, dkv_got, dkv_want, pad_got, pad_init;
-  auto split = [&](const std::vector<float>& g, const std::vector<float>& w,
-                   const std::vector<float>& init, int64_t ld, int dq_end, int kv_end) {
+  auto split = [&](const std::vector<float>& g, const std::vector<float>& w, const std::vector<float>& init,
+                   int64_t ld, int dq_end, int kv_end) {
     for (size_t r = 0; r < g.size() / ld; ++r) {
       for (int64_t j = 0; j < ld; ++j) {
         const size_t x = r * ld + j;
@@ -279,14 +280,10 @@ void ExpectAttentionClose(const AttnCase& c, const AttnInputs& in, const AttnRes
 
 std::vector<AttnCase> AttnCases() {
   return {
-      {2, 5, 7, 3, 4, {}, false, false},
-      {3, 9, 9, 2, 17, {9, 4, 0}, true, true},
-      {2, 6, 11, 2, 24, {11, 0}, false, false},
-      {1, 33, 700, 2, 64, {650}, false, false},
-      {2, 40, 40, 8, 64, {40, 23}, true, true},
-      {1, 3, 1024, 1, 32, {}, false, false},
-      {2, 3, 4, 1, 1, {}, true, false},
-      {2, 12, 20, 2, 130, {20, 7}, true, false},
+      {2, 5, 7, 3, 4, {}, false, false},        {3, 9, 9, 2, 17, {9, 4, 0}, true, true},
+      {2, 6, 11, 2, 24, {11, 0}, false, false}, {1, 33, 700, 2, 64, {650}, false, false},
+      {2, 40, 40, 8, 64, {40, 23}, true, true}, {1, 3, 1024, 1, 32, {}, false, false},
+      {2, 3, 4, 1, 1, {}, true, false},         {2, 12, 20, 2, 130, {20, 7}, true, false},
   };
 }
 
@@ -302,16 +299,15 @@ class AttentionTest : public testing::DeviceTest {
     const int32_t* valid = c.k_valid.empty() ? nullptr : Upload(c.k_valid);
     float* out = Upload(OutBuffer(c, std::numeric_limits<float>::quiet_NaN()));
     float* probs = Alloc<float>(L.p_size);
-    absl::Status st = TrainForward(out, L.ld_out, probs, a, L.ld_a, kv + L.k_off, kv + L.v_off,
-                                   ld_kv, c.batch, c.q_len, c.k_len, c.heads, c.d_head, valid,
-                                   c.causal, drop);
+    absl::Status st = TrainForward(out, L.ld_out, probs, a, L.ld_a, kv + L.k_off, kv + L.v_off, ld_kv,
+                                   c.batch, c.q_len, c.k_len, c.heads, c.d_head, valid, c.causal, drop);
     EXPECT_TRUE(st.ok()) << st;
     float* ga = Upload(WithDq(c, in.ga0, std::numeric_limits<float>::quiet_NaN()));
     float* gb = c.fused ? nullptr : Upload(in.gb0);
     float* gkv = c.fused ? ga : gb;
-    st = Backward(ga, L.ld_a, gkv + L.k_off, gkv + L.v_off, ld_kv, Upload(in.dout), L.ld_out,
-                  probs, a, L.ld_a, kv + L.k_off, kv + L.v_off, ld_kv, c.batch, c.q_len, c.k_len,
-                  c.heads, c.d_head, drop);
+    st =
+        Backward(ga, L.ld_a, gkv + L.k_off, gkv + L.v_off, ld_kv, Upload(in.dout), L.ld_out, probs, a, L.ld_a,
+                 kv + L.k_off, kv + L.v_off, ld_kv, c.batch, c.q_len, c.k_len, c.heads, c.d_head, drop);
     EXPECT_TRUE(st.ok()) << st;
     AttnResult r;
     r.out = Download(out, L.out_size);
@@ -322,30 +318,28 @@ class AttentionTest : public testing::DeviceTest {
   }
 
   absl::Status TrainForward(float* out, int64_t ld_out, float* probs, const float* q, int64_t ld_q,
-                            const float* k, const float* v, int64_t ld_kv, int batch, int q_len,
-                            int k_len, int heads, int d_head, const int32_t* k_valid, bool causal,
+                            const float* k, const float* v, int64_t ld_kv, int batch, int q_len, int k_len,
+                            int heads, int d_head, const int32_t* k_valid, bool causal,
                             const AttentionDropout& drop) {
     if (cpu()) {
-      cpu::AttentionTrainForward(out, ld_out, probs, q, ld_q, k, v, ld_kv, batch, q_len, k_len,
-                                 heads, d_head, k_valid, causal, drop);
+      cpu::AttentionTrainForward(out, ld_out, probs, q, ld_q, k, v, ld_kv, batch, q_len, k_len, heads, d_head,
+                                 k_valid, causal, drop);
       return absl::OkStatus();
     }
-    return TNMT_IF_CUDA(cuda::AttentionTrainForward(ctx(), out, ld_out, probs, q, ld_q, k, v, ld_kv,
-                                                    batch, q_len, k_len, heads, d_head, k_valid,
-                                                    causal, drop));
+    return TNMT_IF_CUDA(cuda::AttentionTrainForward(ctx(), out, ld_out, probs, q, ld_q, k, v, ld_kv, batch,
+                                                    q_len, k_len, heads, d_head, k_valid, causal, drop));
   }
-  absl::Status Backward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv,
-                        const float* dout, int64_t ld_dout, const float* probs, const float* q,
-                        int64_t ld_q, const float* k, const float* v, int64_t ld_kv, int batch,
-                        int q_len, int k_len, int heads, int d_head, const AttentionDropout& drop) {
+  absl::Status Backward(float* dq, int64_t ld_dq, float* dk, float* dv, int64_t ld_dkv, const float* dout,
+                        int64_t ld_dout, const float* probs, const float* q, int64_t ld_q, const float* k,
+                        const float* v, int64_t ld_kv, int batch, int q_len, int k_len, int heads, int d_head,
+                        const AttentionDropout& drop) {
     if (cpu()) {
-      cpu::AttentionBackward(dq, ld_dq, dk, dv, ld_dkv, dout, ld_dout, probs, q, ld_q, k, v, ld_kv,
-                             batch, q_len, k_len, heads, d_head, drop);
+      cpu::AttentionBackward(dq, ld_dq, dk, dv, ld_dkv, dout, ld_dout, probs, q, ld_q, k, v, ld_kv, batch,
+                             q_len, k_len, heads, d_head, drop);
       return absl::OkStatus();
     }
-    return TNMT_IF_CUDA(cuda::AttentionBackward(ctx(), dq, ld_dq, dk, dv, ld_dkv, dout, ld_dout,
-                                                probs, q, ld_q, k, v, ld_kv, batch, q_len, k_len,
-                                                heads, d_head, drop));
+    return TNMT_IF_CUDA(cuda::AttentionBackward(ctx(), dq, ld_dq, dk, dv, ld_dkv, dout, ld_dout, probs, q,
+                                                ld_q, k, v, ld_kv, batch, q_len, k_len, heads, d_head, drop));
   }
 
   std::mt19937 rng_{11};

@@ -141,8 +141,7 @@ class DeviceTest : public ::testing::TestWithParam<Device> {
   void Copy(void* dst, const void* src, size_t bytes, bool to_device) {
 #if TNMT_TEST_CUDA
     if (cuda_device()) {
-      EXPECT_EQ(cudaMemcpyAsync(dst, src, bytes,
-                                to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+      EXPECT_EQ(cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
                                 ctx_->stream()),
                 cudaSuccess);
       EXPECT_EQ(cudaStreamSynchronize(ctx_->stream()), cudaSuccess);
@@ -160,19 +159,18 @@ class DeviceTest : public ::testing::TestWithParam<Device> {
 };
 
 // Instantiates a DeviceTest subclass once per built device, named cpu / cuda.
-#define TNMT_INSTANTIATE_DEVICE_TEST(Fixture)                                        \
-  INSTANTIATE_TEST_SUITE_P(Devices, Fixture,                                         \
-                           ::testing::ValuesIn(::tnmt::kernels::testing::BuiltDevices()), \
-                           [](const ::testing::TestParamInfo<::tnmt::kernels::testing::Device>& info) { \
-                             return std::string(::tnmt::kernels::testing::DeviceName(info.param));  \
+#define TNMT_INSTANTIATE_DEVICE_TEST(Fixture)                                                               \
+  INSTANTIATE_TEST_SUITE_P(Devices, Fixture, ::testing::ValuesIn(::tnmt::kernels::testing::BuiltDevices()), \
+                           [](const ::testing::TestParamInfo<::tnmt::kernels::testing::Device>& info) {     \
+                             return std::string(::tnmt::kernels::testing::DeviceName(info.param));          \
                            })
 
 // The element-wise comparisons of the tests, each reporting the first five mismatches.
 
 // got[i] within abs + rel * |want[i]| for every i.
 template <typename W>
-void ExpectAllNear(const std::vector<float>& got, const std::vector<W>& want,
-                   const std::string& what, double abs, double rel) {
+void ExpectAllNear(const std::vector<float>& got, const std::vector<W>& want, const std::string& what,
+                   double abs, double rel) {
   ASSERT_EQ(got.size(), want.size()) << what;
   int failures = 0;
   for (size_t i = 0; i < got.size() && failures < 5; ++i) {

@@ -3,7 +3,7 @@
 // (kernels/counter_uniform.h): x[i] * (1 / (1 - p)) where CounterUniform(seed, stream, i) >= p,
 // else 0. One correctly rounded product per kept element, so every device must give the
 // host's bits: the masks are the same on the CPU and the GPU, which lets a run move between
-// them. p == 0 leaves x as it is.
+// them. p == 0 leaves x as it is. The kept fraction is 1 - p and streams differ.
 //
 // On one device only: DropoutFrom, DropoutAdd, DropoutBlock and the fused activation dropout
 // are CPU kernels (kernels/cpu/elementwise_test.cc, backward_test.cc); the GPU's attention
@@ -56,6 +56,27 @@ TEST_P(DropoutTest, MasksAreTheCounterHashs) {
       ASSERT_TRUE(Dropout(dx, count, p, seed, stream).ok());
       ExpectSameBits(Download(dx, count), want, "x");
     }
+  }
+}
+
+// The kept fraction is 1 - p (within 0.01 over 100000 elements), and another stream drops
+// other positions (about 2 p (1 - p) n of them differ for independent masks).
+TEST_P(DropoutTest, KeepsTheFractionAndStreamsDiffer) {
+  const int64_t n = 100000;
+  for (float p : {0.1f, 0.3f, 0.5f}) {
+    SCOPED_TRACE(absl::StrCat("p ", p));
+    float* ones = Upload(std::vector<float>(n, 1.0f));
+    float* other = Upload(std::vector<float>(n, 1.0f));
+    ASSERT_TRUE(Dropout(ones, n, p, 77, 5).ok());
+    ASSERT_TRUE(Dropout(other, n, p, 77, 6).ok());
+    const std::vector<float> a = Download(ones, n), b = Download(other, n);
+    int64_t kept = 0, differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      kept += a[i] != 0.0f;
+      differ += (a[i] == 0.0f) != (b[i] == 0.0f);
+    }
+    EXPECT_NEAR(static_cast<double>(kept) / n, 1.0 - p, 0.01);
+    EXPECT_GT(differ, n * p * (1.0 - p));
   }
 }
 

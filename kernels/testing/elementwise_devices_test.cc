@@ -58,8 +58,8 @@ class ElementwiseTest : public testing::DeviceTest {
     if (cpu()) return cpu::BiasActivation(y, bias, rows, n, act), absl::OkStatus();
     return TNMT_IF_CUDA(cuda::BiasActivation(ctx(), y, bias, rows, n, act));
   }
-  absl::Status LayerNorm(float* out, const float* x, const float* r, const float* gamma,
-                         const float* beta, int64_t rows, int d, float eps) {
+  absl::Status LayerNorm(float* out, const float* x, const float* r, const float* gamma, const float* beta,
+                         int64_t rows, int d, float eps) {
     if (cpu()) return cpu::LayerNorm(out, x, r, gamma, beta, rows, d, eps), absl::OkStatus();
     return TNMT_IF_CUDA(cuda::LayerNorm(ctx(), out, x, r, gamma, beta, rows, d, eps));
   }
@@ -67,9 +67,8 @@ class ElementwiseTest : public testing::DeviceTest {
     if (cpu()) return cpu::Softmax(x, rows, n), absl::OkStatus();
     return TNMT_IF_CUDA(cuda::Softmax(ctx(), x, rows, n));
   }
-  absl::Status LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy,
-                                 const float* x, const float* gamma, int64_t rows, int d,
-                                 float eps) {
+  absl::Status LayerNormBackward(float* dx, float* dgamma, float* dbeta, const float* dy, const float* x,
+                                 const float* gamma, int64_t rows, int d, float eps) {
     if (cpu()) {
       cpu::LayerNormBackward(dx, dgamma, dbeta, dy, x, gamma, rows, d, eps);
       return absl::OkStatus();
@@ -149,59 +148,90 @@ TEST_P(ElementwiseTest, BiasActivation) {
   }
 }
 
-// LayerNorm(x + r) * gamma + beta against float64, out aliasing x. Within 1e-4 absolute and
-// relative: float32 sums over d <= 1030 terms (relative rounding up to d * 2^-24 = 6e-5 for
-// the mean and variance) and the GPU's rsqrtf (2 ulp).
+// LayerNorm(x + r) * gamma + beta against float64, out aliasing x; eps 0.5 makes a misplaced
+// eps obvious. Within 1e-4 absolute and relative: float32 sums over d <= 1030 terms (relative
+// rounding up to d * 2^-24 = 6e-5 for the mean and variance) and the GPU's rsqrtf (2 ulp).
 TEST_P(ElementwiseTest, LayerNorm) {
   for (auto [rows, d] : {std::pair<int, int>{1, 1}, {7, 33}, {130, 512}, {3, 1030}}) {
     for (bool residual : {true, false}) {
-      SCOPED_TRACE(absl::StrCat("rows ", rows, " d ", d, residual ? " with residual" : ""));
-      const size_t n = static_cast<size_t>(rows) * d;
-      const float eps = 1e-6f;
-      const std::vector<float> x = Random(n, 0.5f, 2.0f), r = Random(n, 0.5f, 2.0f);
-      const std::vector<float> gamma = Random(d, 1.0f, 0.3f), beta = Random(d);
-      std::vector<double> want(n);
-      for (int i = 0; i < rows; ++i) {
-        std::vector<double> v(d);
-        double mean = 0.0, var = 0.0;
-        for (int j = 0; j < d; ++j) {
-          v[j] = static_cast<double>(x[i * d + j]) + (residual ? r[i * d + j] : 0.0);
-          mean += v[j] / d;
+      for (float eps : {1e-6f, 0.5f}) {
+        SCOPED_TRACE(absl::StrCat("rows ", rows, " d ", d, residual ? " with residual" : "", " eps ", eps));
+        const size_t n = static_cast<size_t>(rows) * d;
+        const std::vector<float> x = Random(n, 0.5f, 2.0f), r = Random(n, 0.5f, 2.0f);
+        const std::vector<float> gamma = Random(d, 1.0f, 0.3f), beta = Random(d);
+        std::vector<double> want(n);
+        for (int i = 0; i < rows; ++i) {
+          std::vector<double> v(d);
+          double mean = 0.0, var = 0.0;
+          for (int j = 0; j < d; ++j) {
+            v[j] = static_cast<double>(x[i * d + j]) + (residual ? r[i * d + j] : 0.0);
+            mean += v[j] / d;
+          }
+          for (int j = 0; j < d; ++j) var += (v[j] - mean) * (v[j] - mean) / d;
+          for (int j = 0; j < d; ++j) {
+            want[i * d + j] = (v[j] - mean) / std::sqrt(var + eps) * gamma[j] + beta[j];
+          }
         }
-        for (int j = 0; j < d; ++j) var += (v[j] - mean) * (v[j] - mean) / d;
-        for (int j = 0; j < d; ++j) {
-          want[i * d + j] = (v[j] - mean) / std::sqrt(var + eps) * gamma[j] + beta[j];
-        }
+        float* dx = Upload(x);
+        ASSERT_TRUE(
+            LayerNorm(dx, dx, residual ? Upload(r) : nullptr, Upload(gamma), Upload(beta), rows, d, eps)
+                .ok());
+        ExpectAllNear(Download(dx, n), want, "layer norm", 1e-4, 1e-4);
       }
-      float* dx = Upload(x);
-      ASSERT_TRUE(LayerNorm(dx, dx, residual ? Upload(r) : nullptr, Upload(gamma), Upload(beta), rows, d, eps).ok());
-      ExpectAllNear(Download(dx, n), want, "layer norm", 1e-4, 1e-4);
     }
   }
 }
 
-// Row softmax in place against float64, with -inf entries and an all -inf row (zeros). Within
-// 2e-5 absolute and 1e-5 relative: float32 sums of up to 8000 exponentials, and the GPU's
-// __expf (2 + 1.16 |x| ulp).
+// The biased variance with eps inside the root: x = [1, 3] has mean 2 and variance 1 (the
+// unbiased one is 2); with eps = 3 the scale is 1 / sqrt(4). A constant row gives beta.
+TEST_P(ElementwiseTest, LayerNormSpotValues) {
+  float* out = Alloc<float>(4);
+  ASSERT_TRUE(LayerNorm(out, Upload(std::vector<float>{1.0f, 3.0f}), nullptr,
+                        Upload(std::vector<float>{2.0f, 4.0f}), Upload(std::vector<float>{10.0f, 20.0f}), 1,
+                        2, 3.0f)
+                  .ok());
+  std::vector<float> got = Download(out, 2);
+  EXPECT_FLOAT_EQ(got[0], 9.0f);
+  EXPECT_FLOAT_EQ(got[1], 22.0f);
+  const std::vector<float> beta = {0.1f, 0.2f, 0.3f, 0.4f};
+  ASSERT_TRUE(LayerNorm(out, Upload(std::vector<float>(4, 5.0f)), nullptr,
+                        Upload(std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f}), Upload(beta), 1, 4, 1e-5f)
+                  .ok());
+  got = Download(out, 4);
+  for (int j = 0; j < 4; ++j) EXPECT_FLOAT_EQ(got[j], beta[j]) << j;
+}
+
+// Row softmax in place against float64, offset by +-1000 (no overflow), with -inf entries
+// (exactly 0), an all -inf row (zeros) and a row with one visible entry. Within 2e-5 absolute
+// and 1e-5 relative: float32 sums of up to 8000 exponentials, and the GPU's __expf
+// (2 + 1.16 |x| ulp).
 TEST_P(ElementwiseTest, Softmax) {
-  for (auto [rows, n] : {std::pair<int, int>{1, 5}, {9, 257}, {64, 8000}}) {
-    SCOPED_TRACE(absl::StrCat("rows ", rows, " n ", n));
-    std::vector<float> x = Random(static_cast<size_t>(rows) * n, 0.5f, 2.0f);
-    x[0] = -INFINITY;
-    if (rows > 1) std::fill(x.begin() + n, x.begin() + 2 * n, -INFINITY);
-    std::vector<double> want(x.size());
-    for (int i = 0; i < rows; ++i) {
-      const float* row = x.data() + static_cast<size_t>(i) * n;
-      double mx = -INFINITY, sum = 0.0;
-      for (int j = 0; j < n; ++j) mx = std::max(mx, static_cast<double>(row[j]));
-      for (int j = 0; j < n; ++j) sum += mx == -INFINITY ? 0.0 : std::exp(row[j] - mx);
-      for (int j = 0; j < n; ++j) {
-        want[static_cast<size_t>(i) * n + j] = mx == -INFINITY ? 0.0 : std::exp(row[j] - mx) / sum;
+  for (auto [rows, n] : {std::pair<int, int>{1, 5}, {9, 257}, {64, 8000}, {3, 17}}) {
+    for (float offset : {0.0f, 1000.0f, -1000.0f}) {
+      SCOPED_TRACE(absl::StrCat("rows ", rows, " n ", n, " offset ", offset));
+      std::vector<float> x = Random(static_cast<size_t>(rows) * n, 0.5f, 2.0f);
+      for (float& v : x) v += offset;
+      for (int j = 0; j < n; j += 3) x[j] = -INFINITY;                               // row 0: some masked
+      if (rows > 1) std::fill(x.begin() + n, x.begin() + 2 * n, -INFINITY);          // row 1: all
+      if (rows > 2) std::fill(x.begin() + 2 * n + 1, x.begin() + 3 * n, -INFINITY);  // row 2: one left
+      std::vector<double> want(x.size());
+      for (int i = 0; i < rows; ++i) {
+        const float* row = x.data() + static_cast<size_t>(i) * n;
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j < n; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+        for (int j = 0; j < n; ++j) sum += mx == -INFINITY ? 0.0 : std::exp(row[j] - mx);
+        for (int j = 0; j < n; ++j) {
+          want[static_cast<size_t>(i) * n + j] = mx == -INFINITY ? 0.0 : std::exp(row[j] - mx) / sum;
+        }
       }
+      float* dx = Upload(x);
+      ASSERT_TRUE(Softmax(dx, rows, n).ok());
+      const std::vector<float> got = Download(dx, x.size());
+      ExpectAllNear(got, want, "softmax", 2e-5, 1e-5);
+      int64_t masked_nonzero = 0;
+      for (size_t i = 0; i < x.size(); ++i) masked_nonzero += x[i] == -INFINITY && got[i] != 0.0f;
+      EXPECT_EQ(masked_nonzero, 0) << "masked entries not exactly 0";
     }
-    float* dx = Upload(x);
-    ASSERT_TRUE(Softmax(dx, rows, n).ok());
-    ExpectAllNear(Download(dx, x.size()), want, "softmax", 2e-5, 1e-5);
   }
 }
 
@@ -248,15 +278,18 @@ TEST_P(ElementwiseTest, LayerNormBackward) {
       float* ddx = alias ? ddy : Alloc<float>(n);
       float* ddgamma = Upload(dgamma0);
       float* ddbeta = Upload(dbeta0);
-      ASSERT_TRUE(LayerNormBackward(ddx, ddgamma, ddbeta, ddy, Upload(x), Upload(gamma), s.rows, s.d, eps).ok());
+      ASSERT_TRUE(
+          LayerNormBackward(ddx, ddgamma, ddbeta, ddy, Upload(x), Upload(gamma), s.rows, s.d, eps).ok());
       const std::vector<float> got[3] = {Download(ddx, n), Download(ddgamma, s.d), Download(ddbeta, s.d)};
       EXPECT_LE(RelativeError(got[0], dx_want), 2e-5);
       EXPECT_LE(MaxScaledError(got[0], dx_want), 2e-4);
       EXPECT_LE(RelativeError(got[1], dgamma_want), 2e-5);
       EXPECT_LE(RelativeError(got[2], dbeta_want), 2e-5);
       for (int i = 0; i < 3; ++i) {
-        if (alias) ExpectSameBits(got[i], first[i], absl::StrCat("output ", i, " in place"));
-        else first[i] = got[i];
+        if (alias)
+          ExpectSameBits(got[i], first[i], absl::StrCat("output ", i, " in place"));
+        else
+          first[i] = got[i];
       }
     }
   }

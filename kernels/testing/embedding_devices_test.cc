@@ -116,7 +116,8 @@ TEST_P(EmbeddingTest, EmbedTokensWithAndWithoutPositions) {
 }
 
 TEST_P(EmbeddingTest, SinusoidalPositionsInterleaved) {
-  for (auto [rows, d] : {std::pair<int, int>{65, 1}, {65, 2}, {65, 3}, {17, 7}, {65, 8}, {1030, 512}, {1024, 1024}}) {
+  for (auto [rows, d] :
+       {std::pair<int, int>{65, 1}, {65, 2}, {65, 3}, {17, 7}, {65, 8}, {1030, 512}, {1024, 1024}}) {
     SCOPED_TRACE(absl::StrCat("rows ", rows, " d ", d));
     std::vector<double> want(static_cast<size_t>(rows) * d);
     for (int p = 0; p < rows; ++p) {
@@ -179,7 +180,8 @@ TEST_P(EmbeddingTest, EmbeddingBackward) {
       for (size_t i = 0; i < got.size() && failures < 5; ++i) {
         if (!(std::fabs(got[i] - want[i]) <= tol[i])) {
           ++failures;
-          ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", want " << want[i] << " within " << tol[i];
+          ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", want " << want[i] << " within "
+                        << tol[i];
         }
       }
     };

@@ -48,8 +48,8 @@ class LossTest : public testing::DeviceTest {
     return v;
   }
 
-  absl::StatusOr<LossSums> LabelSmoothedCrossEntropy(float* logits, const int32_t* targets,
-                                                     int64_t rows, int vocab, float eps, int32_t pad) {
+  absl::StatusOr<LossSums> LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows,
+                                                     int vocab, float eps, int32_t pad) {
     LossSums s;
     if (cpu()) {
       int64_t count = 0;
@@ -58,16 +58,18 @@ class LossTest : public testing::DeviceTest {
       return s;
     }
     double* sums = Alloc<double>(3);
-    absl::Status st = TNMT_IF_CUDA(cuda::LabelSmoothedCrossEntropy(ctx(), logits, targets, rows, vocab, eps, pad, sums));
+    absl::Status st =
+        TNMT_IF_CUDA(cuda::LabelSmoothedCrossEntropy(ctx(), logits, targets, rows, vocab, eps, pad, sums));
     if (!st.ok()) return st;
     const std::vector<double> h = Download(sums, 3);
     return LossSums{h[0], h[1], h[2]};
   }
-  absl::StatusOr<double> RDropConsistency(float* logits, const int32_t* targets, int64_t pairs,
-                                          int vocab, float alpha, int32_t pad) {
+  absl::StatusOr<double> RDropConsistency(float* logits, const int32_t* targets, int64_t pairs, int vocab,
+                                          float alpha, int32_t pad) {
     if (cpu()) return cpu::RDropConsistency(logits, targets, pairs, vocab, alpha, pad);
     double* sum = Upload(std::vector<double>{0.25});  // the GPU adds to what is there
-    absl::Status st = TNMT_IF_CUDA(cuda::RDropConsistency(ctx(), logits, targets, pairs, vocab, alpha, pad, sum));
+    absl::Status st =
+        TNMT_IF_CUDA(cuda::RDropConsistency(ctx(), logits, targets, pairs, vocab, alpha, pad, sum));
     if (!st.ok()) return st;
     return Download(sum, 1)[0] - 0.25;
   }
@@ -113,7 +115,8 @@ TEST_P(LossTest, LabelSmoothedCrossEntropy) {
       want.count += 1.0;
     }
     float* dlogits = Upload(logits);
-    const absl::StatusOr<LossSums> got = LabelSmoothedCrossEntropy(dlogits, Upload(targets), c.rows, c.vocab, c.eps, pad);
+    const absl::StatusOr<LossSums> got =
+        LabelSmoothedCrossEntropy(dlogits, Upload(targets), c.rows, c.vocab, c.eps, pad);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_NEAR(got->loss, want.loss, 2e-5 * (1.0 + std::fabs(want.loss)));
     EXPECT_NEAR(got->nll, want.nll, 2e-5 * (1.0 + std::fabs(want.nll)));
@@ -157,7 +160,8 @@ TEST_P(LossTest, RDropConsistency) {
       }
     }
     float* dlogits = Upload(logits);
-    const absl::StatusOr<double> got = RDropConsistency(dlogits, Upload(targets), c.pairs, c.vocab, alpha, pad);
+    const absl::StatusOr<double> got =
+        RDropConsistency(dlogits, Upload(targets), c.pairs, c.vocab, alpha, pad);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_NEAR(*got, term, 2e-4 * (1.0 + std::fabs(term)));
     EXPECT_LE(MaxScaledError(Download(dlogits, logits.size()), grad), 1e-4);

@@ -55,7 +55,7 @@ TEST_P(TopKTest, MatchesFullSort) {
       float* row = x.data() + static_cast<size_t>(r) * c.n;
       if (c.ties) {
         for (int j = 0; j < c.n; ++j) row[j] = std::round(row[j] * 2.0f) / 2.0f;  // many ties
-        if (r == 0) std::fill(row, row + c.n, 1.25f);                           // all tied
+        if (r == 0) std::fill(row, row + c.n, 1.25f);                             // all tied
       }
       if (c.n > 4) {
         row[pick(rng_)] = -INFINITY;
@@ -83,8 +83,8 @@ TEST_P(TopKTest, MatchesFullSort) {
         const float value = got_values[static_cast<size_t>(r) * c.k + t];
         // -0 and +0 tie: the id check covers their order.
         if ((got != want || value != row[want]) && ++mismatches <= 5) {
-          ADD_FAILURE() << "row " << r << " rank " << t << ": got id " << got << " (" << value
-                        << "), want " << want << " (" << row[want] << ")";
+          ADD_FAILURE() << "row " << r << " rank " << t << ": got id " << got << " (" << value << "), want "
+                        << want << " (" << row[want] << ")";
         }
       }
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything the GPU check runs on a development machine (nvcc, no GPU) and bundles it
 # into build/gpu-bundle/bundle.tar.xz (git-ignored; give build/gpu-bundle to the device runner
-# as a carried path): every CUDA test binary (the cc_tests marked CUDA_ONLY), the kernel
+# as a carried path): every CUDA test binary (the cc_tests marked CUDA_ONLY, and the kernel
+# tests tagged devices_test, which run each operation on the CPU and the GPU), the kernel
 # benchmark, translate_bench and the tnmt CLI built with --config=cuda, the shared libraries
 # they need that a GPU machine without Bazel/gRPC lacks (OpenBLAS, which the CPU references
 # dlopen, and the SentencePiece library included), and the Multi30k text of data/multi30k
@@ -14,7 +15,7 @@
 #   tests/gpu/check.sh build/gpu-bundle
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-mapfile -t tests < <(bazel query 'attr(target_compatible_with, "cuda_build", kind("cc_test", //...))' 2>/dev/null | sort)
+mapfile -t tests < <(bazel query 'attr(target_compatible_with, "cuda_build", kind("cc_test", //...)) + attr(tags, "devices_test", kind("cc_test", //...))' 2>/dev/null | sort)
 tools=(//bench/gpu:gpu_bench //bench:translate_bench //tools/tnmt:tnmt)
 bazel build --config=cuda "${tests[@]}" "${tools[@]}" //engine/tokenizer:libtnmt_spm.so
 out=build/gpu-bundle

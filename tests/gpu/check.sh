@@ -469,7 +469,9 @@ sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanit
 if [[ -z $card ]]; then
   gpu_skip "memcheck (compute-sanitizer)"
 elif [[ -n "$sanitizer" && -z "${TNMT_GPU_CHECK_NO_SANITIZER:-}" ]]; then
-  for name in attention_test embedding_test topk_test step_ops_test train_ops_test train_backward_test convert_test elementwise_test context_test; do
+  for name in attention_test embedding_test topk_test step_ops_test reduce_test convert_test elementwise_test context_test \
+      adam_devices_test attention_devices_test dropout_devices_test elementwise_devices_test embedding_devices_test \
+      loss_devices_test topk_devices_test; do
     [[ -x "$B/bin/$name" ]] || continue
     run "memcheck $name" 90 "$sanitizer" --tool memcheck --leak-check no --error-exitcode 99 \
       "$B/bin/$name" --gtest_filter=-*OutOfMemory*
