@@ -5,6 +5,9 @@
 // update; the sinusoid tables; double[3] loss sums of the current micro-batch and double[4]
 // update totals {loss, nll, tokens, stop, save}.
 //
+// The update (gradient norm, float16 loss scaling, Adam, the buckets' order) is trainer/optim's
+// FlatOptimizer, the CPU engine's code, here over device kernels.
+//
 // Streams: everything computes on the Context's stream. With several ranks a second stream
 // carries NCCL: when the backward of the update's last micro-batch finishes a bucket's last
 // stage, an event recorded on the compute stream is waited for by the NCCL stream, which then
@@ -31,6 +34,7 @@
 #include "trainer/model/cuda_train_model.h"
 #include "trainer/model/flat_layout.h"
 #include "trainer/model/parameters.h"
+#include "trainer/optim/flat_optimizer.h"
 
 namespace tnmt::train {
 
@@ -39,17 +43,20 @@ namespace {
 namespace k = kernels::cuda;
 using k::DeviceBuffer;
 
-// Below this the float16 loss scale cannot help: the gradients are not finite unscaled.
-constexpr double kMinLossScale = 1.0 / 16384;
+LossScaling ScalingOf(const TrainEngineOptions& o) {
+  LossScaling s;
+  s.dynamic = o.precision == TrainPrecision::kFloat16;
+  s.initial = o.initial_loss_scale;
+  s.window = o.loss_scale_window;
+  return s;
+}
 
 class CudaTrainEngine : public TrainEngine {
  public:
   CudaTrainEngine(const ModelConfig& c, FlatLayout layout, const TrainEngineOptions& o,
                   std::unique_ptr<k::Context> ctx)
       : c_(c), layout_(std::move(layout)), precision_(o.precision), bootstrap_(o.collective), ctx_(std::move(ctx)),
-        model_(c_, layout_, ctx_.get(), o.precision),
-        loss_scale_(o.precision == TrainPrecision::kFloat16 ? o.initial_loss_scale : 1.0),
-        window_(o.loss_scale_window) {}
+        model_(c_, layout_, ctx_.get(), o.precision), scaling_(ScalingOf(o)) {}
 
   ~CudaTrainEngine() override {
     // Nothing may still use the buffers, streams or events when they are released.
@@ -80,8 +87,13 @@ class CudaTrainEngine : public TrainEngine {
     TNMT_RETURN_IF_ERROR(Upload(params, &params_));
     TNMT_RETURN_IF_ERROR(Upload(adam.m(), &m_));
     TNMT_RETURN_IF_ERROR(Upload(adam.v(), &v_));
-    adam_step_ = adam.step();
-    adam_options_ = adam.options();
+    opt_ = std::make_unique<FlatOptimizer>(
+        &layout_, FlatArrays{params_.as<float>(), grads_.as<float>(), m_.as<float>(), v_.as<float>()},
+        FlatKernels{[this](const float* x, int64_t n) { return SumOfSquares(x, n); },
+                    [this](float* w, float* m, float* v, const float* g, int64_t n, float scale,
+                           const kernels::AdamOptions& o) { return k::AdamUpdate(*ctx_, w, m, v, g, n, scale, o); },
+                    [this] { return RefreshHalf(); }},
+        adam.options(), adam.step(), scaling_);
     if (c_.position_encoding != PositionEncoding::kLearned) {
       TNMT_ASSIGN_OR_RETURN(enc_sinusoid_, UploadTensor(params.encoder_positions));
       TNMT_ASSIGN_OR_RETURN(dec_sinusoid_, UploadTensor(params.decoder_positions));
@@ -122,8 +134,7 @@ class CudaTrainEngine : public TrainEngine {
     TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaMemsetAsync(totals_.get(), 0, sizeof(double) * 5, ctx_->stream())));
     micro_batches_ = micro_batches;
     micro_done_ = 0;
-    next_bucket_ = 0;
-    norm_valid_ = false;
+    opt_->BeginStep();
     return absl::OkStatus();
   }
 
@@ -133,7 +144,7 @@ class CudaTrainEngine : public TrainEngine {
     const bool overlap = nccl_ != nullptr && micro_done_ + 1 == micro_batches_;
     StageDone done;
     if (overlap) done = [this](int stage) { return LaunchBuckets(stage); };
-    TNMT_RETURN_IF_ERROR(model_.Run(batch, options, Arrays(), static_cast<float>(loss_scale_), /*backward=*/true,
+    TNMT_RETURN_IF_ERROR(model_.Run(batch, options, Arrays(), static_cast<float>(opt_->loss_scale()), /*backward=*/true,
                                     sums_.as<double>(), done));
     TNMT_RETURN_IF_ERROR(kernels::cuda::AddDoubles(*ctx_, totals_.as<double>(), sums_.as<double>(), 3));
     ++micro_done_;
@@ -161,52 +172,11 @@ class CudaTrainEngine : public TrainEngine {
     return t;
   }
 
-  absl::StatusOr<double> GradNorm() override {
-    if (!norm_valid_) {
-      TNMT_RETURN_IF_ERROR(k::SumOfSquares(*ctx_, norm_.as<double>(), grads_.as<float>(), layout_.size()));
-      double sum = 0;
-      TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(
-          cudaMemcpyAsync(&sum, norm_.get(), sizeof(double), cudaMemcpyDeviceToHost, ctx_->stream())));
-      TNMT_RETURN_IF_ERROR(ctx_->Synchronize());
-      norm_value_ = std::sqrt(sum) / loss_scale_;  // gradients carry the loss scale (1 unless float16)
-      norm_valid_ = true;
-    }
-    return norm_value_;
-  }
+  absl::StatusOr<double> GradNorm() override { return opt_->GradNorm(); }
 
-  absl::StatusOr<bool> AdamStep(double lr, float grad_scale) override {
-    float scale = grad_scale;
-    if (precision_ == TrainPrecision::kFloat16) {
-      TNMT_ASSIGN_OR_RETURN(const double norm, GradNorm());
-      if (!std::isfinite(norm)) {
-        loss_scale_ /= 2;
-        good_steps_ = 0;
-        norm_valid_ = false;
-        if (loss_scale_ < kMinLossScale) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "float16 gradients are not finite even at loss scale ", loss_scale_ * 2,
-              ": training diverged (try a lower learning rate, or bfloat16/float32)"));
-        }
-        return false;
-      }
-      scale = static_cast<float>(grad_scale / loss_scale_);
-    }
-    ++adam_step_;
-    kernels::AdamOptions o = adam_options_;  // betas and eps of the Adam given
-    o.lr = static_cast<float>(lr);
-    o.step = adam_step_;
-    TNMT_RETURN_IF_ERROR(k::AdamUpdate(*ctx_, params_.as<float>(), m_.as<float>(), v_.as<float>(),
-                                       grads_.as<float>(), layout_.size(), scale, o));
-    TNMT_RETURN_IF_ERROR(RefreshHalf());
-    norm_valid_ = false;
-    if (precision_ == TrainPrecision::kFloat16 && ++good_steps_ >= window_) {
-      loss_scale_ *= 2;
-      good_steps_ = 0;
-    }
-    return true;
-  }
+  absl::StatusOr<bool> AdamStep(double lr, float grad_scale) override { return opt_->AdamStep(lr, grad_scale); }
 
-  double loss_scale() const override { return loss_scale_; }
+  double loss_scale() const override { return opt_->loss_scale(); }
 
   absl::StatusOr<LossStats> EvaluateLoss(const TrainBatch& batch, float label_smoothing) override {
     TNMT_RETURN_IF_ERROR(ValidateBatch(c_, batch));
@@ -233,7 +203,7 @@ class CudaTrainEngine : public TrainEngine {
     h.params = &host_params_;
     h.adam_m = &host_m_;
     h.adam_v = &host_v_;
-    h.adam_step = adam_step_;
+    h.adam_step = opt_->step();
     return h;
   }
 
@@ -253,16 +223,22 @@ class CudaTrainEngine : public TrainEngine {
 
   // Starts the all-reduce of every bucket whose last stage is <= `stage`, in layout order.
   absl::Status LaunchBuckets(int stage) {
-    const std::vector<GradBucket>& buckets = layout_.buckets();
-    while (next_bucket_ < buckets.size() && buckets[next_bucket_].last_stage <= stage) {
-      const GradBucket& b = buckets[next_bucket_];
-      cudaEvent_t ready = bucket_events_[next_bucket_];
+    return opt_->ReduceBuckets(stage, [this](size_t index, const GradBucket& b) -> absl::Status {
+      cudaEvent_t ready = bucket_events_[index];
       TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaEventRecord(ready, ctx_->stream())));
       TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaStreamWaitEvent(comm_, ready, 0)));
-      TNMT_RETURN_IF_ERROR(nccl_->AllReduceSumAsync(grads_.as<float>() + b.offset, b.count, comm_));
-      ++next_bucket_;
-    }
-    return absl::OkStatus();
+      return nccl_->AllReduceSumAsync(grads_.as<float>() + b.offset, b.count, comm_);
+    });
+  }
+
+  // The sum of squares of x[0, n) on the host, after everything queued so far.
+  absl::StatusOr<double> SumOfSquares(const float* x, int64_t n) {
+    TNMT_RETURN_IF_ERROR(k::SumOfSquares(*ctx_, norm_.as<double>(), x, n));
+    double sum = 0;
+    TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(
+        cudaMemcpyAsync(&sum, norm_.get(), sizeof(double), cudaMemcpyDeviceToHost, ctx_->stream())));
+    TNMT_RETURN_IF_ERROR(ctx_->Synchronize());
+    return sum;
   }
 
   absl::Status RefreshHalf() {
@@ -312,16 +288,9 @@ class CudaTrainEngine : public TrainEngine {
   std::vector<float> staging_;  // host copy of one flat array
   ModelWeights host_params_, host_m_, host_v_;
 
-  int64_t adam_step_ = 0;
-
-  kernels::AdamOptions adam_options_;
-  double loss_scale_;
-  const int window_;
-  int good_steps_ = 0;
+  const LossScaling scaling_;
+  std::unique_ptr<FlatOptimizer> opt_;  // over the buffers above
   int micro_batches_ = 1, micro_done_ = 0;
-  size_t next_bucket_ = 0;
-  bool norm_valid_ = false;
-  double norm_value_ = 0;
 };
 
 }  // namespace
@@ -331,11 +300,7 @@ absl::StatusOr<std::unique_ptr<TrainEngine>> MakeCudaTrainEngine(const ModelConf
                                                                  ModelWeights params, Adam adam) {
   if (!options.device.cuda) return absl::InvalidArgumentError("MakeCudaTrainEngine: the device is not cuda");
   if (options.collective == nullptr) return absl::InvalidArgumentError("MakeCudaTrainEngine: no collective");
-  if (options.precision == TrainPrecision::kFloat16 &&
-      !(options.initial_loss_scale >= kMinLossScale && std::isfinite(options.initial_loss_scale))) {
-    return absl::InvalidArgumentError(absl::StrCat("initial loss scale ", options.initial_loss_scale, " out of range"));
-  }
-  if (options.loss_scale_window < 1) return absl::InvalidArgumentError("loss scale window must be positive");
+  TNMT_RETURN_IF_ERROR(ValidateLossScaling(ScalingOf(options)));
   int count = 0;
   TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaGetDeviceCount(&count)));
   if (count == 0) return absl::FailedPreconditionError("\"device\" cuda: no CUDA device is visible");
