@@ -97,9 +97,7 @@ absl::Status Shortlist::SetTargets(int32_t source, std::vector<int32_t> ids) {
   if (source < 0 || source >= vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat("source id ", source, " is outside [0, ", vocab_size, ")"));
   }
-  // offsets[source] counts the targets of the sources before it: all of them unless a source
-  // at or after this one already has targets.
-  if (offsets[source] != static_cast<int32_t>(targets.size())) {
+  if (source <= last_source) {
     return absl::InvalidArgumentError(absl::StrCat("source id ", source, " set twice or out of order"));
   }
   for (int32_t id : ids) {
@@ -108,7 +106,10 @@ absl::Status Shortlist::SetTargets(int32_t source, std::vector<int32_t> ids) {
     }
   }
   SortDistinct(&ids);
-  for (int32_t s = source + 1; s <= vocab_size; ++s) offsets[s] = offsets[source] + static_cast<int32_t>(ids.size());
+  // The sources skipped since last_source have no targets.
+  for (int32_t s = last_source + 1; s <= source; ++s) offsets[s] = static_cast<int32_t>(targets.size());
+  offsets[source + 1] = static_cast<int32_t>(targets.size() + ids.size());
+  last_source = source;
   targets.insert(targets.end(), ids.begin(), ids.end());
   return absl::OkStatus();
 }

@@ -32,17 +32,21 @@ inline constexpr int kShortlistFormatVersion = 1;
 struct Shortlist {
   int vocab_size = 0;
   std::vector<int32_t> frequent;  // sorted, distinct
-  // Source s's targets: targets[offsets[s], offsets[s + 1]), sorted, distinct; offsets: [V + 1].
+  // Source s <= last_source: its targets are targets[offsets[s], offsets[s + 1]), sorted,
+  // distinct; a source after last_source has none. offsets: [V + 1].
   std::vector<int32_t> offsets;
   std::vector<int32_t> targets;
+  int32_t last_source = -1;  // the last source SetTargets set
 
   // An empty table over `vocab_size` ids (no frequent pieces, no source lists).
   static Shortlist Empty(int vocab_size);
   absl::Span<const int32_t> TargetsOf(int32_t source) const {
+    if (source > last_source) return {};
     return absl::MakeConstSpan(targets.data() + offsets[source], offsets[source + 1] - offsets[source]);
   }
   // Sets source s's targets (any order, duplicates dropped); sources must be set in
-  // increasing order, each at most once, on a table from Empty.
+  // increasing order, each at most once, on a table from Empty (time: the ids, plus the
+  // sources skipped since the last call).
   absl::Status SetTargets(int32_t source, std::vector<int32_t> ids);
 
   // The candidate set of a batch: the targets of every id in `sources` (ids in [0, V)), the
