@@ -65,6 +65,7 @@ struct TimeAccount {
   int64_t device_allocs = 0;    // cudaMalloc calls (the caching allocator's misses)
   int64_t gemm_plans_built = 0;  // GEMM plan-cache misses (cuBLASLt heuristic queries)
   int64_t flushes = 0;           // waits for the device inside the window (event pool full)
+  double timing_host_ms = 0;     // host time spent recording the events (the timing's own cost)
 
   void AddWork(TimeCategory c, double ms, int64_t calls = 1) {
     CategoryTime& t = work[static_cast<int>(c)];

@@ -65,6 +65,7 @@ TEST(TimeAccount, SumsAndMerge) {
   b.device_allocs = 2;
   b.gemm_plans_built = 3;
   b.flushes = 1;
+  b.timing_host_ms = 0.25;
   b.betweens = 4;
   a.Merge(b);
   EXPECT_DOUBLE_EQ(a.work[static_cast<int>(TimeCategory::kGemm)].ms, 6.0);
@@ -75,6 +76,7 @@ TEST(TimeAccount, SumsAndMerge) {
   EXPECT_EQ(a.device_allocs, 2);
   EXPECT_EQ(a.gemm_plans_built, 3);
   EXPECT_EQ(a.flushes, 1);
+  EXPECT_DOUBLE_EQ(a.timing_host_ms, 0.25);
   EXPECT_EQ(a.betweens, 4);
 
   a.Clear();
@@ -96,6 +98,7 @@ TEST(TimeAccount, TableRowsAddUpToTheWall) {
   a.AddHost("beam search", 12.0);
   a.device_allocs = 1;
   a.gemm_plans_built = 7;
+  a.timing_host_ms = 3.0;
   TimeWindow w;
   w.steps = 10;
   w.wall_ms = 100.0;
@@ -123,7 +126,9 @@ TEST(TimeAccount, TableRowsAddUpToTheWall) {
   EXPECT_NEAR(work + gaps + between + outside, wall, 1e-9);
   EXPECT_NE(t.find("(9 gaps)"), std::string::npos);
   EXPECT_NE(t.find("host, ms/step: beam search 1.200\n"), std::string::npos);
-  EXPECT_NE(t.find("counters: 1 cudaMalloc calls, 7 GEMM plans built, 0 timing flushes\n"), std::string::npos);
+  EXPECT_NE(t.find("counters: 1 cudaMalloc calls, 7 GEMM plans built, 0 timing flushes; recording the events "
+                   "took 0.300 ms/step of host time\n"),
+            std::string::npos);
 }
 
 TEST(TimeAccount, TableOfAnEmptyWindow) {

@@ -1,7 +1,8 @@
 // GPU benchmark (docs/gpu.md): the card's copy bandwidth and matmul peak as measured ceilings,
 // cuBLASLt TFLOP/s for the Transformer-base GEMMs (decode m = 128 and 512, encoder m = 4096;
 // float32, TF32, float16, bfloat16), and the decode kernels (fused KV-cache attention, beam
-// top-k, label-smoothed loss) against the copy bandwidth. Random data throughout (never
+// top-k, label-smoothed loss) against the copy bandwidth, and the device timeline's own cost
+// and accounting (kernels/cuda/gpu_timeline.h). Random data throughout (never
 // zeros); inputs rotate over enough buffer sets to exceed the L2 cache for small shapes.
 //
 // Each GEMM is timed two ways: "eager" = back-to-back calls from the host (what the engine
@@ -12,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +30,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gpu_timeline.h"
 #include "kernels/cuda/loss.h"
 #include "kernels/cuda/random.h"
 #include "kernels/cuda/topk.h"
@@ -313,6 +316,51 @@ void BenchOthers(Context& ctx, double copy_gbps) {
   }
 }
 
+// The timeline on this card: the host cost of one timed call (the same eager memsets with
+// timing off and on), and its accounting against two events around the whole run (device
+// work + gaps = span), with the run's table.
+void BenchTimeline(Context& ctx) {
+  const size_t bytes = size_t{4} << 20;
+  const int calls = quick ? 500 : 2000;
+  auto buf = ctx.allocator().Buffer(bytes);
+  CHECK_OK(buf.status());
+  GpuTimeline& t = ctx.timeline();
+  const bool was_on = t.enabled();
+  Events outer;
+  auto run = [&](bool on) {
+    t.set_enabled(on);
+    CHECK_OK(ctx.Synchronize());
+    CHECK_OK(t.Take().status());
+    const auto start = std::chrono::steady_clock::now();
+    double device_ms = outer.Time(ctx.stream(), [&] {
+      for (int i = 0; i < calls; ++i) {
+        CHECK_OK(Timed(ctx, TimeCategory::kOther, [&] {
+          return TNMT_CUDA_CHECK(cudaMemsetAsync(buf->get(), i & 0xff, bytes, ctx.stream()));
+        }));
+      }
+    });
+    const double host_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / calls;
+    return std::make_pair(host_us, device_ms);
+  };
+  run(true);  // warm-up: the event pool grows here
+  const auto [off_us, off_ms] = run(false);
+  const auto [on_us, on_ms] = run(true);
+  auto a = t.Take();
+  CHECK_OK(a.status());
+  std::printf("\ntimeline: %d timed 4 MiB memsets: host %.2f us/call with timing on, %.2f off (+%.2f); device %.3f ms "
+              "on, %.3f off; accounted work %.3f + gaps %.3f = span %.3f ms against %.3f ms between two outer events\n",
+              calls, on_us, off_us, on_us - off_us, on_ms, off_ms, a->WorkMs(), a->gap_ms, a->SpanMs(), on_ms);
+  TimeWindow w;
+  w.steps = 1;
+  w.wall_ms = on_ms;
+  w.step = "run";
+  std::printf("%s", FormatTimeTable(*a, w).c_str());
+  results.push_back({"timeline_host_us_per_call", "us", on_us - off_us});
+  results.push_back({"timeline_span_over_outer", "%", on_ms > 0 ? 100.0 * a->SpanMs() / on_ms : NAN});
+  t.set_enabled(was_on);
+}
+
 int Main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) quick = quick || std::strcmp(argv[i], "--quick") == 0;
   auto ctx_or = Context::Create(0);
@@ -341,6 +389,7 @@ int Main(int argc, char** argv) {
   BenchAttention(ctx, copy, "self 128 rows x 32 (beam 4)", 128, 32, 8, 64, 0, true, "attention_decode_128x32");
   BenchAttention(ctx, copy, "cross 128 rows, 32 src x 64", 128, 64, 8, 64, 32, true, nullptr);
   BenchOthers(ctx, copy);
+  BenchTimeline(ctx);
   CHECK_OK(ctx.Synchronize());
   const auto stats = ctx.allocator().stats();
   std::printf("\nallocator: %lld cudaMalloc calls, %lld reuses, peak %.2f GiB\n",

@@ -1,6 +1,7 @@
 // GpuTimeline; see gpu_timeline.h.
 #include "kernels/cuda/gpu_timeline.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -10,6 +11,21 @@
 #include "kernels/cuda/gemm.h"
 
 namespace tnmt::kernels::cuda {
+
+namespace {
+
+// Adds the host time of its scope to `ms` (the timing's own cost).
+class HostCost {
+ public:
+  explicit HostCost(double* ms) : ms_(ms), start_(std::chrono::steady_clock::now()) {}
+  ~HostCost() { *ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count(); }
+
+ private:
+  double* ms_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
 
 bool GpuTimeline::EnabledByEnvironment() {
   const char* v = std::getenv("TNMT_GPU_TIMING");
@@ -35,6 +51,7 @@ bool GpuTimeline::NextEvent(int* index) {
 
 void GpuTimeline::Begin(cudaStream_t stream, TimeCategory c) {
   if (depth_++ > 0) return;  // nested: the outermost call times it
+  HostCost cost(&account_.timing_host_ms);
   open_recorded_ = false;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
@@ -63,6 +80,7 @@ void GpuTimeline::Begin(cudaStream_t stream, TimeCategory c) {
 
 void GpuTimeline::End(cudaStream_t stream) {
   if (--depth_ > 0 || !open_recorded_) return;
+  HostCost cost(&account_.timing_host_ms);
   open_recorded_ = false;
   const int end = records_.back().begin + 1;
   if (absl::Status s = TNMT_CUDA_CHECK(cudaEventRecord(events_[end], stream)); !s.ok()) {
