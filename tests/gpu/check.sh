@@ -40,6 +40,8 @@
 # TNMT_GPU_CHECK_NO_PEERS=1 skips 6, TNMT_GPU_CHECK_NO_COMPILE=1 its torch.compile run;
 # TNMT_PEER_PYTHON (python3) runs the peers; TNMT_GPU_CHECK_PEERS_ON_CPU=1 runs them on the
 # CPU at toy sizes (their wiring, on a machine without a GPU: no numbers to keep).
+# TNMT_GPU_TIMING (default 1 here) is passed to the engine benchmarks and the training runs
+# (steps 3 and 4): their logs then hold where every millisecond went (docs/gpu.md); 0 turns it off.
 set -uo pipefail
 bundle="$(cd "${1:-build/gpu-bundle}" && pwd)"
 cd "$(dirname "$0")/../.."  # repository root: tests read models/demo and tests/golden
@@ -97,6 +99,7 @@ done
 
 elapsed() { awk -v s="$1" -v e="$(date +%s%N)" 'BEGIN {printf "%.3f", (e - s) / 1e9}'; }
 budget=${TNMT_GPU_CHECK_BUDGET:-450}
+gpu_timing=${TNMT_GPU_TIMING:-1}
 limit_for() { local left=$((budget - SECONDS)); echo $((left < $1 ? left : $1)); }
 run() {  # run NAME SECONDS CMD...: appends the output to the log; sets rc and secs
   local name=$1 limit
@@ -234,7 +237,7 @@ bench_engine() {  # bench_engine DTYPE BATCH [graphs|gpu-beam]: one translate_be
   ((batch == 1)) && sentences=300
   if [[ -z $card ]]; then gpu_skip "bench base $label"; return; fi
   local res="$work/tb-$dtype-$batch${graphs:+-$graphs}.txt"
-  run "translate_bench $label" 60 env TNMT_GPU_BEAM=$([[ $graphs == gpu-beam ]] && echo 1 || echo 0) \
+  run "translate_bench $label" 60 env TNMT_GPU_TIMING="$gpu_timing" TNMT_GPU_BEAM=$([[ $graphs == gpu-beam ]] && echo 1 || echo 0) \
     "$B/bin/translate_bench" --device cuda --dtype "$dtype" \
     $([[ -n $graphs ]] || echo --no-cuda-graphs) "${bench_model[@]}" --beam 4 --batch "$batch" \
     --sentences "$sentences" --no-gemm --check 0 --result "$res"
@@ -266,7 +269,7 @@ train_case() {  # train_case PRESET DTYPE MAX_TOKENS
   if [[ -z $card ]]; then gpu_skip "$label"; return; fi
   local dir="$work/train-$preset-$dtype-$tokens"
   mkdir -p "$dir"
-  run "$label" 75 "$TNMT" train --train-source "$B/data/train.en" \
+  run "$label" 75 env TNMT_GPU_TIMING="$gpu_timing" "$TNMT" train --train-source "$B/data/train.en" \
     --train-target "$B/data/train.de" --spm-model models/demo/spm.model --preset "$preset" \
     --max-tokens "$tokens" --max-steps "$train_steps" --log-every-steps "$train_log_every" --save-dir "$dir" \
     --save-every-steps 100000 --valid-every-steps 100000 --device cuda --dtype "$dtype"
