@@ -521,18 +521,7 @@ absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder,
 
 absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder, const std::vector<DecodeInput>& inputs,
                                                  const DecodeOptions& opt) {
-  TNMT_RETURN_IF_ERROR(opt.Validate());
-  std::vector<DecodeResult> results(inputs.size());
-  if (inputs.empty()) return results;
-  if (!decoder.empty()) return absl::FailedPreconditionError("Decode needs an idle decoder");
-  TNMT_ASSIGN_OR_RETURN(std::vector<int64_t> handles, decoder.Add(inputs, opt));
-  std::vector<BeamDecoder::Done> done;
-  while (!decoder.empty()) {
-    done.clear();
-    TNMT_RETURN_IF_ERROR(decoder.Step(&done));
-    for (BeamDecoder::Done& d : done) results[d.handle - handles[0]] = std::move(d.result);
-  }
-  return results;
+  return DecodeToEnd(decoder, inputs, opt);
 }
 
 }  // namespace tnmt

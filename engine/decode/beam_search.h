@@ -85,6 +85,26 @@ absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder,
 absl::StatusOr<std::vector<DecodeResult>> Decode(BeamDecoder& decoder, const std::vector<DecodeInput>& inputs,
                                                  const DecodeOptions& options);
 
+// Decode's loop for any decoder with BeamDecoder's Add/Step/empty (FlatBeamDecoder too):
+// `inputs` (sources or DecodeInputs) added to the idle decoder, stepped to the end.
+template <class Decoder, class Inputs>
+absl::StatusOr<std::vector<DecodeResult>> DecodeToEnd(Decoder& decoder, const Inputs& inputs,
+                                                      const DecodeOptions& options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  std::vector<DecodeResult> results(inputs.size());
+  if (inputs.empty()) return results;
+  if (!decoder.empty()) return absl::FailedPreconditionError("Decode needs an idle decoder");
+  absl::StatusOr<std::vector<int64_t>> handles = decoder.Add(inputs, options);
+  if (!handles.ok()) return handles.status();
+  std::vector<typename Decoder::Done> done;
+  while (!decoder.empty()) {
+    done.clear();
+    if (absl::Status s = decoder.Step(&done); !s.ok()) return s;
+    for (auto& d : done) results[d.handle - (*handles)[0]] = std::move(d.result);
+  }
+  return results;
+}
+
 // Length penalty lp(n) = ((5 + n) / 6)^alpha (kGnmt) or n^alpha (kLength); both grow with n
 // for alpha >= 0, which the stopping rule relies on.
 double LengthPenalty(int length, double alpha, LengthPenaltyStyle style = LengthPenaltyStyle::kGnmt);

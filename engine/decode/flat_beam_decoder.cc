@@ -199,18 +199,7 @@ absl::Status FlatBeamDecoder::Step(std::vector<Done>* done) {
 absl::StatusOr<std::vector<DecodeResult>> Decode(FlatBeamDecoder& decoder,
                                                  const std::vector<std::vector<int32_t>>& sources,
                                                  const DecodeOptions& opt) {
-  TNMT_RETURN_IF_ERROR(opt.Validate());
-  std::vector<DecodeResult> results(sources.size());
-  if (sources.empty()) return results;
-  if (!decoder.empty()) return absl::FailedPreconditionError("Decode needs an idle decoder");
-  TNMT_ASSIGN_OR_RETURN(std::vector<int64_t> handles, decoder.Add(sources, opt));
-  std::vector<FlatBeamDecoder::Done> done;
-  while (!decoder.empty()) {
-    done.clear();
-    TNMT_RETURN_IF_ERROR(decoder.Step(&done));
-    for (FlatBeamDecoder::Done& d : done) results[d.handle - handles[0]] = std::move(d.result);
-  }
-  return results;
+  return DecodeToEnd(decoder, sources, opt);
 }
 
 }  // namespace tnmt
