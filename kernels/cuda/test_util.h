@@ -1,6 +1,6 @@
 // Shared helpers of the CUDA tests: a fixture that skips with "SKIPPED: no CUDA device" when
 // there is no GPU or driver (Bazel reports a skipped test as passed; tests/gpu/check.sh counts
-// it as not passed), device copies, random data and error norms.
+// it as not passed), device copies, random data, and the error norms of kernels/testing.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cuda/context.h"
+#include "kernels/testing/compare.h"
 
 namespace tnmt::kernels::cuda::testing {
 
@@ -84,29 +85,8 @@ class CudaTest : public ::testing::Test {
   std::mt19937 rng_{20261129};
 };
 
-// ||got - want|| / ||want|| (2-norms, double); NaN anywhere gives NaN.
-template <typename A, typename B>
-double RelativeError(const std::vector<A>& got, const std::vector<B>& want) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - static_cast<double>(want[i]);
-    num += d * d;
-    den += static_cast<double>(want[i]) * static_cast<double>(want[i]);
-  }
-  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-// max_i |got - want| / (1 + |want|); NaN anywhere gives NaN (so EXPECT_LE fails).
-template <typename A, typename B>
-double MaxScaledError(const std::vector<A>& got, const std::vector<B>& want) {
-  double worst = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(got[i]) - static_cast<double>(want[i])) /
-                     (1.0 + std::fabs(static_cast<double>(want[i])));
-    if (std::isnan(d)) return d;
-    worst = std::max(worst, d);
-  }
-  return worst;
-}
+// The error norms of kernels/testing/compare.h.
+using ::tnmt::kernels::testing::MaxScaledError;
+using ::tnmt::kernels::testing::RelativeError;
 
 }  // namespace tnmt::kernels::cuda::testing

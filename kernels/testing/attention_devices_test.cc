@@ -342,7 +342,6 @@ class AttentionTest : public testing::DeviceTest {
                                                 ld_q, k, v, ld_kv, batch, q_len, k_len, heads, d_head, drop));
   }
 
-  std::mt19937 rng_{11};
 };
 
 TEST_P(AttentionTest, MatchesFloat64) {

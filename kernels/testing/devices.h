@@ -19,15 +19,18 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "kernels/testing/compare.h"
 
 #if TNMT_TEST_CUDA
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/context.h"
+#include "kernels/cuda/test_util.h"
 #define TNMT_IF_CUDA(...) __VA_ARGS__
 #else
 #define TNMT_IF_CUDA(...) ::absl::UnimplementedError("built without CUDA")
@@ -48,23 +51,12 @@ inline std::vector<Device> BuiltDevices() {
 #endif
 }
 
-#if TNMT_TEST_CUDA
-// Empty when a CUDA device is usable, else why not.
-inline std::string NoCudaDeviceReason() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-  if (count == 0) return "cudaGetDeviceCount() = 0";
-  return "";
-}
-#endif
-
 class DeviceTest : public ::testing::TestWithParam<Device> {
  protected:
   void SetUp() override {
 #if TNMT_TEST_CUDA
     if (cuda_device()) {
-      const std::string reason = NoCudaDeviceReason();
+      const std::string reason = cuda::testing::NoDeviceReason();
       if (!reason.empty()) GTEST_SKIP() << "SKIPPED: no CUDA device (" << reason << ")";
       auto ctx = cuda::Context::Create(0);
       ASSERT_TRUE(ctx.ok()) << ctx.status();
@@ -88,6 +80,15 @@ class DeviceTest : public ::testing::TestWithParam<Device> {
 #if TNMT_TEST_CUDA
   cuda::Context& ctx() { return *ctx_; }
 #endif
+
+  // n normal floats (mean, stddev) from the fixture's generator: a fixed seed, the same data
+  // every run and on every device.
+  std::vector<float> Random(size_t n, float mean = 0.0f, float stddev = 1.0f) {
+    std::normal_distribution<float> dist(mean, stddev);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng_);
+    return v;
+  }
 
   // n elements of T on the test's device, uninitialized (NaN bytes on the GPU, see Poison).
   template <typename T>
@@ -137,6 +138,8 @@ class DeviceTest : public ::testing::TestWithParam<Device> {
     std::memset(p, 0xff, bytes);
   }
 
+  std::mt19937 rng_{20261207};
+
  private:
   void Copy(void* dst, const void* src, size_t bytes, bool to_device) {
 #if TNMT_TEST_CUDA
@@ -164,60 +167,5 @@ class DeviceTest : public ::testing::TestWithParam<Device> {
                            [](const ::testing::TestParamInfo<::tnmt::kernels::testing::Device>& info) {     \
                              return std::string(::tnmt::kernels::testing::DeviceName(info.param));          \
                            })
-
-// The element-wise comparisons of the tests, each reporting the first five mismatches.
-
-// got[i] within abs + rel * |want[i]| for every i.
-template <typename W>
-void ExpectAllNear(const std::vector<float>& got, const std::vector<W>& want, const std::string& what,
-                   double abs, double rel) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int failures = 0;
-  for (size_t i = 0; i < got.size() && failures < 5; ++i) {
-    const double w = static_cast<double>(want[i]);
-    if (!(std::fabs(static_cast<double>(got[i]) - w) <= abs + rel * std::fabs(w))) {
-      ++failures;
-      ADD_FAILURE() << what << ": [" << i << "] = " << got[i] << ", want " << w;
-    }
-  }
-}
-
-// ||got - want|| / ||want|| (2-norms, double); NaN anywhere gives NaN (which fails EXPECT_LE).
-template <typename A, typename B>
-double RelativeError(const std::vector<A>& got, const std::vector<B>& want) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = static_cast<double>(got[i]) - static_cast<double>(want[i]);
-    num += d * d;
-    den += static_cast<double>(want[i]) * static_cast<double>(want[i]);
-  }
-  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-// max_i |got - want| / (1 + |want|); NaN anywhere gives NaN.
-template <typename A, typename B>
-double MaxScaledError(const std::vector<A>& got, const std::vector<B>& want) {
-  double worst = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double d = std::fabs(static_cast<double>(got[i]) - static_cast<double>(want[i])) /
-                     (1.0 + std::fabs(static_cast<double>(want[i])));
-    if (std::isnan(d)) return d;
-    worst = std::max(worst, d);
-  }
-  return worst;
-}
-
-// got and want the same bits.
-template <typename T>
-void ExpectSameBits(const std::vector<T>& got, const std::vector<T>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int failures = 0;
-  for (size_t i = 0; i < got.size() && failures < 5; ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
-      ++failures;
-      ADD_FAILURE() << what << ": [" << i << "] = " << got[i] << ", want the bits of " << want[i];
-    }
-  }
-}
 
 }  // namespace tnmt::kernels::testing

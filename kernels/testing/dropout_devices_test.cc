@@ -34,7 +34,6 @@ class DropoutTest : public testing::DeviceTest {
     if (cpu()) return cpu::Dropout(x, count, p, seed, stream), absl::OkStatus();
     return TNMT_IF_CUDA(cuda::Dropout(ctx(), x, count, p, seed, stream));
   }
-  std::mt19937 rng_{20261210};
 };
 
 TEST_P(DropoutTest, MasksAreTheCounterHashs) {

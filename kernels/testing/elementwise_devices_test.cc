@@ -43,13 +43,6 @@ using testing::RelativeError;
 
 class ElementwiseTest : public testing::DeviceTest {
  protected:
-  std::vector<float> Random(size_t n, float mean = 0.0f, float stddev = 1.0f) {
-    std::normal_distribution<float> dist(mean, stddev);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng_);
-    return v;
-  }
-
   absl::Status Add(float* out, const float* x, const float* r, int64_t count) {
     if (cpu()) return cpu::Add(out, x, r, count), absl::OkStatus();
     return TNMT_IF_CUDA(cuda::Add(ctx(), out, x, r, count));
@@ -85,7 +78,6 @@ class ElementwiseTest : public testing::DeviceTest {
     return TNMT_IF_CUDA(cuda::AccumulateColumnSum(ctx(), db, dy, rows, n));
   }
 
-  std::mt19937 rng_{20261207};
 };
 
 double TanhGelu(double x) {
@@ -239,36 +231,32 @@ TEST_P(ElementwiseTest, Softmax) {
 // against float64. Bounds: 2-norm relative 2e-5 and 2e-4 per element scaled by 1 + |want|:
 // the GPU's bounds against the CPU (1e-5, 1e-4) plus the CPU's against float64 (within those).
 TEST_P(ElementwiseTest, LayerNormBackward) {
-  struct Shape {
-    int64_t rows;
-    int d;
-  };
-  for (const Shape s : {Shape{1, 3}, Shape{7, 5}, Shape{65, 37}, Shape{130, 512}, Shape{300, 1023}}) {
-    SCOPED_TRACE(absl::StrCat("rows ", s.rows, " d ", s.d));
-    const size_t n = static_cast<size_t>(s.rows) * s.d;
+  for (auto [rows, d] : {std::pair<int64_t, int>{1, 3}, {7, 5}, {65, 37}, {130, 512}, {300, 1023}}) {
+    SCOPED_TRACE(absl::StrCat("rows ", rows, " d ", d));
+    const size_t n = static_cast<size_t>(rows) * d;
     const float eps = 1e-5f;
-    const std::vector<float> x = Random(n, 0.5f, 2.0f), dy = Random(n), gamma = Random(s.d, 1.0f, 0.3f);
-    const std::vector<float> dgamma0 = Random(s.d), dbeta0 = Random(s.d);
+    const std::vector<float> x = Random(n, 0.5f, 2.0f), dy = Random(n), gamma = Random(d, 1.0f, 0.3f);
+    const std::vector<float> dgamma0 = Random(d), dbeta0 = Random(d);
     std::vector<double> dx_want(n), dgamma_want(dgamma0.begin(), dgamma0.end()),
         dbeta_want(dbeta0.begin(), dbeta0.end());
-    for (int64_t r = 0; r < s.rows; ++r) {
-      const float* xr = x.data() + r * s.d;
-      const float* dyr = dy.data() + r * s.d;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* xr = x.data() + r * d;
+      const float* dyr = dy.data() + r * d;
       double mean = 0.0, var = 0.0;
-      for (int j = 0; j < s.d; ++j) mean += static_cast<double>(xr[j]) / s.d;
-      for (int j = 0; j < s.d; ++j) var += (xr[j] - mean) * (xr[j] - mean) / s.d;
+      for (int j = 0; j < d; ++j) mean += static_cast<double>(xr[j]) / d;
+      for (int j = 0; j < d; ++j) var += (xr[j] - mean) * (xr[j] - mean) / d;
       const double rstd = 1.0 / std::sqrt(var + eps);
       double mean_g = 0.0, mean_gx = 0.0;
-      for (int j = 0; j < s.d; ++j) {
+      for (int j = 0; j < d; ++j) {
         const double xhat = (xr[j] - mean) * rstd, g = static_cast<double>(dyr[j]) * gamma[j];
-        mean_g += g / s.d;
-        mean_gx += g * xhat / s.d;
+        mean_g += g / d;
+        mean_gx += g * xhat / d;
         dgamma_want[j] += dyr[j] * xhat;
         dbeta_want[j] += dyr[j];
       }
-      for (int j = 0; j < s.d; ++j) {
+      for (int j = 0; j < d; ++j) {
         const double xhat = (xr[j] - mean) * rstd;
-        dx_want[r * s.d + j] = rstd * (static_cast<double>(dyr[j]) * gamma[j] - mean_g - xhat * mean_gx);
+        dx_want[r * d + j] = rstd * (static_cast<double>(dyr[j]) * gamma[j] - mean_g - xhat * mean_gx);
       }
     }
     std::vector<float> first[3];
@@ -279,8 +267,8 @@ TEST_P(ElementwiseTest, LayerNormBackward) {
       float* ddgamma = Upload(dgamma0);
       float* ddbeta = Upload(dbeta0);
       ASSERT_TRUE(
-          LayerNormBackward(ddx, ddgamma, ddbeta, ddy, Upload(x), Upload(gamma), s.rows, s.d, eps).ok());
-      const std::vector<float> got[3] = {Download(ddx, n), Download(ddgamma, s.d), Download(ddbeta, s.d)};
+          LayerNormBackward(ddx, ddgamma, ddbeta, ddy, Upload(x), Upload(gamma), rows, d, eps).ok());
+      const std::vector<float> got[3] = {Download(ddx, n), Download(ddgamma, d), Download(ddbeta, d)};
       EXPECT_LE(RelativeError(got[0], dx_want), 2e-5);
       EXPECT_LE(MaxScaledError(got[0], dx_want), 2e-4);
       EXPECT_LE(RelativeError(got[1], dgamma_want), 2e-5);
@@ -330,23 +318,19 @@ TEST_P(ElementwiseTest, ActivationBackward) {
 // db += column sums of dy against float64 (2-norm relative 2e-5: float32 sums of up to 1000
 // rows, chunked on the GPU, blocked on the CPU), twice the same bits.
 TEST_P(ElementwiseTest, AccumulateColumnSum) {
-  struct Shape {
-    int64_t rows;
-    int n;
-  };
-  for (const Shape s : {Shape{1, 1}, Shape{65, 7}, Shape{200, 513}, Shape{1000, 3}, Shape{129, 64}}) {
-    SCOPED_TRACE(absl::StrCat("rows ", s.rows, " n ", s.n));
-    const std::vector<float> dy = Random(static_cast<size_t>(s.rows) * s.n), db0 = Random(s.n);
+  for (auto [rows, n] : {std::pair<int64_t, int>{1, 1}, {65, 7}, {200, 513}, {1000, 3}, {129, 64}}) {
+    SCOPED_TRACE(absl::StrCat("rows ", rows, " n ", n));
+    const std::vector<float> dy = Random(static_cast<size_t>(rows) * n), db0 = Random(n);
     std::vector<double> want(db0.begin(), db0.end());
-    for (int64_t r = 0; r < s.rows; ++r) {
-      for (int j = 0; j < s.n; ++j) want[j] += dy[r * s.n + j];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int j = 0; j < n; ++j) want[j] += dy[r * n + j];
     }
     const float* ddy = Upload(dy);
     std::vector<float> runs[2];
     for (auto& got : runs) {
       float* ddb = Upload(db0);
-      ASSERT_TRUE(AccumulateColumnSum(ddb, ddy, s.rows, s.n).ok());
-      got = Download(ddb, s.n);
+      ASSERT_TRUE(AccumulateColumnSum(ddb, ddy, rows, n).ok());
+      got = Download(ddb, n);
       EXPECT_LE(RelativeError(got, want), 2e-5);
     }
     ExpectSameBits(runs[1], runs[0], "second run");

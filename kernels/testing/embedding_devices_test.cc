@@ -42,12 +42,6 @@ using testing::RelativeError;
 
 class EmbeddingTest : public testing::DeviceTest {
  protected:
-  std::vector<float> Random(size_t n) {
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng_);
-    return v;
-  }
   std::vector<int32_t> RandomInts(size_t n, int lo, int hi) {
     std::uniform_int_distribution<int> dist(lo, hi);
     std::vector<int32_t> v(n);
@@ -74,7 +68,6 @@ class EmbeddingTest : public testing::DeviceTest {
     return TNMT_IF_CUDA(cuda::EmbeddingBackward(ctx(), dtable, dpos, dx, ids, positions, count, d, scale));
   }
 
-  std::mt19937 rng_{20261208};
 };
 
 TEST_P(EmbeddingTest, EmbedTokensWithAndWithoutPositions) {

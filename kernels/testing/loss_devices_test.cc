@@ -41,13 +41,6 @@ struct LossSums {
 
 class LossTest : public testing::DeviceTest {
  protected:
-  std::vector<float> Random(size_t n) {
-    std::normal_distribution<float> dist(0.0f, 4.0f);
-    std::vector<float> v(n);
-    for (float& x : v) x = dist(rng_);
-    return v;
-  }
-
   absl::StatusOr<LossSums> LabelSmoothedCrossEntropy(float* logits, const int32_t* targets, int64_t rows,
                                                      int vocab, float eps, int32_t pad) {
     LossSums s;
@@ -74,7 +67,6 @@ class LossTest : public testing::DeviceTest {
     return Download(sum, 1)[0] - 0.25;
   }
 
-  std::mt19937 rng_{20261212};
 };
 
 // log(sum(exp(x))) of a row, in double.
@@ -93,7 +85,7 @@ TEST_P(LossTest, LabelSmoothedCrossEntropy) {
   for (const Case c : {Case{37, 8000, 0.1f}, Case{5, 31, 0.1f}, Case{64, 32000, 0.1f}, Case{3, 2, 0.0f}}) {
     SCOPED_TRACE(absl::StrCat("rows ", c.rows, " vocab ", c.vocab, " eps ", c.eps));
     const int32_t pad = 1;
-    const std::vector<float> logits = Random(static_cast<size_t>(c.rows) * c.vocab);
+    const std::vector<float> logits = Random(static_cast<size_t>(c.rows) * c.vocab, 0.0f, 4.0f);
     std::vector<int32_t> targets(c.rows);
     std::uniform_int_distribution<int> tok(0, c.vocab - 1);
     for (int r = 0; r < c.rows; ++r) targets[r] = r % 7 == 3 ? pad : tok(rng_);
@@ -134,7 +126,7 @@ TEST_P(LossTest, RDropConsistency) {
     const int32_t pad = 1;
     const float alpha = 3.0f;
     const double h = 0.5 * alpha;
-    const std::vector<float> logits = Random(static_cast<size_t>(2 * c.pairs) * c.vocab);
+    const std::vector<float> logits = Random(static_cast<size_t>(2 * c.pairs) * c.vocab, 0.0f, 4.0f);
     std::vector<int32_t> targets(c.pairs);
     std::uniform_int_distribution<int> tok(0, c.vocab - 1);
     for (int r = 0; r < c.pairs; ++r) targets[r] = r % 7 == 3 ? pad : tok(rng_);

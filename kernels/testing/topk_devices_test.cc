@@ -34,7 +34,6 @@ class TopKTest : public testing::DeviceTest {
     if (cpu()) return cpu::TopK(values, ids, x, rows, n, k, exclude), absl::OkStatus();
     return TNMT_IF_CUDA(cuda::TopK(ctx(), values, ids, x, rows, n, k, exclude));
   }
-  std::mt19937 rng_{20261209};
 };
 
 TEST_P(TopKTest, MatchesFullSort) {
