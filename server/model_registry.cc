@@ -23,6 +23,7 @@ absl::Status WarmUp(Scheduler& scheduler) {
   SentenceTask task;
   task.ids = *std::move(ids);
   task.options = DecodeOptions::FromConfig(m.config);
+  task.options.use_shortlist = m.shortlist != nullptr;
   task.counted = false;
   task.done = [&promise](SentenceResult r) { promise.set_value(std::move(r)); };
   std::vector<SentenceTask> tasks;
@@ -42,13 +43,14 @@ ModelRegistry::ModelRegistry(SchedulerOptions options, ServerMetrics* metrics)
 ModelRegistry::~ModelRegistry() { DrainAll(); }
 
 bool ModelRegistry::Add(const std::string& name, const std::string& path,
-                        const Placement& placement) {
+                        const Placement& placement, const std::string& shortlist) {
   std::lock_guard<std::mutex> lock(mu_);
   if (FindLocked(name) != nullptr) return false;
   auto e = std::make_unique<Entry>();
   e->status.name = name;
   e->status.path = path;
   e->status.placement = placement;
+  e->status.shortlist = shortlist;
   e->status.state = "loading";
   entries_.push_back(std::move(e));
   return true;
@@ -73,7 +75,7 @@ absl::Status ModelRegistry::Load(const std::string& name) {
   std::lock_guard<std::mutex> loading(load_mu_);
   // Entries are never removed, so the pointer stays valid; its fields are read under mu_.
   Entry* e = nullptr;
-  std::string path;
+  std::string path, shortlist;
   Placement placement;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -82,6 +84,7 @@ absl::Status ModelRegistry::Load(const std::string& name) {
     if (e == nullptr) return absl::NotFoundError(absl::StrCat("no model named ", QuoteForError(name)));
     path = e->status.path;
     placement = e->status.placement;
+    shortlist = e->status.shortlist;
   }
   auto fail = [&](const absl::Status& s) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -90,7 +93,7 @@ absl::Status ModelRegistry::Load(const std::string& name) {
     if (metrics_ != nullptr) metrics_->ModelLoadFailed(name);
     return absl::Status(s.code(), absl::StrCat("model \"", name, "\": ", s.message()));
   };
-  absl::StatusOr<std::shared_ptr<const LoadedModel>> model = LoadModelDirectory(path, placement);
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> model = LoadModelDirectory(path, placement, shortlist);
   if (!model.ok()) return fail(model.status());
   auto scheduler = std::make_shared<Scheduler>(name, *model, options_, metrics_, ComputeLock(placement));
   if (absl::Status s = WarmUp(*scheduler); !s.ok()) return fail(s);

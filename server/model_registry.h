@@ -23,6 +23,7 @@ struct ModelStatus {
   std::string name;
   std::string path;
   Placement placement;  // where it is (to be) loaded
+  std::string shortlist;  // vocabulary shortlist file loaded with it, used by every request ("": none)
   std::string state;  // "loading", "ready", "failed"
   std::string error;  // why the last load failed
   uint64_t generation = 0;
@@ -35,8 +36,10 @@ class ModelRegistry {
   ModelRegistry(SchedulerOptions options, ServerMetrics* metrics);
   ~ModelRegistry();  // DrainAll()
 
-  // Declares a model (state "loading") to be loaded on `placement`; false if the name is taken.
-  bool Add(const std::string& name, const std::string& path, const Placement& placement = {});
+  // Declares a model (state "loading") to be loaded on `placement` (with a vocabulary
+  // shortlist file, "": none, that every request to it then uses); false if the name is taken.
+  bool Add(const std::string& name, const std::string& path, const Placement& placement = {},
+           const std::string& shortlist = "");
   // Loads (or reloads) the model's directory and swaps it in after a warm-up translation.
   // On failure the serving generation, if any, keeps serving.
   absl::Status Load(const std::string& name);

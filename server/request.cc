@@ -125,6 +125,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(
 
   DecodeOptions& d = p.options;
   d = DecodeOptions::FromConfig(m.config);
+  d.use_shortlist = m.shortlist != nullptr;  // loaded with one: every request uses it
   if (absl::Status s = CheckRequestOptions(o, limits, m.config, d.beam_size); !s.ok()) return s;
   ApplyRequestOptions(o, &d);
   if (d.sampling()) {

@@ -48,7 +48,9 @@ absl::StatusOr<std::unique_ptr<TranslationServer>> TranslationServer::Start(Serv
   for (const auto& [name, dir] : o.models) {
     if (name.empty()) return absl::InvalidArgumentError(absl::StrCat("model directory ", dir, " has an empty name"));
     auto device = o.model_devices.find(name);
-    if (!s->registry_->Add(name, dir, device == o.model_devices.end() ? o.device : device->second)) {
+    auto shortlist = o.model_shortlists.find(name);
+    if (!s->registry_->Add(name, dir, device == o.model_devices.end() ? o.device : device->second,
+                           shortlist == o.model_shortlists.end() ? "" : shortlist->second)) {
       return absl::InvalidArgumentError(absl::StrCat("model name \"", name, "\" given twice"));
     }
   }

@@ -51,6 +51,8 @@ struct ServerOptions {
   std::vector<std::pair<std::string, std::string>> models;  // (name, directory)
   Placement device;                            // where models compute (also published ones)
   std::map<std::string, Placement> model_devices;  // per-model overrides of `device`
+  // Per-model vocabulary shortlist files (CPU models): every request to the model uses it.
+  std::map<std::string, std::string> model_shortlists;
   SchedulerOptions scheduler;
   ServiceLimits limits;
   int max_message_bytes = 4 << 20;  // largest request message; bigger: RESOURCE_EXHAUSTED

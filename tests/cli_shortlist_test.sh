@@ -2,7 +2,7 @@
 # `tnmt shortlist` and `tnmt translate --shortlist` on the tiny golden model: a table built from a
 # small corpus translates every line; a table allowing the whole vocabulary gives the same output
 # and scores as none; bad tables and flags exit 2 (1 for an unreadable corpus) naming the file or
-# flag and the problem.
+# flag and the problem. `tnmt serve --model-shortlists`: served as locally, a bad table refused.
 set -u
 TNMT="$1"
 MODEL="$2"
@@ -75,6 +75,42 @@ check "corpus sides of different lengths: exit 1 naming both" bash -c "test $rc 
 "$TNMT" shortlist --model "$MODEL" --source "$TMP/nosrc" --target "$TMP/tgt.txt" --output "$TMP/x" 2> "$TMP/err"
 rc=$?
 check "missing corpus: exit 1 naming it" bash -c "test $rc -eq 1 && grep -qF -- '--source $TMP/nosrc: cannot open' '$TMP/err'"
+
+# The server's per-model shortlist: every request to the model uses it.
+expect_usage "--model-shortlists of an unknown model" "--model-shortlists other=$TMP/lex.txt: no model named \"other\"" \
+  serve --model "tiny=$MODEL" --model-shortlists "other=$TMP/lex.txt" --port 0 --http-port -1
+serve_with() {  # serve_with TABLE: a server of $MODEL named tiny with that shortlist; sets SERVER, SERVER_PID
+  rm -f "$TMP/ready"
+  "$TNMT" serve --model "tiny=$MODEL" --model-shortlists "tiny=$1" --threads 1 --port 0 --http-port -1 \
+    --ready-file "$TMP/ready" 2> "$TMP/serve.log" &
+  SERVER_PID=$!
+  for _ in $(seq 300); do [[ -s "$TMP/ready" ]] || ! kill -0 $SERVER_PID 2> /dev/null && break; sleep 0.1; done
+  SERVER="127.0.0.1:$(cut -d' ' -f1 "$TMP/ready" 2> /dev/null)"
+}
+trap 'kill -KILL $SERVER_PID 2> /dev/null' EXIT
+serve_with "$TMP/all.txt"
+check "server with a whole-vocabulary shortlist ready" test -s "$TMP/ready"
+"$TNMT" translate --model "$MODEL" --threads 1 --scores < "$TMP/src.txt" > "$TMP/plain.out"
+"$TNMT" translate --server "$SERVER" --scores < "$TMP/src.txt" > "$TMP/served-all.out"
+check "  served output and scores equal the unrestricted ones" cmp -s "$TMP/served-all.out" "$TMP/plain.out"
+kill -TERM $SERVER_PID; wait $SERVER_PID
+serve_with "$TMP/lex.txt"
+check "server with a built shortlist ready" test -s "$TMP/ready"
+for i in 1 2 3; do  # one sentence at a time: its candidates are its own, as in a local run of that line
+  sed -n "${i}p" "$TMP/src.txt" > "$TMP/one.txt"
+  "$TNMT" translate --model "$MODEL" --threads 1 --scores --shortlist "$TMP/lex.txt" < "$TMP/one.txt" > "$TMP/one.local"
+  "$TNMT" translate --server "$SERVER" --scores < "$TMP/one.txt" > "$TMP/one.served"
+  check "  line $i served with the shortlist as locally with it" cmp -s "$TMP/one.served" "$TMP/one.local"
+done
+kill -TERM $SERVER_PID; wait $SERVER_PID
+check "server stopped cleanly" test $? -eq 0
+printf 'tnmt-shortlist 1\nvocab_size 7\nend\n' > "$TMP/bad.txt"
+"$TNMT" serve --model "tiny=$MODEL" --model-shortlists "tiny=$TMP/bad.txt" --port 0 --http-port -1 2> "$TMP/err" &
+SERVER_PID=$!
+want="not ready: model \"tiny\": shortlist $TMP/bad.txt line 2: built for a vocabulary of 7 pieces"
+for _ in $(seq 100); do grep -qF "$want" "$TMP/err" && break; sleep 0.1; done
+check "server does not load a shortlist of another vocabulary, naming the model and the file" grep -qF "$want" "$TMP/err"
+kill -TERM $SERVER_PID; wait $SERVER_PID
 
 echo "$fails failed"
 [[ $fails -eq 0 ]]

@@ -170,6 +170,7 @@ int ServeCommand(int argc, char** argv) {
   args.AddString("device", "cpu", "where models compute: cpu, cuda or cuda:N (CUDA builds)");
   args.AddString("dtype", "", "GPU precision: float16, bfloat16 or float32", "float16 on cuda");
   args.AddString("model-devices", "", "per-model placement: NAME=DEVICE[,NAME=DEVICE...] (DEVICE as --device)");
+  args.AddString("model-shortlists", "", "per-model vocabulary shortlist: NAME=FILE[,NAME=FILE...] (`tnmt shortlist` builds it; CPU models; every request to NAME uses it: faster, changes outputs)");
   args.AddString("compute-type", "float32", "CPU models: float32, or int8 (linears quantized at load; faster, scores differ slightly)");
   args.AddString("model-compute-types", "", "per-model compute type: NAME=TYPE[,NAME=TYPE...] (TYPE as --compute-type)");
   args.AddInt("max-batch-rows", defaults.scheduler.max_batch_rows, "hypotheses (sentences x beam) decoded per step");
@@ -299,6 +300,15 @@ int ServeCommand(int argc, char** argv) {
     if (!p.ok()) return Fail(absl::StrCat("--model-devices ", item, ": ", p.status().message()));
     if (p->device == Device::kCpu) p->int8 = o.device.int8;  // --compute-type is for CPU models
     o.model_devices[nd.first] = *p;
+  }
+  for (absl::string_view item : absl::StrSplit(args.GetString("model-shortlists"), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> nf = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    const bool known = std::any_of(o.models.begin(), o.models.end(),
+                                   [&](const auto& m) { return m.first == nf.first; });
+    if (!known) return Fail(absl::StrCat("--model-shortlists ", item, ": no model named \"", nf.first, "\""));
+    if (nf.second.empty()) return Fail(absl::StrCat("--model-shortlists ", item, ": expected NAME=FILE"));
+    if (o.model_shortlists.count(nf.first)) return Fail(absl::StrCat("--model-shortlists: ", nf.first, " given twice"));
+    o.model_shortlists[nf.first] = nf.second;
   }
   std::set<std::string> typed;
   for (absl::string_view item : absl::StrSplit(args.GetString("model-compute-types"), ',', absl::SkipEmpty())) {
