@@ -1,8 +1,7 @@
-// The decoder step's small kernels against their kernels/cpu twins (kernels/cpu/step_ops.h,
-// each tested there against a naive loop): slot-table reorder (rows copied from their parents,
-// new rows empty, this step's slot appended), row scatters into a slot pool (with and without a
-// source row map), and the per-row log-sum-exp with a picked logit against kernels/cpu
-// LogSumExp; row gathers of slot tables and cache rows against a host copy.
+// The decoder step's kernels only the GPU has: the per-row log-sum-exp with a picked logit
+// against kernels/cpu LogSumExp, row gathers of slot tables and cache rows against a host copy,
+// and the argument errors. The slot-table reorder and the row scatters, which both devices have,
+// are tested once for every device in kernels/testing/step_ops_devices_test.cc.
 #include "kernels/cuda/step_ops.h"
 
 #include <cmath>
@@ -14,7 +13,6 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/step_ops.h"
 #include "kernels/cuda/test_util.h"
 
 namespace tnmt::kernels::cuda {
@@ -24,39 +22,10 @@ using testing::CudaTest;
 
 class StepOpsTest : public CudaTest {};
 
-TEST_F(StepOpsTest, ReorderSlotTablesMatchesCpu) {
-  const int rows = 5, stride = 9;
-  std::vector<int32_t> src(rows * stride);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<int32_t>(1000 + i);
-  const std::vector<int32_t> map = {2, 2, -1, 0, 4};  // beams 0 and 1 continue row 2; row 2 is new
-  const std::vector<int32_t> positions = {3, 3, 0, 8, 1};
-  const std::vector<int32_t> slots = {70, 71, 72, 73, 74};
-  std::vector<int32_t> want(rows * stride, -7);
-  cpu::ReorderSlotTables(want.data(), src.data(), stride, map.data(), positions.data(), slots.data(),
-                         rows);
-  int32_t* d_dst = ToDevice(std::vector<int32_t>(rows * stride, -7));
-  ASSERT_TRUE(ReorderSlotTables(*ctx_, d_dst, ToDevice(src), stride, ToDevice(map),
-                                ToDevice(positions), ToDevice(slots), rows)
-                  .ok());
-  EXPECT_EQ(ToHost(d_dst, rows * stride), want);
-  EXPECT_FALSE(ReorderSlotTables(*ctx_, d_dst, d_dst, 0, nullptr, nullptr, nullptr, 1).ok());
-}
-
-TEST_F(StepOpsTest, ScatterRowsMatchesCpu) {
-  const int width = 300, src_stride = 310, dst_stride = 305, pool = 7, count = 4;
-  const std::vector<float> src = Random(6 * src_stride);
-  const std::vector<int32_t> dst_rows = {6, 0, 3, 5};
-  for (bool with_map : {false, true}) {
-    const std::vector<int32_t> src_rows = {5, 1, 1, 0};
-    std::vector<float> want(pool * dst_stride, -1.0f);
-    cpu::ScatterRows(want.data(), dst_stride, dst_rows.data(), src.data(), src_stride,
-                     with_map ? src_rows.data() : nullptr, count, width);
-    float* d_dst = ToDevice(std::vector<float>(pool * dst_stride, -1.0f));
-    ASSERT_TRUE(ScatterRows(*ctx_, d_dst, dst_stride, ToDevice(dst_rows), ToDevice(src), src_stride,
-                            with_map ? ToDevice(src_rows) : nullptr, count, width)
-                    .ok());
-    EXPECT_EQ(ToHost(d_dst, pool * dst_stride), want) << "with_map " << with_map;
-  }
+TEST_F(StepOpsTest, BadArguments) {
+  int32_t* d_dst = Alloc<int32_t>(9);
+  EXPECT_FALSE(ReorderSlotTables(*ctx_, d_dst, d_dst, 0, nullptr, nullptr, nullptr, 1).ok());  // stride 0
+  EXPECT_FALSE(ScatterRows(*ctx_, nullptr, 4, nullptr, nullptr, 4, nullptr, -1, 4).ok());
 }
 
 TEST_F(StepOpsTest, LogSumExpAndPickMatchesCpu) {

@@ -474,7 +474,7 @@ if [[ -z $card ]]; then
 elif [[ -n "$sanitizer" && -z "${TNMT_GPU_CHECK_NO_SANITIZER:-}" ]]; then
   for name in attention_test embedding_test topk_test step_ops_test reduce_test convert_test elementwise_test context_test \
       adam_devices_test attention_devices_test dropout_devices_test elementwise_devices_test embedding_devices_test \
-      loss_devices_test topk_devices_test; do
+      loss_devices_test step_ops_devices_test topk_devices_test; do
     [[ -x "$B/bin/$name" ]] || continue
     run "memcheck $name" 90 "$sanitizer" --tool memcheck --leak-check no --error-exitcode 99 \
       "$B/bin/$name" --gtest_filter=-*OutOfMemory*
