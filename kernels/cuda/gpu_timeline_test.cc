@@ -1,12 +1,11 @@
-// GpuTimeline on a GPU: nothing recorded when off, calls by category when on, nested calls
-// counted once, the step boundary's gap apart, work + gaps equal to the span two outer events
-// measure, events reused window after window, a full pool flushed without losing a call or a
-// gap, no timing inside a graph capture, and the allocator and GEMM-plan counters.
+// GpuTimeline on a GPU (its bookkeeping is also tested on the CPU, kernels/timed_calls_test.cc):
+// nothing recorded when off, calls by category when on, nested calls counted once, the step
+// boundary's gap apart, work + gaps equal to the span two outer events measure, events reused
+// window after window, a full pool flushed without losing a call or a gap, no timing inside a
+// graph capture, and the allocator and GEMM-plan counters.
 #include "kernels/cuda/gpu_timeline.h"
 
 #include <gtest/gtest.h>
-
-#include <cstdlib>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/context.h"
@@ -102,7 +101,7 @@ TEST_F(GpuTimelineTest, CategoriesGapsAndSpan) {
 }
 
 TEST_F(GpuTimelineTest, FullPoolFlushesWithoutLosingCallsOrGaps) {
-  GpuTimeline t(/*max_events=*/8);
+  GpuTimeline t(CudaEvents(), /*max_events=*/8);
   t.set_enabled(true);
   for (int i = 0; i < 10; ++i) {
     GpuTimeline::Scope s(t, ctx_->stream(), TimeCategory::kOther);
@@ -156,18 +155,6 @@ TEST_F(GpuTimelineTest, CountsAllocationsAndGemmPlans) {
   EXPECT_EQ(b->device_allocs, 0);
   EXPECT_EQ(b->gemm_plans_built, 0);
   ctx_->timeline().set_enabled(false);
-}
-
-TEST(GpuTimelineEnvironment, OffUnlessAsked) {
-  unsetenv("TNMT_GPU_TIMING");
-  EXPECT_FALSE(GpuTimeline::EnabledByEnvironment());
-  setenv("TNMT_GPU_TIMING", "0", 1);
-  EXPECT_FALSE(GpuTimeline::EnabledByEnvironment());
-  setenv("TNMT_GPU_TIMING", "", 1);
-  EXPECT_FALSE(GpuTimeline::EnabledByEnvironment());
-  setenv("TNMT_GPU_TIMING", "1", 1);
-  EXPECT_TRUE(GpuTimeline::EnabledByEnvironment());
-  unsetenv("TNMT_GPU_TIMING");
 }
 
 }  // namespace
