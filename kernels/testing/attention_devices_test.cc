@@ -14,12 +14,11 @@
 // products over d_head <= 130 and sums over up to 1024 keys; the bounds the CPU and GPU kernels
 // were held to against this reference and against each other.
 //
-// On one device only: the inference kernels (MultiHeadAttention over the KV cache's slot
-// tables, AttentionArgmax) have the same contract on both devices and are compared with each
-// other in kernels/cuda/attention_test.cc; their per-path checks are in
-// kernels/cpu/attention_test.cc. The GPU's argument errors, and its promise that NaN in padded
-// key rows reaches no output (the CPU's loops multiply them by zero), are in
-// kernels/cuda/attention_test.cc.
+// The inference kernels (MultiHeadAttention over the KV cache's slot tables, AttentionArgmax)
+// too, against float64 (InferenceAttentionTest). On one device only: the CPU's instruction-set
+// paths (kernels/cpu/attention_test.cc); the GPU's argument errors and its promise that NaN in
+// padded key rows reaches no output of the training attention (the CPU's loops multiply them
+// by zero) (kernels/cuda/attention_test.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -341,7 +340,6 @@ class AttentionTest : public testing::DeviceTest {
     return TNMT_IF_CUDA(cuda::AttentionBackward(ctx(), dq, ld_dq, dk, dv, ld_dkv, dout, ld_dout, probs, q,
                                                 ld_q, k, v, ld_kv, batch, q_len, k_len, heads, d_head, drop));
   }
-
 };
 
 TEST_P(AttentionTest, MatchesFloat64) {
@@ -360,7 +358,166 @@ TEST_P(AttentionTest, MatchesFloat64) {
   }
 }
 
+// The inference kernels (MultiHeadAttention, AttentionArgmax) with the arguments of
+// kernels/attention.h: the engine's KV-cache layout (slot pools addressed through k_groups
+// tables, ld_kv = 0), kv_index sharing a source among beams, k_valid padding (including groups
+// that see no key), causal steps, dense layouts, each d_head path of the GPU (the vectorized
+// 32/64/128 and the general one), misaligned rows and long caches.
+struct InferenceCase {
+  std::string name;
+  int batch, q_len, k_len, heads, d_head;
+  int groups;         // K/V groups (sources or rows)
+  bool slot_tables;   // engine KV cache: slots addressed through k_groups, ld_kv = 0
+  bool kv_index;      // query group b reads K/V group kv_index[b]
+  bool k_valid;       // random valid lengths (group 0: none, group 1: all)
+  int causal_offset;  // -1: none
+  int ld_pad = 0;     // extra columns in q/out rows (odd: misaligned)
+};
+
+// out and the alignment in float64 from the definition: for query i of group b and head h,
+// keys j < limit of K/V group g = kv_index[b] (or b), each stored in group k_groups[g, j] (or
+// g); limit = k_valid[g] (or k_len), and at most i + causal_offset + 1 with a causal mask.
+void ReferenceInference(const InferenceCase& c, const AttentionArgs& a, const std::vector<float>& q,
+                        int64_t ld_q, const std::vector<float>& kv, int64_t ld_kv, int64_t group_stride,
+                        int64_t ld_out, std::vector<double>* out, std::vector<int32_t>* align) {
+  const int d = c.heads * c.d_head;
+  out->assign(static_cast<size_t>(c.batch) * c.q_len * ld_out, 0.0);
+  align->assign(static_cast<size_t>(c.batch) * c.q_len, -1);
+  for (int b = 0; b < c.batch; ++b) {
+    const int g = a.kv_index != nullptr ? a.kv_index[b] : b;
+    const int valid = a.k_valid != nullptr ? a.k_valid[g] : c.k_len;
+    for (int i = 0; i < c.q_len; ++i) {
+      const int64_t row = static_cast<int64_t>(b) * c.q_len + i;
+      const int limit = a.causal_offset >= 0 ? std::min(valid, i + a.causal_offset + 1) : valid;
+      std::vector<double> mean_p(std::max(limit, 0), 0.0);
+      for (int h = 0; h < c.heads; ++h) {
+        std::vector<double> p(std::max(limit, 0));
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j < limit; ++j) {
+          const int64_t stored = a.k_groups != nullptr ? a.k_groups[g * a.k_groups_stride + j] : g;
+          const float* key = kv.data() + stored * group_stride + j * ld_kv + h * c.d_head;
+          double dot = 0.0;
+          for (int t = 0; t < c.d_head; ++t)
+            dot += static_cast<double>(q[row * ld_q + h * c.d_head + t]) * key[t];
+          p[j] = dot * a.scale;
+          mx = std::max(mx, p[j]);
+        }
+        for (int j = 0; j < limit; ++j) sum += p[j] = std::exp(p[j] - mx);
+        for (int j = 0; j < limit; ++j) {
+          p[j] /= sum;
+          mean_p[j] += p[j] / c.heads;
+          const int64_t stored = a.k_groups != nullptr ? a.k_groups[g * a.k_groups_stride + j] : g;
+          const float* value = kv.data() + stored * group_stride + j * ld_kv + d + h * c.d_head;
+          for (int t = 0; t < c.d_head; ++t) (*out)[row * ld_out + h * c.d_head + t] += p[j] * value[t];
+        }
+      }
+      for (int j = 0; j < limit; ++j) {
+        if ((*align)[row] < 0 || mean_p[j] > mean_p[(*align)[row]]) (*align)[row] = j;
+      }
+    }
+  }
+}
+
+class InferenceAttentionTest : public testing::DeviceTest {
+ protected:
+  absl::Status MultiHeadAttention(float* out, int64_t ld_out, const float* q, int64_t ld_q, const float* k,
+                                  const float* v, int64_t ld_kv, int64_t group_stride,
+                                  const AttentionArgs& a) {
+    if (cpu())
+      return cpu::MultiHeadAttention(out, ld_out, q, ld_q, k, v, ld_kv, group_stride, a), absl::OkStatus();
+    return TNMT_IF_CUDA(cuda::MultiHeadAttention(ctx(), out, ld_out, q, ld_q, k, v, ld_kv, group_stride, a));
+  }
+  absl::Status AttentionArgmax(int32_t* out, const float* q, int64_t ld_q, const float* k, int64_t ld_kv,
+                               int64_t group_stride, const AttentionArgs& a) {
+    if (cpu()) return cpu::AttentionArgmax(out, q, ld_q, k, ld_kv, group_stride, a), absl::OkStatus();
+    return TNMT_IF_CUDA(cuda::AttentionArgmax(ctx(), out, q, ld_q, k, ld_kv, group_stride, a));
+  }
+};
+
+// out within 3e-5 per element scaled by 1 + |want| of float64 (the CPU's paths are within 1e-5
+// absolute and relative, the GPU was within 2e-5 of the CPU); every alignment exact (random
+// scores have no near-ties).
+TEST_P(InferenceAttentionTest, MatchesFloat64) {
+  const InferenceCase cases[] = {
+      {"decode self dh64", 13, 1, 37, 8, 64, 13, true, false, true, -1},
+      {"decode cross dh64", 12, 1, 29, 8, 64, 3, true, true, true, -1},
+      {"causal dense dh64", 3, 5, 9, 4, 64, 3, false, false, false, 3},
+      {"causal slots dh32", 4, 6, 11, 4, 32, 4, true, true, true, 4},
+      {"encoder-like dh128", 2, 16, 16, 2, 128, 2, false, false, true, -1},
+      {"general dh24", 5, 2, 40, 3, 24, 5, true, false, true, 20},
+      {"general dh200", 3, 1, 25, 2, 200, 3, true, true, true, -1},
+      {"general dh1", 4, 1, 7, 5, 1, 4, false, false, true, -1},
+      {"misaligned dh64", 6, 1, 33, 8, 64, 6, true, false, true, -1, 1},
+      {"long cache dh64", 8, 1, 1500, 8, 64, 8, true, false, true, -1},
+      {"long dense dh128", 2, 3, 700, 4, 128, 2, false, true, false, 650},
+  };
+  for (const InferenceCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::uniform_int_distribution<int> any(0, 1 << 30);
+    const int d = c.heads * c.d_head;
+    const int64_t ld_q = d + c.ld_pad, ld_out = d + c.ld_pad;
+    const int64_t rows = static_cast<int64_t>(c.batch) * c.q_len;
+    const std::vector<float> q = Random(rows * ld_q);
+    // K/V storage: K at column 0, V at column d of each stored row.
+    int64_t ld_kv, group_stride, stored_groups, table_stride = 0;
+    std::vector<int32_t> tables;
+    if (c.slot_tables) {
+      stored_groups = static_cast<int64_t>(c.groups) * c.k_len + 17;  // slots
+      ld_kv = 0;
+      group_stride = 2 * d;
+      table_stride = c.k_len + 3;
+      tables.resize(static_cast<size_t>(c.groups) * table_stride);
+      for (int32_t& t : tables) t = any(rng_) % stored_groups;
+    } else {
+      stored_groups = c.groups;
+      ld_kv = 2 * d + 4;
+      group_stride = c.k_len * ld_kv + 8;
+    }
+    const std::vector<float> kv = Random(stored_groups * group_stride + 2 * d);
+    std::vector<int32_t> kv_index(c.batch), valid(c.groups);
+    for (int32_t& g : kv_index) g = any(rng_) % c.groups;
+    for (int g = 0; g < c.groups; ++g) valid[g] = g == 0 ? 0 : any(rng_) % (c.k_len + 1);
+    if (c.groups > 1) valid[1] = c.k_len;
+    AttentionArgs a;
+    a.batch = c.batch;
+    a.q_len = c.q_len;
+    a.k_len = c.k_len;
+    a.num_heads = c.heads;
+    a.d_head = c.d_head;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.d_head));
+    a.causal_offset = c.causal_offset;
+    a.kv_index = c.kv_index ? kv_index.data() : nullptr;
+    a.k_valid = c.k_valid ? valid.data() : nullptr;
+    a.k_groups = c.slot_tables ? tables.data() : nullptr;
+    a.k_groups_stride = table_stride;
+    std::vector<double> want;
+    std::vector<int32_t> want_align;
+    ReferenceInference(c, a, q, ld_q, kv, ld_kv, group_stride, ld_out, &want, &want_align);
+
+    AttentionArgs on_device = a;  // the same arguments, their tables on the test's device
+    on_device.kv_index = c.kv_index ? Upload(kv_index) : nullptr;
+    on_device.k_valid = c.k_valid ? Upload(valid) : nullptr;
+    on_device.k_groups = c.slot_tables ? Upload(tables) : nullptr;
+    const float* dq = Upload(q);
+    const float* dkv = Upload(kv);
+    float* out = Alloc<float>(rows * ld_out);
+    ASSERT_TRUE(MultiHeadAttention(out, ld_out, dq, ld_q, dkv, dkv + d, ld_kv, group_stride, on_device).ok());
+    int32_t* align = Alloc<int32_t>(rows);
+    ASSERT_TRUE(AttentionArgmax(align, dq, ld_q, dkv, ld_kv, group_stride, on_device).ok());
+    const std::vector<float> got = Download(out, rows * ld_out);
+    std::vector<float> got_heads;  // the head columns only: padding columns are not written
+    std::vector<double> want_heads;
+    for (int64_t r = 0; r < rows; ++r) {
+      got_heads.insert(got_heads.end(), got.begin() + r * ld_out, got.begin() + r * ld_out + d);
+      want_heads.insert(want_heads.end(), want.begin() + r * ld_out, want.begin() + r * ld_out + d);
+    }
+    EXPECT_LE(MaxScaledError(got_heads, want_heads), 3e-5);
+    EXPECT_EQ(Download(align, rows), want_align);
+  }
+}
+
 TNMT_INSTANTIATE_DEVICE_TEST(AttentionTest);
+TNMT_INSTANTIATE_DEVICE_TEST(InferenceAttentionTest);
 
 }  // namespace
 }  // namespace tnmt::kernels
