@@ -374,7 +374,7 @@ class Trainer {
           m["loss_scale"] = engine_->loss_scale();
           m["skipped_steps"] = skipped_steps_;
         }
-        TNMT_RETURN_IF_ERROR(LogDeviceTimes(secs, phases, &m));
+        LogDeviceTimes(secs, phases, &m);
         Metric(m);
         if (hooks_.progress_line && rank0_) {
           std::fprintf(stderr, "\rstep %lld/%lld  epoch %lld  loss %.4f  ppl %.2f  lr %.3g  %.0f tok/s  ETA %s   ",
@@ -402,10 +402,16 @@ class Trainer {
 
   // With device timing on (TrainEngine::TakeDeviceTimes): the window's "where every ms went"
   // table in the log, and in the metrics each category's device ms per update ("device_ms",
-  // with the gaps) and the window's cudaMalloc calls and GEMM plans built.
-  absl::Status LogDeviceTimes(double secs, const StepPhases& phases, json* m) {
-    TNMT_ASSIGN_OR_RETURN(kernels::TimeAccount a, engine_->TakeDeviceTimes());
-    if (a.empty()) return absl::OkStatus();
+  // with the gaps) and the window's cudaMalloc calls and GEMM plans built. A timing error is
+  // logged, not fatal (the device's own errors surface at the engine's next call).
+  void LogDeviceTimes(double secs, const StepPhases& phases, json* m) {
+    absl::StatusOr<kernels::TimeAccount> taken = engine_->TakeDeviceTimes();
+    if (!taken.ok()) {
+      Log(absl::StrCat("device timing: ", taken.status().ToString()));
+      return;
+    }
+    kernels::TimeAccount& a = *taken;
+    if (a.empty()) return;
     a.AddHost("data", 1000 * phases.data);
     a.AddHost("queue forward/backward", 1000 * phases.forward_backward);
     a.AddHost("reduce and norm (waits for the device)", 1000 * phases.reduce);
@@ -428,7 +434,6 @@ class Trainer {
     (*m)["device_ms"] = d;
     (*m)["cuda_mallocs"] = a.device_allocs;
     (*m)["gemm_plans_built"] = a.gemm_plans_built;
-    return absl::OkStatus();
   }
 
   absl::Status Validate() {
