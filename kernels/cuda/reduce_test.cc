@@ -17,9 +17,7 @@
 namespace tnmt::kernels::cuda {
 namespace {
 
-using testing::CudaTest;
-
-class ReduceTest : public CudaTest {};
+using ReduceTest = testing::CudaTest;
 
 TEST_F(ReduceTest, SumOfSquares) {
   double* d_out = Alloc<double>(1);
