@@ -29,6 +29,7 @@
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gpu_timeline.h"
 #include "kernels/cuda/reduce.h"
 #include "trainer/collective/nccl_collective.h"
 #include "trainer/model/cuda_train_model.h"
@@ -91,7 +92,10 @@ class CudaTrainEngine : public TrainEngine {
         &layout_, FlatArrays{params_.as<float>(), grads_.as<float>(), m_.as<float>(), v_.as<float>()},
         FlatKernels{[this](const float* x, int64_t n) { return SumOfSquares(x, n); },
                     [this](float* w, float* m, float* v, const float* g, int64_t n, float scale,
-                           const kernels::AdamOptions& o) { return k::AdamUpdate(*ctx_, w, m, v, g, n, scale, o); },
+                           const kernels::AdamOptions& o) {
+                      return k::Timed(*ctx_, kernels::TimeCategory::kOptimizer,
+                                      [&] { return k::AdamUpdate(*ctx_, w, m, v, g, n, scale, o); });
+                    },
                     [this] { return RefreshHalf(); }},
         adam.options(), adam.step(), scaling_);
     if (c_.position_encoding != PositionEncoding::kLearned) {
@@ -146,15 +150,19 @@ class CudaTrainEngine : public TrainEngine {
     if (overlap) done = [this](int stage) { return LaunchBuckets(stage); };
     TNMT_RETURN_IF_ERROR(model_.Run(batch, options, Arrays(), static_cast<float>(opt_->loss_scale()), /*backward=*/true,
                                     sums_.as<double>(), done));
-    TNMT_RETURN_IF_ERROR(kernels::cuda::AddDoubles(*ctx_, totals_.as<double>(), sums_.as<double>(), 3));
+    TNMT_RETURN_IF_ERROR(k::Timed(*ctx_, kernels::TimeCategory::kAllReduce, [&] {
+      return k::AddDoubles(*ctx_, totals_.as<double>(), sums_.as<double>(), 3);
+    }));
     ++micro_done_;
     return absl::OkStatus();
   }
 
   absl::StatusOr<StepTotals> AllReduce(bool stop, bool save) override {
     double* totals = totals_.as<double>();
-    TNMT_RETURN_IF_ERROR(kernels::cuda::StoreDouble(*ctx_, totals + 3, stop ? 1.0 : 0.0));
-    TNMT_RETURN_IF_ERROR(kernels::cuda::StoreDouble(*ctx_, totals + 4, save ? 1.0 : 0.0));
+    TNMT_RETURN_IF_ERROR(k::Timed(*ctx_, kernels::TimeCategory::kAllReduce, [&]() -> absl::Status {
+      TNMT_RETURN_IF_ERROR(k::StoreDouble(*ctx_, totals + 3, stop ? 1.0 : 0.0));
+      return k::StoreDouble(*ctx_, totals + 4, save ? 1.0 : 0.0);
+    }));
     if (nccl_ != nullptr) {
       TNMT_RETURN_IF_ERROR(LaunchBuckets(INT_MAX));  // any not started during a backward
       TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(cudaEventRecord(totals_ready_, ctx_->stream())));
@@ -233,7 +241,8 @@ class CudaTrainEngine : public TrainEngine {
 
   // The sum of squares of x[0, n) on the host, after everything queued so far.
   absl::StatusOr<double> SumOfSquares(const float* x, int64_t n) {
-    TNMT_RETURN_IF_ERROR(k::SumOfSquares(*ctx_, norm_.as<double>(), x, n));
+    TNMT_RETURN_IF_ERROR(k::Timed(*ctx_, kernels::TimeCategory::kOptimizer,
+                                  [&] { return k::SumOfSquares(*ctx_, norm_.as<double>(), x, n); }));
     double sum = 0;
     TNMT_RETURN_IF_ERROR(TNMT_CUDA_CHECK(
         cudaMemcpyAsync(&sum, norm_.get(), sizeof(double), cudaMemcpyDeviceToHost, ctx_->stream())));
@@ -244,7 +253,8 @@ class CudaTrainEngine : public TrainEngine {
   absl::Status RefreshHalf() {
     if (precision_ == TrainPrecision::kFloat32) return absl::OkStatus();
     const k::DType t = precision_ == TrainPrecision::kFloat16 ? k::DType::kFloat16 : k::DType::kBFloat16;
-    return k::Convert(*ctx_, half_.get(), t, params_.get(), k::DType::kFloat32, layout_.size());
+    return k::Timed(*ctx_, kernels::TimeCategory::kOptimizer,
+                    [&] { return k::Convert(*ctx_, half_.get(), t, params_.get(), k::DType::kFloat32, layout_.size()); });
   }
 
   // Host ModelWeights -> a flat device array (waits for the copy: staging_ is reused).
