@@ -8,10 +8,10 @@
 //   tgt_in  = bos(2) + ids (tgt_len - 1)
 //   tgt_out = ids + eos(3)
 // No padding anywhere, so tnmt and the PyTorch peer (bench/torch_train_peer.py) do identical
-// work. One step = zero the gradients + ForwardBackward (dropout --dropout, label smoothing
-// 0.1, a new dropout seed per step) + one Adam step (β 0.9/0.98, ε 1e-9, the paper's schedule,
-// gradients scaled by 1/tokens), exactly what trainer/train_loop.cc does per update with
-// accum_steps 1 and no clipping.
+// work. One step = the CPU TrainEngine's BeginStep (gradients to zero), ForwardBackward (dropout
+// --dropout, label smoothing 0.1, a new dropout seed per step), AllReduce (one rank) and AdamStep
+// (β 0.9/0.98, ε 1e-9, the paper's schedule, gradients scaled by 1/tokens), exactly what
+// trainer/train_loop.cc does per update with accum_steps 1 and no clipping.
 //
 // Counting: target tokens per step = batch_sentences x tgt_len (every one is a non-pad
 // target); tokens/s = target tokens per step x steps / wall seconds of the timed steps
@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,6 +49,8 @@
 #include "bench/gemm_timing.h"
 #include "kernels/cpu/gemm.h"
 #include "tools/tnmt/args.h"
+#include "trainer/collective/collective.h"
+#include "trainer/model/cpu_train_engine.h"
 #include "trainer/model/parameters.h"
 #include "trainer/model/transformer_train.h"
 #include "trainer/optim/adam.h"
@@ -203,11 +206,17 @@ absl::Status Run(const Flags& f) {
   const ModelConfig& c = *config;
   absl::StatusOr<ModelWeights> params = train::InitializeWeights(c, f.seed);
   if (!params.ok()) return params.status();
-  absl::StatusOr<ModelWeights> grads = train::ZerosLike(c, *params);
-  if (!grads.ok()) return grads.status();
   absl::StatusOr<train::Adam> adam = train::Adam::Create(c, *params);
   if (!adam.ok()) return adam.status();
   const int64_t param_count = train::ParameterCount(c, &*params);
+  // The trainer's own CPU engine: forward/backward, then the flat-layout update.
+  std::unique_ptr<train::Collective> single = train::MakeSingleProcessCollective();
+  train::TrainEngineOptions eo;
+  eo.collective = single.get();
+  eo.precision = f.dtype == "bfloat16" ? train::TrainPrecision::kBFloat16 : train::TrainPrecision::kFloat32;
+  absl::StatusOr<std::unique_ptr<train::TrainEngine>> engine =
+      train::MakeCpuTrainEngine(c, eo, *std::move(params), *std::move(adam));
+  if (!engine.ok()) return engine.status();
 
   const train::TrainBatch batch = MakeBatch(f, c);
   const int64_t tokens_per_step = static_cast<int64_t>(f.batch_sentences) * f.tgt_len;
@@ -225,23 +234,25 @@ absl::Status Run(const Flags& f) {
 
   double loss0 = std::nan("");
   double last_loss = 0.0;
+  int64_t updates = 0;
   auto step = [&](int64_t index) -> absl::Status {
-    train::ZeroAll(c, &*grads);
+    if (absl::Status s = (*engine)->BeginStep(1); !s.ok()) return s;
     train::TrainStepOptions o;
     o.dropout = static_cast<float>(f.dropout);
     o.attention_dropout = static_cast<float>(f.attention_dropout);
     o.activation_dropout = static_cast<float>(f.activation_dropout);
     o.label_smoothing = 0.1f;
     o.dropout_seed = f.seed * 1000003ULL + static_cast<uint64_t>(index);
-    o.bfloat16_gemms = f.dtype == "bfloat16";
-    absl::StatusOr<train::LossStats> s = train::ForwardBackward(c, *params, batch, o, 1.0f, &*grads);
+    if (absl::Status st = (*engine)->ForwardBackward(batch, o); !st.ok()) return st;
+    absl::StatusOr<train::StepTotals> s = (*engine)->AllReduce(false);
     if (!s.ok()) return s.status();
-    if (s->tokens != tokens_per_step) {
+    if (s->tokens != static_cast<double>(tokens_per_step)) {
       return absl::InternalError(absl::StrCat("counted ", s->tokens, " target tokens, expected ", tokens_per_step));
     }
-    const double lr = train::NoamLearningRate(adam->step() + 1, c.d_model, schedule);
-    adam->Step(&*params, &*grads, lr, static_cast<float>(1.0 / static_cast<double>(s->tokens)));
-    last_loss = s->loss_sum / static_cast<double>(s->tokens);
+    const double lr = train::NoamLearningRate(++updates, c.d_model, schedule);
+    absl::StatusOr<bool> applied = (*engine)->AdamStep(lr, static_cast<float>(1.0 / s->tokens));
+    if (!applied.ok()) return applied.status();
+    last_loss = s->loss_sum / s->tokens;
     if (std::isnan(loss0)) loss0 = last_loss;
     return absl::OkStatus();
   };

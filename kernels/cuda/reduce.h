@@ -1,9 +1,9 @@
 // Sums the CUDA training step keeps in device memory, so the host reads them once per update
 // rather than once per micro-batch: the gradient's sum of squares (its norm, for clipping and the
 // loss-scaling overflow check), the loss totals over micro-batches, and the rank's stop and save
-// flags stored beside them. The CPU trainer computes these on the host (trainer/optim/adam.h
-// GlobalGradNorm): there is no CPU kernel. Device pointers, outputs first, queued on the
-// Context's stream; results are bit-identical from run to run.
+// flags stored beside them. The CPU trainer computes these with host loops (its FlatOptimizer
+// kernels, trainer/model/cpu_train_engine.cc): there is no CPU kernel. Device pointers, outputs
+// first, queued on the Context's stream; results are bit-identical from run to run.
 #pragma once
 
 #include <cstdint>
