@@ -118,12 +118,12 @@ class CpuTrainEngine : public TrainEngine {
   LossStats sums_;
 };
 
-// A flat array holding `w`'s trainable tensors, and `like` with views of it.
-absl::Status FlatCopy(const ModelConfig& c, const FlatLayout& layout, const ModelWeights& w, const ModelWeights& like,
-                      Tensor* flat, ModelWeights* views) {
+// A flat array holding `w`'s trainable tensors, and `w` with views of it.
+absl::Status FlatCopy(const ModelConfig& c, const FlatLayout& layout, const ModelWeights& w, Tensor* flat,
+                      ModelWeights* views) {
   TNMT_ASSIGN_OR_RETURN(*flat, Tensor::Empty({layout.size()}));
   TNMT_RETURN_IF_ERROR(layout.Gather(c, w, flat->f32()));
-  TNMT_ASSIGN_OR_RETURN(*views, layout.Views(c, like, *flat));
+  TNMT_ASSIGN_OR_RETURN(*views, layout.Views(c, w, *flat));
   return absl::OkStatus();
 }
 
@@ -147,12 +147,13 @@ absl::StatusOr<std::unique_ptr<TrainEngine>> MakeCpuTrainEngine(const ModelConfi
   if (options.collective == nullptr) return absl::InvalidArgumentError("MakeCpuTrainEngine: no collective");
   TNMT_ASSIGN_OR_RETURN(FlatLayout layout, FlatLayout::Create(c, params, options.bucket_bytes));
   FlatState s;
-  TNMT_RETURN_IF_ERROR(FlatCopy(c, layout, params, params, &s.params_flat, &s.params));
+  TNMT_RETURN_IF_ERROR(FlatCopy(c, layout, params, &s.params_flat, &s.params));
   // Gradients get their own untrained tensors, so no backward can write into the parameters'.
   TNMT_ASSIGN_OR_RETURN(ModelWeights zeros, ZerosLike(c, params));
-  TNMT_RETURN_IF_ERROR(FlatCopy(c, layout, zeros, zeros, &s.grads_flat, &s.grads));
-  TNMT_RETURN_IF_ERROR(FlatCopy(c, layout, adam.m(), adam.m(), &s.m_flat, &s.m));
-  TNMT_RETURN_IF_ERROR(FlatCopy(c, layout, adam.v(), adam.v(), &s.v_flat, &s.v));
+  TNMT_ASSIGN_OR_RETURN(s.grads_flat, Tensor::Zeros({layout.size()}));
+  TNMT_ASSIGN_OR_RETURN(s.grads, layout.Views(c, zeros, s.grads_flat));
+  TNMT_RETURN_IF_ERROR(FlatCopy(c, layout, adam.m(), &s.m_flat, &s.m));
+  TNMT_RETURN_IF_ERROR(FlatCopy(c, layout, adam.v(), &s.v_flat, &s.v));
   return std::unique_ptr<TrainEngine>(
       new CpuTrainEngine(c, options.collective, bf16, std::move(layout), std::move(s), adam.options(), adam.step()));
 }

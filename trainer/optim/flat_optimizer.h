@@ -81,7 +81,6 @@ class FlatOptimizer {
 
   double loss_scale() const { return loss_scale_; }
   int64_t step() const { return step_; }
-  const FlatArrays& arrays() const { return arrays_; }
 
  private:
   const FlatLayout* layout_;
